@@ -1,0 +1,319 @@
+"""Broker and topic configuration: one table of definitions, Kafka's names and defaults.
+
+Topic-level configs (``retention.ms``) take their default from a broker-level config
+(``log.retention.ms``), exactly as Kafka does; a topic stores only its overrides and the
+effective value is resolved against the broker's config. Values are parsed and validated
+here, so a bad value anywhere (config file, flag, CreateTopics, IncrementalAlterConfigs)
+gets the same clear ``ConfigError`` (mapped to INVALID_CONFIG by handlers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LONG_MAX = 9_223_372_036_854_775_807
+INT_MAX = 2_147_483_647
+
+
+class ConfigError(ValueError):
+    """A configuration value (or name) is invalid. The message says which and why."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name = name
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _parse_int(bits: int) -> Callable[[str, Any], int]:
+    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+    def parse(name: str, raw: Any) -> int:
+        if isinstance(raw, bool):
+            raise ConfigError(name, f"expected an integer, got {raw!r}")
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            raise ConfigError(name, f"expected an integer, got {raw!r}") from None
+        if not lo <= value <= hi:
+            raise ConfigError(name, f"{value} does not fit in a {bits}-bit integer")
+        return value
+
+    return parse
+
+
+def _parse_bool(name: str, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise ConfigError(name, f"expected true or false, got {raw!r}")
+
+
+def _parse_str(name: str, raw: Any) -> str:
+    return str(raw).strip()
+
+
+def _parse_list(name: str, raw: Any) -> str:
+    if isinstance(raw, (list, tuple)):
+        items = [str(x).strip() for x in raw]
+    else:
+        items = [x.strip() for x in str(raw).split(",")]
+    return ",".join(x for x in items if x)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    kind: str  # "int" | "long" | "bool" | "string" | "list"
+    default: Any
+    doc: str
+    at_least: int | None = None
+    choices: tuple[str, ...] | None = None
+    broker_name: str | None = None  # for topic configs: the broker config giving the default
+
+    def parse(self, raw: Any) -> Any:
+        parser = {
+            "int": _parse_int(32),
+            "long": _parse_int(64),
+            "bool": _parse_bool,
+            "string": _parse_str,
+            "list": _parse_list,
+        }[self.kind]
+        value = parser(self.name, raw)
+        if self.at_least is not None and value < self.at_least:
+            raise ConfigError(self.name, f"value {value} must be at least {self.at_least}")
+        if self.choices is not None:
+            values = value.split(",") if self.kind == "list" else [value]
+            for v in values:
+                if v not in self.choices:
+                    raise ConfigError(
+                        self.name, f"{v!r} is not one of {', '.join(self.choices)}"
+                    )
+            if self.kind == "list" and not value:
+                raise ConfigError(self.name, "must not be empty")
+        return value
+
+    def to_string(self, value: Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+
+
+def _defs(*defs: ConfigDef) -> dict[str, ConfigDef]:
+    return {d.name: d for d in defs}
+
+
+DAY_MS = 86_400_000
+
+# Broker-level configs (server.properties names).
+BROKER_CONFIGS = _defs(
+    ConfigDef("node.id", "int", 0, "This broker's id.", at_least=0),
+    ConfigDef("host", "string", "127.0.0.1", "Address to listen on."),
+    ConfigDef("port", "int", 9092, "Port to listen on (0: any free port).", at_least=0),
+    ConfigDef("advertised.host", "string", "", "Host given to clients (default: host)."),
+    ConfigDef("advertised.port", "int", 0, "Port given to clients (0: the bound port).",
+              at_least=0),
+    ConfigDef("log.dirs", "string", "./data", "Data directory."),
+    ConfigDef("num.partitions", "int", 1, "Partitions of auto-created topics.", at_least=1),
+    ConfigDef("default.replication.factor", "int", 1, "Replication factor of auto-created "
+              "topics.", at_least=1),
+    ConfigDef("auto.create.topics.enable", "bool", True,
+              "Create a topic when a client asks for its metadata or produces to it."),
+    ConfigDef("delete.topic.enable", "bool", True, "Allow DeleteTopics."),
+    ConfigDef("message.max.bytes", "int", 1_048_588,
+              "Largest record batch the broker accepts (topic: max.message.bytes).",
+              at_least=0),
+    ConfigDef("socket.request.max.bytes", "int", 104_857_600,
+              "Largest request frame; a bigger one closes the connection.", at_least=1),
+    ConfigDef("log.segment.bytes", "int", 1_073_741_824, "Segment size before a roll.",
+              at_least=14),
+    ConfigDef("log.roll.ms", "long", 7 * DAY_MS, "Segment age before a roll.", at_least=1),
+    ConfigDef("log.retention.ms", "long", 7 * DAY_MS,
+              "Delete segments older than this (-1: never).", at_least=-1),
+    ConfigDef("log.retention.bytes", "long", -1,
+              "Delete old segments while a partition is larger (-1: no limit).", at_least=-1),
+    ConfigDef("log.retention.check.interval.ms", "long", 300_000,
+              "How often retention runs.", at_least=1),
+    ConfigDef("log.index.interval.bytes", "int", 4096,
+              "Bytes between offset/time index entries.", at_least=0),
+    ConfigDef("log.index.size.max.bytes", "int", 10_485_760,
+              "Maximum size of a segment's index file.", at_least=4),
+    ConfigDef("log.flush.interval.messages", "long", LONG_MAX,
+              "fsync after this many messages (default: rely on replication).", at_least=1),
+    ConfigDef("log.flush.interval.ms", "long", LONG_MAX,
+              "fsync after this long (default: rely on replication).", at_least=0),
+    ConfigDef("log.cleanup.policy", "list", "delete", "delete and/or compact.",
+              choices=("delete", "compact")),
+    ConfigDef("log.cleaner.delete.retention.ms", "long", DAY_MS,
+              "How long tombstones are kept by compaction.", at_least=0),
+    ConfigDef("log.message.timestamp.type", "string", "CreateTime",
+              "CreateTime or LogAppendTime.", choices=("CreateTime", "LogAppendTime")),
+    ConfigDef("compression.type", "string", "producer", "Keep the producer's codec.",
+              choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
+    ConfigDef("min.insync.replicas", "int", 1, "acks=all needs this many in-sync replicas.",
+              at_least=1),
+    ConfigDef("unclean.leader.election.enable", "bool", False,
+              "Allow an out-of-sync replica to become leader."),
+    ConfigDef("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets.",
+              at_least=1),
+    ConfigDef("group.initial.rebalance.delay.ms", "int", 3000,
+              "Delay of a new group's first rebalance.", at_least=0),
+    ConfigDef("request.timeout.ms", "int", 30_000, "Upper bound of purgatory waits.",
+              at_least=0),
+    ConfigDef("cluster.id", "string", "", "Cluster id (default: generated once, persisted)."),
+)
+
+# Topic-level configs: name, and the broker config that gives the default.
+TOPIC_CONFIGS = _defs(
+    ConfigDef("cleanup.policy", "list", "delete", "delete and/or compact.",
+              choices=("delete", "compact"), broker_name="log.cleanup.policy"),
+    ConfigDef("compression.type", "string", "producer", "Codec for stored batches.",
+              choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+              broker_name="compression.type"),
+    ConfigDef("delete.retention.ms", "long", DAY_MS, "Tombstone retention when compacting.",
+              at_least=0, broker_name="log.cleaner.delete.retention.ms"),
+    ConfigDef("flush.messages", "long", LONG_MAX, "fsync after this many messages.",
+              at_least=1, broker_name="log.flush.interval.messages"),
+    ConfigDef("flush.ms", "long", LONG_MAX, "fsync after this long.", at_least=0,
+              broker_name="log.flush.interval.ms"),
+    ConfigDef("index.interval.bytes", "int", 4096, "Bytes between index entries.",
+              at_least=0, broker_name="log.index.interval.bytes"),
+    ConfigDef("max.message.bytes", "int", 1_048_588, "Largest record batch.", at_least=0,
+              broker_name="message.max.bytes"),
+    ConfigDef("message.timestamp.type", "string", "CreateTime", "CreateTime or "
+              "LogAppendTime.", choices=("CreateTime", "LogAppendTime"),
+              broker_name="log.message.timestamp.type"),
+    ConfigDef("min.insync.replicas", "int", 1, "acks=all needs this many in-sync replicas.",
+              at_least=1, broker_name="min.insync.replicas"),
+    ConfigDef("retention.bytes", "long", -1, "Partition size limit (-1: none).",
+              at_least=-1, broker_name="log.retention.bytes"),
+    ConfigDef("retention.ms", "long", 7 * DAY_MS, "Segment age limit (-1: none).",
+              at_least=-1, broker_name="log.retention.ms"),
+    ConfigDef("segment.bytes", "int", 1_073_741_824, "Segment size before a roll.",
+              at_least=14, broker_name="log.segment.bytes"),
+    ConfigDef("segment.index.bytes", "int", 10_485_760, "Maximum index file size.",
+              at_least=4, broker_name="log.index.size.max.bytes"),
+    ConfigDef("segment.ms", "long", 7 * DAY_MS, "Segment age before a roll.", at_least=1,
+              broker_name="log.roll.ms"),
+    ConfigDef("unclean.leader.election.enable", "bool", False,
+              "Allow an out-of-sync replica to become leader.",
+              broker_name="unclean.leader.election.enable"),
+)
+
+
+def parse_overrides(raw: Mapping[str, Any], defs: Mapping[str, ConfigDef]) -> dict[str, Any]:
+    """Validate ``raw`` (name → value, strings allowed) against ``defs``."""
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        d = defs.get(name)
+        if d is None:
+            raise ConfigError(name, "unknown configuration")
+        if value is None:
+            raise ConfigError(name, "a value is required")
+        out[name] = d.parse(value)
+    return out
+
+
+def load_properties(path: Path) -> dict[str, str]:
+    """Read a Java-style ``.properties`` file (``key=value``, ``#`` comments)."""
+    out: dict[str, str] = {}
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        text = line.strip()
+        if not text or text.startswith(("#", "!")):
+            continue
+        sep = min((i for i in (text.find("="), text.find(":")) if i >= 0), default=-1)
+        if sep < 0:
+            raise ConfigError(f"{path}:{lineno}", f"expected key=value, got {text!r}")
+        out[text[:sep].strip()] = text[sep + 1 :].strip()
+    return out
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Validated broker configuration: Kafka names in ``values``."""
+
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any]) -> BrokerConfig:
+        values = {d.name: d.default for d in BROKER_CONFIGS.values()}
+        values.update(parse_overrides(raw, BROKER_CONFIGS))
+        return cls(values)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def with_overrides(self, raw: Mapping[str, Any]) -> BrokerConfig:
+        return BrokerConfig.from_mapping({**self.values, **raw})
+
+    @property
+    def node_id(self) -> int:
+        return int(self.values["node.id"])
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.values["log.dirs"])
+
+    def topic_default(self, name: str) -> Any:
+        d = TOPIC_CONFIGS[name]
+        assert d.broker_name is not None
+        return self.values[d.broker_name]
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """The effective settings of one partition log (topic overrides over broker defaults)."""
+
+    segment_bytes: int = 1_073_741_824
+    segment_ms: int = 7 * DAY_MS
+    segment_index_bytes: int = 10_485_760
+    index_interval_bytes: int = 4096
+    retention_ms: int = 7 * DAY_MS
+    retention_bytes: int = -1
+    max_message_bytes: int = 1_048_588
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    cleanup_policy: str = "delete"
+    delete_retention_ms: int = DAY_MS
+    message_timestamp_type: str = "CreateTime"
+    min_insync_replicas: int = 1
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy.split(",")
+
+
+_LOG_FIELDS = {f.name.replace("_", "."): f.name for f in dataclasses.fields(LogConfig)}
+
+
+def effective_topic_config(broker: BrokerConfig, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Every topic config's effective value: the override, else the broker default."""
+    return {
+        name: overrides[name] if name in overrides else broker.topic_default(name)
+        for name in TOPIC_CONFIGS
+    }
+
+
+def log_config(broker: BrokerConfig, overrides: Mapping[str, Any]) -> LogConfig:
+    eff = effective_topic_config(broker, overrides)
+    return LogConfig(**{attr: eff[name] for name, attr in _LOG_FIELDS.items() if name in eff})
+
+
+def config_table(defs: Iterable[ConfigDef]) -> str:
+    """A Markdown table of the definitions (the README's configuration table)."""
+    rows = ["| name | default | meaning |", "| --- | --- | --- |"]
+    for d in defs:
+        default = "Long.MAX" if d.default == LONG_MAX else d.to_string(d.default)
+        rows.append(f"| `{d.name}` | `{default}` | {d.doc} |")
+    return "\n".join(rows)
