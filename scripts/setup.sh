@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Creates .venv and installs headrace with the given extras. Idempotent; needs only
+# Python 3.11+, and apt for the system tools the tests use (Debian's kcat).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-}"
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+if [ -n "$extras" ]; then
+  .venv/bin/python -m pip install -q -e ".[$extras]"
+else
+  .venv/bin/python -m pip install -q -e .
+fi

@@ -1,0 +1,42 @@
+"""DescribeCluster (60): cluster id, controller and brokers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.handlers.metadata import UNKNOWN_AUTHORIZED_OPERATIONS
+
+if TYPE_CHECKING:
+    from headrace.broker.server import Broker
+
+BROKERS_ENDPOINT = 1
+
+
+@handler(60, "DescribeCluster", 0, 2)
+async def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    endpoint_type = int(getattr(req, "endpoint_type", BROKERS_ENDPOINT))
+    if endpoint_type != BROKERS_ENDPOINT:
+        return ctx.response({"throttle_time": 0, "error_code": ErrorCode.unsupported_endpoint_type,
+                             "error_message": "Only broker endpoints are supported",
+                             "endpoint_type": endpoint_type, "cluster_id": "",
+                             "controller_id": -1, "brokers": [],
+                             "cluster_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS})
+    return ctx.response(
+        {
+            "throttle_time": 0,
+            "error_code": 0,
+            "error_message": None,
+            "endpoint_type": endpoint_type,
+            "cluster_id": broker.metadata.cluster_id,
+            "controller_id": broker.metadata.controller_id(),
+            "brokers": [
+                {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack,
+                 "is_fenced": False}
+                for b in broker.advertised_brokers()
+            ],
+            "cluster_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS,
+        }
+    )

@@ -1,0 +1,150 @@
+"""Fetch (1): read committed batches, long-polling until enough data (R-PROTO-4).
+
+Per partition: up to ``partition_max_bytes``; per response: up to ``max_bytes``, except that
+the first batch of the first partition with data is returned whole (KIP-74) so a consumer
+can always make progress. Consumers see data below the high watermark (read_uncommitted) or
+the last stable offset (read_committed). If fewer than ``min_bytes`` are available the request
+is parked until an append wakes it or ``max_wait`` ends. Fetch sessions are not kept: the
+response's ``session_id`` is 0, which keeps clients sessionless (full fetches).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from headrace.broker.handlers.base import RequestContext, handler, ms
+from headrace.broker.replica_manager import TopicPartition
+from headrace.log.errors import LogError
+
+if TYPE_CHECKING:
+    from headrace.broker.server import Broker
+
+READ_COMMITTED = 1
+
+
+def _epoch_error(current_leader_epoch: int, leader_epoch: int) -> ErrorCode | None:
+    if current_leader_epoch < 0 or current_leader_epoch == leader_epoch:
+        return None
+    if current_leader_epoch > leader_epoch:
+        return ErrorCode.unknown_leader_epoch
+    return ErrorCode.fenced_leader_epoch
+
+
+class _Plan:
+    """The request resolved once: (topic key, name, tp or error, fetch partition)."""
+
+    def __init__(self, broker: Broker, req: Any, by_id: bool) -> None:
+        self.entries: list[tuple[Any, list[tuple[TopicPartition | None, Any, ErrorCode]]]] = []
+        for t in req.topics:
+            if by_id:
+                topic = broker.metadata.topic_by_id(t.topic_id)
+                name = topic.name if topic is not None else None
+                missing = ErrorCode.unknown_topic_id
+            else:
+                name = t.topic
+                missing = ErrorCode.unknown_topic_or_partition
+            parts: list[tuple[TopicPartition | None, Any, ErrorCode]] = []
+            for p in t.partitions:
+                if name is None or broker.metadata.topic(name) is None:
+                    parts.append((None, p, missing))
+                else:
+                    parts.append((TopicPartition(name, int(p.partition)), p, ErrorCode.none))
+            self.entries.append((t, parts))
+
+    def tps(self) -> list[TopicPartition]:
+        return [tp for _, parts in self.entries for tp, _, _ in parts if tp is not None]
+
+
+def _read_all(
+    broker: Broker, plan: _Plan, max_bytes: int, isolation: int, by_id: bool
+) -> tuple[list[dict[str, Any]], int, bool]:
+    """One pass over the partitions: (topic responses, bytes read, any error)."""
+    remaining = max_bytes
+    total = 0
+    any_error = False
+    topics: list[dict[str, Any]] = []
+    for t, parts in plan.entries:
+        out: list[dict[str, Any]] = []
+        for tp, p, code in parts:
+            index = int(p.partition)
+            entry: dict[str, Any] = {
+                "partition_index": index,
+                "error_code": code,
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "aborted_transactions": () if isolation == READ_COMMITTED else None,
+                "records": None,
+            }
+            out.append(entry)
+            if tp is None:
+                any_error = True
+                continue
+            partition = broker.replicas.get(tp)
+            if partition is None or not partition.is_leader(broker.node_id):
+                entry["error_code"] = ErrorCode.not_leader_or_follower
+                any_error = True
+                continue
+            plog = partition.log
+            epoch_error = _epoch_error(int(getattr(p, "current_leader_epoch", -1)),
+                                       partition.leader_epoch)
+            entry["high_watermark"] = plog.high_watermark
+            entry["last_stable_offset"] = plog.last_stable_offset
+            entry["log_start_offset"] = plog.log_start_offset
+            if epoch_error is not None:
+                entry["error_code"] = epoch_error
+                any_error = True
+                continue
+            max_offset = plog.last_stable_offset if isolation == READ_COMMITTED else (
+                plog.high_watermark
+            )
+            limit = min(int(p.partition_max_bytes), remaining)
+            try:
+                data = plog.read(
+                    int(p.fetch_offset), limit, max_offset=max_offset, min_one_batch=total == 0
+                ) if limit > 0 or total == 0 else b""
+            except LogError as e:
+                entry["error_code"] = e.error_code
+                any_error = True
+                continue
+            entry["records"] = data
+            total += len(data)
+            remaining -= len(data)
+        topics.append({"topic": t.topic if not by_id else None, "topic_id": t.topic_id
+                       if by_id else uuid.UUID(int=0), "partitions": out})
+    return topics, total, any_error
+
+
+@handler(1, "Fetch", 4, 16)
+async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    by_id = ctx.api_version >= 13
+    isolation = int(getattr(req, "isolation_level", 0))
+    max_bytes = int(getattr(req, "max_bytes", 2**31 - 1))
+    min_bytes = int(req.min_bytes)
+    max_wait_ms = ms(req.max_wait)
+    plan = _Plan(broker, req, by_id)
+
+    topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id)
+    if total < min_bytes and max_wait_ms > 0 and not any_error and plan.tps():
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        tps = plan.tps()
+        while total < min_bytes and not any_error:
+            left = deadline - loop.time()
+            if left <= 0 or broker.stopping:
+                break
+            fut = broker.replicas.watch(tps)
+            try:
+                await asyncio.wait_for(fut, left)
+            except TimeoutError:
+                pass
+            finally:
+                broker.replicas.unwatch(tps, fut)
+            topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id)
+    return ctx.response(
+        {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": topics}
+    )

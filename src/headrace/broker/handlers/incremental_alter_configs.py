@@ -1,0 +1,86 @@
+"""IncrementalAlterConfigs (44): SET / DELETE / APPEND / SUBTRACT topic config overrides.
+
+The whole resource is validated before anything is stored; ``validate_only`` stores nothing.
+Broker configs are static here (set in the config file or flags): altering them is refused.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.handlers.describe_configs import BROKER, TOPIC
+from headrace.broker.topics import TopicError, validate_configs
+from headrace.config import TOPIC_CONFIGS
+
+if TYPE_CHECKING:
+    from headrace.broker.server import Broker
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def _apply(current: dict[str, str], ops: Any) -> dict[str, str]:
+    new = dict(current)
+    names = [c.name for c in ops]
+    if len(set(names)) != len(names):
+        raise TopicError(ErrorCode.invalid_request, "A config name appears twice")
+    for c in ops:
+        d = TOPIC_CONFIGS.get(c.name)
+        if d is None:
+            raise TopicError(ErrorCode.invalid_config, f"Unknown topic config name: {c.name}")
+        op = int(c.config_operation)
+        if op == SET:
+            if c.value is None:
+                raise TopicError(ErrorCode.invalid_config, f"{c.name}: a value is required")
+            new[c.name] = c.value
+        elif op == DELETE:
+            new.pop(c.name, None)
+        elif op in (APPEND, SUBTRACT):
+            if d.kind != "list":
+                raise TopicError(ErrorCode.invalid_config,
+                                 f"Config {c.name} is not a list; APPEND/SUBTRACT not allowed")
+            items = [x for x in new.get(c.name, "").split(",") if x] or [
+                x for x in str(d.default).split(",") if x]
+            given = [x.strip() for x in (c.value or "").split(",") if x.strip()]
+            if op == APPEND:
+                items += [x for x in given if x not in items]
+            else:
+                items = [x for x in items if x not in given]
+            new[c.name] = ",".join(items)
+        else:
+            raise TopicError(ErrorCode.invalid_request, f"Unknown config operation {op}")
+    return validate_configs(new)
+
+
+@handler(44, "IncrementalAlterConfigs", 0, 1)
+async def handle_incremental_alter_configs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    responses = []
+    for r in req.resources:
+        entry: dict[str, Any] = {"error_code": 0, "error_message": None,
+                                 "resource_type": r.resource_type,
+                                 "resource_name": r.resource_name}
+        responses.append(entry)
+        if r.resource_type == BROKER:
+            entry["error_code"] = ErrorCode.invalid_request
+            entry["error_message"] = "Broker configs are static: set them in the config file"
+            continue
+        if r.resource_type != TOPIC:
+            entry["error_code"] = ErrorCode.invalid_request
+            entry["error_message"] = f"Unsupported resource type {r.resource_type}"
+            continue
+        topic = broker.metadata.topic(r.resource_name)
+        if topic is None:
+            entry["error_code"] = ErrorCode.unknown_topic_or_partition
+            entry["error_message"] = f"Topic {r.resource_name!r} does not exist"
+            continue
+        try:
+            new = _apply(topic.configs, r.configs)
+        except TopicError as e:
+            entry["error_code"] = e.error_code
+            entry["error_message"] = e.message
+            continue
+        if not req.validate_only:
+            broker.topics.set_configs(r.resource_name, new)
+    return ctx.response({"throttle_time": 0, "responses": responses})

@@ -1,0 +1,110 @@
+"""Metadata (3): brokers, controller, topics with partitions, leaders, replicas, ISR.
+
+``topics=None`` asks for every topic, ``topics=[]`` for brokers only. A topic that does not
+exist is created when both the broker (``auto.create.topics.enable``) and the request
+(``allow_auto_topic_creation``, v4+) allow it, with ``num.partitions`` partitions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.topics import INTERNAL_TOPICS, TopicError, validate_topic_name
+from headrace.metadata.store import TopicState
+
+if TYPE_CHECKING:
+    from headrace.broker.server import Broker
+
+UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648
+
+
+def topic_entry(broker: Broker, topic: TopicState) -> dict[str, Any]:
+    live = {b.node_id for b in broker.metadata.live_brokers()}
+    partitions = []
+    for i, p in enumerate(topic.partitions):
+        leader = p.leader if p.leader in live else -1
+        partitions.append(
+            {
+                "error_code": 0 if leader >= 0 else ErrorCode.leader_not_available,
+                "partition_index": i,
+                "leader_id": leader,
+                "leader_epoch": p.leader_epoch,
+                "replica_nodes": tuple(p.replicas),
+                "isr_nodes": tuple(p.isr),
+                "offline_replicas": tuple(r for r in p.replicas if r not in live),
+            }
+        )
+    return {
+        "error_code": 0,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": topic.name in INTERNAL_TOPICS,
+        "partitions": partitions,
+        "topic_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS,
+    }
+
+
+def error_entry(name: str | None, code: ErrorCode) -> dict[str, Any]:
+    import uuid
+
+    return {
+        "error_code": code,
+        "name": name,
+        "topic_id": uuid.UUID(int=0),
+        "is_internal": False,
+        "partitions": (),
+        "topic_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS,
+    }
+
+
+@handler(3, "Metadata", 0, 12)
+async def handle_metadata(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    store = broker.metadata
+    topics: list[dict[str, Any]] = []
+    if req.topics is None:
+        topics = [topic_entry(broker, t) for t in list(store.topics().values())]
+    else:
+        allow_auto = getattr(req, "allow_auto_topic_creation", True)
+        for t in req.topics:
+            name = t.name
+            if name is None:
+                topic_id = getattr(t, "topic_id", None)
+                found = store.topic_by_id(topic_id) if topic_id is not None else None
+                if found is None:
+                    topics.append(error_entry(None, ErrorCode.unknown_topic_id))
+                else:
+                    topics.append(topic_entry(broker, found))
+                continue
+            topic = store.topic(name)
+            if topic is None:
+                try:
+                    validate_topic_name(name)
+                except TopicError as e:
+                    topics.append(error_entry(name, e.error_code))
+                    continue
+                if allow_auto and broker.config["auto.create.topics.enable"]:
+                    try:
+                        topic = broker.topics.auto_create(name)
+                    except TopicError as e:
+                        topics.append(error_entry(name, e.error_code))
+                        continue
+                else:
+                    topics.append(error_entry(name, ErrorCode.unknown_topic_or_partition))
+                    continue
+            topics.append(topic_entry(broker, topic))
+    return ctx.response(
+        {
+            "throttle_time": 0,
+            "brokers": [
+                {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+                for b in broker.advertised_brokers()
+            ],
+            "cluster_id": store.cluster_id,
+            "controller_id": store.controller_id(),
+            "topics": topics,
+            "cluster_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS,
+        }
+    )

@@ -1,0 +1,144 @@
+"""Produce (0): append record batches to partition leaders (R-PROTO-3, R-LOG-3/4).
+
+acks=0 gets no response (the request is still appended in full), acks=1 is answered after
+the leader's append, acks=all (-1) after the high watermark passes the appended batches or
+``timeout`` expires (REQUEST_TIMED_OUT). Batches are validated and stored byte for byte;
+only the base offset and partition leader epoch are rewritten (``PartitionLog``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from headrace.broker.handlers.base import RequestContext, handler, ms
+from headrace.broker.replica_manager import Partition, TopicPartition
+from headrace.log.errors import LogError
+from headrace.protocol.records import InvalidRecordError
+
+if TYPE_CHECKING:
+    from headrace.broker.server import Broker
+
+log = logging.getLogger("headrace.produce")
+
+
+def _partition_result(
+    index: int,
+    code: ErrorCode,
+    base_offset: int = -1,
+    log_append_time_ms: int = -1,
+    log_start_offset: int = -1,
+    message: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "index": index,
+        "error_code": code,
+        "base_offset": base_offset,
+        "log_append_time": (
+            None
+            if log_append_time_ms < 0
+            else datetime.datetime.fromtimestamp(log_append_time_ms / 1000, datetime.UTC)
+        ),
+        "log_start_offset": log_start_offset,
+        "record_errors": (),
+        "error_message": message,
+    }
+
+
+@handler(0, "Produce", 3, 12)
+async def handle_produce(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    acks = int(req.acks)
+    timeout_ms = ms(req.timeout)
+    results: list[tuple[str, list[dict[str, Any]]]] = []
+    waits: list[tuple[Partition, int, dict[str, Any]]] = []
+
+    for topic in req.topic_data:
+        partition_results: list[dict[str, Any]] = []
+        results.append((topic.name, partition_results))
+        for pd in topic.partition_data:
+            index = int(pd.index)
+            if acks not in (0, 1, -1):
+                partition_results.append(_partition_result(index, ErrorCode.invalid_required_acks))
+                continue
+            if req.transactional_id is not None:
+                partition_results.append(
+                    _partition_result(
+                        index,
+                        ErrorCode.transactional_id_authorization_failed,
+                        message="transactions are not supported yet",
+                    )
+                )
+                continue
+            tp = TopicPartition(topic.name, index)
+            partition = broker.replicas.get(tp)
+            if partition is None:
+                code = (
+                    ErrorCode.not_leader_or_follower
+                    if broker.metadata.topic(topic.name) is not None
+                    and index < len(broker.metadata.topic(topic.name).partitions)  # type: ignore[union-attr]
+                    else ErrorCode.unknown_topic_or_partition
+                )
+                partition_results.append(_partition_result(index, code))
+                continue
+            if not partition.is_leader(broker.node_id):
+                partition_results.append(_partition_result(index, ErrorCode.not_leader_or_follower))
+                continue
+            if acks == -1 and partition.in_sync_count() < partition.log.config.min_insync_replicas:
+                partition_results.append(
+                    _partition_result(index, ErrorCode.not_enough_replicas)
+                )
+                continue
+            records = pd.records
+            if not records:
+                partition_results.append(
+                    _partition_result(index, ErrorCode.corrupt_message, message="no records")
+                )
+                continue
+            try:
+                res = partition.append_as_leader(records)
+            except (InvalidRecordError, LogError) as e:
+                log.debug("produce to %s rejected: %s", tp, e)
+                partition_results.append(
+                    _partition_result(index, e.error_code, message=str(e) or None)
+                )
+                continue
+            broker.replicas.wake(tp)
+            entry = _partition_result(
+                index, ErrorCode.none, res.first_offset, res.log_append_time_ms,
+                res.log_start_offset,
+            )
+            partition_results.append(entry)
+            if acks == -1:
+                waits.append((partition, res.last_offset + 1, entry))
+
+    if acks == 0:
+        return None
+    if waits:
+        await _await_replication(waits, timeout_ms)
+    return ctx.response(
+        {
+            "responses": [
+                {"name": name, "partition_responses": prs} for name, prs in results
+            ],
+            "throttle_time": 0,
+        }
+    )
+
+
+async def _await_replication(
+    waits: list[tuple[Partition, int, dict[str, Any]]], timeout_ms: int
+) -> None:
+    """The acks=all purgatory: wait for every partition's high watermark to pass."""
+    pending = [(p, off, e) for p, off, e in waits if p.log.high_watermark < off]
+    if not pending:
+        return
+    done = await asyncio.gather(
+        *(p.wait_for_hw(off, timeout_ms / 1000) for p, off, _ in pending)
+    )
+    for ok, (_, _, entry) in zip(done, pending, strict=True):
+        if not ok:
+            entry["error_code"] = ErrorCode.request_timed_out

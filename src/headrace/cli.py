@@ -1,0 +1,100 @@
+"""The ``headrace`` command."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from headrace.config import BrokerConfig, ConfigError, load_properties
+
+
+def _parse_overrides(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise click.BadParameter(f"expected key=value, got {pair!r}", param_hint="-o")
+        k, v = pair.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+@click.group()
+@click.version_option(package_name="headrace")
+def main() -> None:
+    """headrace: a Kafka-protocol commit log in Python."""
+
+
+@main.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="A server.properties-style file.")
+@click.option("--data-dir", type=click.Path(path_type=Path), help="Data directory (log.dirs).")
+@click.option("--host", help="Address to listen on (default 127.0.0.1).")
+@click.option("--port", type=int, help="Port to listen on (default 9092; 0 = any free port).")
+@click.option("--node-id", type=int, help="Broker id (default 0).")
+@click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Any broker config, e.g. -o num.partitions=4 (repeatable).")
+@click.option("--log-level", default="INFO", show_default=True)
+def broker(
+    config_file: Path | None,
+    data_dir: Path | None,
+    host: str | None,
+    port: int | None,
+    node_id: int | None,
+    overrides: tuple[str, ...],
+    log_level: str,
+) -> None:
+    """Run a broker until SIGTERM or SIGINT."""
+    from headrace.broker.server import Broker, StartupError
+    from headrace.logging_setup import configure
+
+    configure(log_level)
+    raw: dict[str, Any] = {}
+    try:
+        if config_file is not None:
+            raw.update(load_properties(config_file))
+        raw.update(_parse_overrides(overrides))
+        for key, value in (("log.dirs", data_dir), ("host", host), ("port", port),
+                           ("node.id", node_id)):
+            if value is not None:
+                raw[key] = str(value)
+        config = BrokerConfig.from_mapping(raw)
+    except (ConfigError, OSError) as e:
+        click.echo(f"headrace: invalid configuration: {e}", err=True)
+        sys.exit(2)
+
+    async def run() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            b = Broker(config)
+            await b.start()
+        except StartupError as e:
+            click.echo(f"headrace: cannot start broker: {e}", err=True)
+            return 1
+        except Exception as e:  # e.g. unreadable metadata or logs
+            click.echo(f"headrace: cannot start broker: {e}", err=True)
+            return 1
+        await stop.wait()
+        await b.stop()
+        return 0
+
+    sys.exit(asyncio.run(run()))
+
+
+def _register_subcommands() -> None:
+    from headrace.admin_cli import topics
+
+    main.add_command(topics)
+
+
+_register_subcommands()
+
+if __name__ == "__main__":
+    main()
