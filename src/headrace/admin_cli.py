@@ -72,7 +72,8 @@ def create(bootstrap: str, topic: str, partitions: int, replication_factor: int,
 
     nt = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
                   config=_pairs(configs, "--config"))
-    fut = _admin(bootstrap).create_topics([nt], operation_timeout=TIMEOUT_S)[topic]
+    admin = _admin(bootstrap)  # keep the client alive until its futures resolve
+    fut = admin.create_topics([nt], operation_timeout=TIMEOUT_S)[topic]
     try:
         fut.result(timeout=TIMEOUT_S)
     except KafkaException as e:
@@ -124,7 +125,8 @@ def describe(bootstrap: str, topic: str | None) -> None:
 @bootstrap_option
 @click.option("--topic", required=True)
 def delete(bootstrap: str, topic: str) -> None:
-    _result(_admin(bootstrap).delete_topics([topic], operation_timeout=TIMEOUT_S)[topic])
+    admin = _admin(bootstrap)
+    _result(admin.delete_topics([topic], operation_timeout=TIMEOUT_S)[topic])
     click.echo(f"Deleted topic {topic}.")
 
 
@@ -148,5 +150,6 @@ def alter_config(bootstrap: str, topic: str, sets: tuple[str, ...],
     entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
                 for k in deletes]
     res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
-    _result(_admin(bootstrap).incremental_alter_configs([res])[res])
+    admin = _admin(bootstrap)
+    _result(admin.incremental_alter_configs([res])[res])
     click.echo(f"Altered configs of topic {topic}.")

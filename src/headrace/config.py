@@ -89,6 +89,8 @@ class ConfigDef:
         value = parser(self.name, raw)
         if self.at_least is not None and value < self.at_least:
             raise ConfigError(self.name, f"value {value} must be at least {self.at_least}")
+        if self.kind == "list" and not value:
+            raise ConfigError(self.name, "must not be empty")
         if self.choices is not None:
             values = value.split(",") if self.kind == "list" else [value]
             for v in values:
@@ -96,8 +98,6 @@ class ConfigDef:
                     raise ConfigError(
                         self.name, f"{v!r} is not one of {', '.join(self.choices)}"
                     )
-            if self.kind == "list" and not value:
-                raise ConfigError(self.name, "must not be empty")
         return value
 
     def to_string(self, value: Any) -> str:

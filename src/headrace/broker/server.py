@@ -31,7 +31,6 @@ from headrace.protocol.codec import (
     decode_request,
     encode_api_versions_fallback,
     encode_response,
-    peek_header,
 )
 from headrace.protocol.errors import ProtocolError, UnknownApiError
 from headrace.protocol.framing import FrameDecoder

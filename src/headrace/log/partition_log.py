@@ -1,0 +1,575 @@
+"""The log of one partition: segments, offsets, recovery, retention (R-LOG-1..5, 7).
+
+``PartitionLog`` is the one storage class the broker uses. Directory layout (Kafka's)::
+
+    <topic>-<partition>/
+        00000000000000000000.log        segments, named by base offset (``LogSegment``)
+        00000000000000000000.index
+        00000000000000000000.timeindex
+        leader-epoch-checkpoint          text: "0" (version), entry count, then one
+                                         "<leader epoch> <start offset>" line per epoch
+
+Offsets: ``log_start_offset`` is the first segment's base offset (retention deletes whole
+segments, so that is where the log starts; after everything is deleted the empty active
+segment is named by the log end offset, which is how a reopen knows where it was).
+``log_end_offset`` is the next offset to assign. ``high_watermark`` is a plain attribute that
+the broker sets (R-REP-4); reads never return data at or past the ``max_offset`` they are
+given, and retention never deletes past it. ``last_stable_offset`` equals the high
+watermark (no transactions yet).
+
+Appends and reads are batch-level (R-LOG-3): a produce request's batches are validated from
+their headers and CRCs, their base offsets and partition leader epochs rewritten in one copy
+of the request bytes, and each batch written with one ``os.write``; a read is an index lookup,
+a short header scan and one ``os.pread`` per segment touched. No per-record Python work.
+
+Crash behaviour (R-LOG-4): ``open`` always re-validates the last segment batch by batch
+(CRC-32C) and truncates it at the first invalid or torn batch, since there is no clean-
+shutdown marker or recovery-point checkpoint yet; that costs one read of the active segment
+(up to ``segment.bytes``). Other segments are trusted if their indexes pass sanity checks and
+the batches after their last index entry are valid; otherwise they are recovered the same
+way, and if that truncates one, every later segment is deleted (Kafka's ``LogLoader`` does
+the same: offsets past a hole cannot be trusted). Index files are rebuilt whenever they are
+missing or inconsistent. The idempotent-producer state and the leader-epoch cache are
+rebuilt from the batch headers of all segments (one 61-byte read per batch; no snapshot
+yet). Data is fsynced per ``flush.messages`` / ``flush.ms`` (checked on append) or when
+``flush`` is called; otherwise it is in the page cache (R-LOG-7).
+
+Thread-safety: none. Everything runs on the broker's event-loop thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from kio.schema.errors import ErrorCode
+
+from headrace.clock import Clock
+from headrace.config import LogConfig
+from headrace.log.errors import CorruptLogError, LogError, OffsetOutOfRangeError
+from headrace.log.producer_state import ProducerStateManager
+from headrace.log.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+)
+from headrace.protocol.records import (
+    INT32_MAX,
+    TIMESTAMP_TYPE_BIT,
+    BatchHeader,
+    InvalidRecordError,
+    record_timestamps,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+    split_batches,
+    whole_batches_length,
+)
+
+log = logging.getLogger("headrace.log")
+
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+_CHECKPOINT_VERSION = 0
+LOG_APPEND_TIME = "LogAppendTime"
+
+
+class AppendResult(NamedTuple):
+    """Where a produce request's batches went.
+
+    ``log_append_time_ms`` is the broker time written into the batches of a LogAppendTime
+    topic, -1 for CreateTime. For a duplicate (retried) request the offsets are those of the
+    original append.
+    """
+
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+
+
+class PartitionLog:
+    """One partition's log; see the module docstring for files, offsets and crashes."""
+
+    def __init__(
+        self, directory: Path, config: LogConfig, clock: Clock, segments: list[LogSegment]
+    ) -> None:
+        self.dir = directory
+        self.config = config
+        self.clock = clock
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self.log_start_offset = segments[0].base_offset
+        self.high_watermark = 0
+        # Kafka's rule for a producer id we know nothing of: accept its sequence (its
+        # state may have gone with retention); see ProducerStateManager.
+        self.producer_state = ProducerStateManager(strict_new_producers=False)
+        self.leader_epochs: list[tuple[int, int]] = []  # (epoch, start offset), increasing
+        self._unflushed: list[LogSegment] = []
+        self._unflushed_messages = 0
+        self._last_flush_ms = clock.monotonic_ms()
+
+    # ------------------------------------------------------------------ open / recovery
+    @classmethod
+    def open(cls, dir: Path, config: LogConfig, clock: Clock) -> PartitionLog:
+        """Open (creating if needed) and recover the log in ``dir``."""
+        dir.mkdir(parents=True, exist_ok=True)
+        now = clock.wall_ms()
+        for tmp in dir.glob("*.tmp"):
+            tmp.unlink(missing_ok=True)
+        bases = sorted(int(p.stem) for p in dir.glob(f"*{LOG_SUFFIX}") if p.stem.isdigit())
+        _remove_orphan_indexes(dir, set(bases))
+        segments: list[LogSegment] = []
+        interval, max_index = config.index_interval_bytes, config.segment_index_bytes
+        for i, base in enumerate(bases):
+            last = i == len(bases) - 1
+            if last:
+                seg = LogSegment(dir, base, index_interval_bytes=interval,
+                                 max_index_bytes=max_index, created_ms=now)
+                consistent = False
+            else:
+                seg, consistent = LogSegment.open(
+                    dir, base, index_interval_bytes=interval, max_index_bytes=max_index,
+                    now_ms=now, offset_limit=bases[i + 1],
+                )
+            if consistent:
+                segments.append(seg)
+                continue
+            if not last:
+                log.warning("recovering segment %s", seg.log_path)
+            truncated = seg.recover()
+            segments.append(seg)
+            if seg.size and seg.created_ms == now:
+                first = next(seg.headers(0))
+                if first.max_timestamp >= 0:
+                    seg.created_ms = min(now, first.max_timestamp)
+            if truncated and not last:
+                for later in bases[i + 1 :]:
+                    log.warning("deleting segment %020d after truncated segment %020d",
+                                later, base)
+                    LogSegment(dir, later, index_interval_bytes=interval,
+                               max_index_bytes=max_index, created_ms=now).delete()
+                break
+        if not segments:
+            segments.append(LogSegment.create(dir, 0, index_interval_bytes=interval,
+                                              max_index_bytes=max_index, now_ms=now))
+        plog = cls(dir, config, clock, segments)
+        plog._load_state()
+        log.info("opened log %s: offsets [%d, %d), %d segment(s)", dir,
+                 plog.log_start_offset, plog.log_end_offset, len(segments))
+        return plog
+
+    def _all_headers(self) -> Iterator[BatchHeader]:
+        for seg in self._segments:
+            yield from seg.headers(0)
+
+    def _load_state(self) -> None:
+        """Rebuild producer state and leader epochs from every batch header."""
+        epochs: list[tuple[int, int]] = []
+        producers = self.producer_state
+        producers.producers.clear()
+        for h in self._all_headers():
+            producers.update(h)
+            if h.partition_leader_epoch >= 0 and (
+                not epochs or h.partition_leader_epoch > epochs[-1][0]
+            ):
+                epochs.append((h.partition_leader_epoch, h.base_offset))
+        self.leader_epochs = epochs
+        if _read_checkpoint(self.dir / LEADER_EPOCH_CHECKPOINT) != epochs:
+            self._write_leader_epochs()
+
+    def _write_leader_epochs(self) -> None:
+        lines = [str(_CHECKPOINT_VERSION), str(len(self.leader_epochs))]
+        lines += [f"{epoch} {offset}" for epoch, offset in self.leader_epochs]
+        _write_atomically(self.dir / LEADER_EPOCH_CHECKPOINT, ("\n".join(lines) + "\n").encode())
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.high_watermark
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    # ------------------------------------------------------------------ append
+    def should_roll(self, records_size: int, last_offset: int) -> bool:
+        """Whether an append of ``records_size`` bytes ending at ``last_offset`` needs a new
+        segment: segment.bytes would be exceeded, segment.ms has passed since the active
+        segment was created (per the clock), an index is full, or the offsets would not fit
+        the index's 4-byte relative offsets. An empty segment never rolls."""
+        seg = self.active_segment
+        if seg.size == 0:
+            return False
+        return (
+            seg.size + records_size > self.config.segment_bytes
+            or self.clock.wall_ms() - seg.created_ms > self.config.segment_ms
+            or seg.index.is_full
+            or seg.time_index.is_full
+            or last_offset - seg.base_offset > INT32_MAX
+        )
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset."""
+        old = self.active_segment
+        old.on_become_inactive()
+        seg = LogSegment.create(
+            self.dir, self.log_end_offset, index_interval_bytes=self.config.index_interval_bytes,
+            max_index_bytes=self.config.segment_index_bytes, now_ms=self.clock.wall_ms(),
+        )
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+        log.info("rolled log %s: new segment %020d (previous %d bytes)", self.dir,
+                 seg.base_offset, old.size)
+        return seg
+
+    def append_as_leader(self, records: bytes | memoryview, leader_epoch: int) -> AppendResult:
+        """Validate, assign offsets to and append a produce request's batches.
+
+        Raises ``InvalidRecordError`` (CORRUPT_MESSAGE, UNSUPPORTED_VERSION,
+        MESSAGE_TOO_LARGE, INVALID_RECORD, INVALID_PRODUCER_EPOCH,
+        OUT_OF_ORDER_SEQUENCE_NUMBER) or ``LogError`` (KAFKA_STORAGE_ERROR on an I/O error);
+        then nothing of the request is appended. A retried duplicate appends nothing and
+        returns the original offsets.
+        """
+        headers = split_batches(records, self.config.max_message_bytes)
+        for h in headers:
+            if h.base_offset != 0:
+                raise InvalidRecordError(
+                    ErrorCode.invalid_record,
+                    f"a produced batch must have baseOffset 0, not {h.base_offset}",
+                )
+            if h.is_control or h.is_transactional:
+                raise InvalidRecordError(
+                    ErrorCode.invalid_record,
+                    "control and transactional batches are not supported",
+                )
+        log_append = self.config.message_timestamp_type == LOG_APPEND_TIME
+        duplicate = self.producer_state.check_append(headers)
+        if duplicate is not None:
+            return AppendResult(duplicate.first_offset, duplicate.last_offset,
+                                duplicate.timestamp if log_append else -1, self.log_start_offset)
+
+        first_offset = self.log_end_offset
+        now = self.clock.wall_ms()
+        buf = bytearray(records)
+        stored: list[BatchHeader] = []
+        next_offset = first_offset
+        for h in headers:
+            set_base_offset(buf, h, next_offset)
+            set_partition_leader_epoch(buf, h, leader_epoch)
+            changes: dict[str, int] = {"base_offset": next_offset,
+                                       "partition_leader_epoch": leader_epoch}
+            if log_append:
+                set_log_append_time(buf, h, now)
+                changes["attributes"] = h.attributes | TIMESTAMP_TYPE_BIT
+                changes["max_timestamp"] = now
+            stored.append(dataclasses.replace(h, **changes))
+            next_offset += h.last_offset_delta + 1
+        last_offset = next_offset - 1
+
+        if self.should_roll(len(buf), last_offset):
+            self.roll()
+        seg = self.active_segment
+        size_before = seg.size
+        view = memoryview(buf)
+        try:
+            for h in stored:
+                seg.append(view[h.position : h.position + h.size], h)
+        except OSError as e:
+            self._undo_append(seg, size_before, first_offset)
+            raise LogError(ErrorCode.kafka_storage_error,
+                           f"append to {seg.log_path} failed: {e}") from e
+        finally:
+            view.release()
+        for h in stored:
+            self.producer_state.update(h)
+        if not self.leader_epochs or leader_epoch > self.leader_epochs[-1][0]:
+            self.leader_epochs.append((leader_epoch, first_offset))
+            self._write_leader_epochs()
+        self._after_append(seg, sum(h.records_count for h in stored))
+        return AppendResult(first_offset, last_offset, now if log_append else -1,
+                            self.log_start_offset)
+
+    def _undo_append(self, seg: LogSegment, size_before: int, first_offset: int) -> None:
+        try:
+            seg.truncate_to(first_offset)
+        except (OSError, CorruptLogError):
+            log.exception("could not undo a failed append to %s (size was %d)",
+                          seg.log_path, size_before)
+
+    def _after_append(self, seg: LogSegment, messages: int) -> None:
+        if not self._unflushed or self._unflushed[-1] is not seg:
+            self._unflushed.append(seg)
+        self._unflushed_messages += messages
+        if (self._unflushed_messages >= self.config.flush_messages
+                or self.clock.monotonic_ms() - self._last_flush_ms >= self.config.flush_ms):
+            self.flush()
+
+    # ------------------------------------------------------------------ read
+    def _segment_index(self, offset: int) -> int:
+        return max(bisect_right(self._bases, offset) - 1, 0)
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int, min_one_batch: bool) -> bytes:
+        """Whole batches from the one containing ``offset``, all below ``max_offset``.
+
+        At most ``max_bytes``, except that with ``min_one_batch`` the first batch is returned
+        whole even if larger (KIP-74). b"" at the log end or at/after ``max_offset``.
+        OFFSET_OUT_OF_RANGE below the log start or above the log end offset.
+        """
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(offset, self.log_start_offset, self.log_end_offset)
+        limit = min(max_offset, self.log_end_offset)
+        chunks: list[bytes] = []
+        remaining = max_bytes
+        i = self._segment_index(offset)
+        while offset < limit and i < len(self._segments):
+            seg = self._segments[i]
+            first = seg.find_batch(offset)
+            i += 1
+            if first is None:
+                continue
+            if first.last_offset >= limit:
+                break
+            if limit >= seg.next_offset:
+                end = seg.size
+            else:
+                stop = seg.find_batch(limit)
+                assert stop is not None
+                end = stop.position
+            length = end - first.position
+            if length <= remaining:
+                chunks.append(seg.read(first.position, length))
+                remaining -= length
+                offset = seg.next_offset
+                continue
+            data = seg.read(first.position, remaining) if remaining > 0 else b""
+            whole = whole_batches_length(data)
+            if whole:
+                chunks.append(data[:whole])
+            elif min_one_batch and not chunks:
+                chunks.append(seg.read(first.position, first.size))
+            break
+        return b"".join(chunks)
+
+    # ------------------------------------------------------------------ timestamps
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with a timestamp >= ``timestamp``.
+
+        Finds the first segment whose max timestamp reaches it, starts at its time index
+        entry and decodes only the candidate batch(es). None if no record is that recent.
+        """
+        for seg in self._segments:
+            if seg.max_timestamp < timestamp:
+                continue
+            start = seg.find_batch(max(seg.time_index.lookup(timestamp), self.log_start_offset))
+            if start is None:
+                continue
+            for h in seg.headers(start.position):
+                if h.max_timestamp < timestamp:
+                    continue
+                for offset, ts in record_timestamps(seg.read(h.position, h.size)):
+                    if ts >= timestamp and offset >= self.log_start_offset:
+                        return offset, ts
+        return None
+
+    def max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with the largest timestamp (KIP-734)."""
+        best: LogSegment | None = None
+        for seg in self._segments:
+            if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        if best is None:
+            return None
+        h = best.find_batch(best.offset_of_max_timestamp)
+        if h is None:
+            return None
+        for offset, ts in record_timestamps(best.read(h.position, h.size)):
+            if ts == best.max_timestamp:
+                return offset, ts
+        return h.last_offset, best.max_timestamp
+
+    # ------------------------------------------------------------------ retention
+    def delete_old_segments(self) -> int:
+        """Delete whole segments past retention.ms or retention.bytes (R-LOG-5).
+
+        Only with cleanup.policy delete. Time: a segment goes when its largest timestamp
+        (file mtime if it has none) is more than retention.ms old. Size: oldest segments go
+        while the log stays at least retention.bytes large without them (Kafka's rule; the
+        log may exceed the limit by less than one segment). Both stop at the first segment
+        that must stay and never delete data at or past the high watermark. If the whole
+        log, active segment included, is deletable, a new segment is rolled first. Returns
+        the number of segments deleted; the log start offset advances.
+        """
+        if not self.config.delete:
+            return 0
+        deleted = 0
+        now = self.clock.wall_ms()
+        if self.config.retention_ms >= 0:
+            retention_ms = self.config.retention_ms
+            deleted += self._delete_segments(
+                lambda seg: now - _largest_timestamp(seg) > retention_ms, "retention.ms"
+            )
+        if self.config.retention_bytes >= 0:
+            excess = self.size_in_bytes - self.config.retention_bytes
+
+            def over_size(seg: LogSegment) -> bool:
+                nonlocal excess
+                if excess - seg.size < 0:
+                    return False
+                excess -= seg.size
+                return True
+
+            deleted += self._delete_segments(over_size, "retention.bytes")
+        return deleted
+
+    def _delete_segments(self, predicate: Callable[[LogSegment], bool], reason: str) -> int:
+        deletable: list[LogSegment] = []
+        n = len(self._segments)
+        for i, seg in enumerate(self._segments):
+            last = i == n - 1
+            upper = self.log_end_offset if last else self._segments[i + 1].base_offset
+            if (last and seg.size == 0) or self.high_watermark < upper or not predicate(seg):
+                break
+            deletable.append(seg)
+        if not deletable:
+            return 0
+        if len(deletable) == n:
+            self.roll()
+        for seg in deletable:
+            log.info("deleting segment %s (%s): offsets [%d, %d), %d bytes", seg.log_path,
+                     reason, seg.base_offset, seg.next_offset, seg.size)
+            self._segments.remove(seg)
+            if seg in self._unflushed:
+                self._unflushed.remove(seg)
+            seg.delete()
+        self._bases = [s.base_offset for s in self._segments]
+        self.log_start_offset = self._segments[0].base_offset
+        self._truncate_epochs_from_start(self.log_start_offset)
+        return len(deletable)
+
+    def _truncate_epochs_from_start(self, start: int) -> None:
+        epochs = [(e, o) for e, o in self.leader_epochs if o >= start]
+        older = [(e, o) for e, o in self.leader_epochs if o < start]
+        if older and (not epochs or epochs[0][1] > start):
+            epochs.insert(0, (older[-1][0], start))
+        if epochs != self.leader_epochs:
+            self.leader_epochs = epochs
+            self._write_leader_epochs()
+
+    # ------------------------------------------------------------------ truncation
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch with offsets >= ``offset`` (a follower diverging from its
+        leader, R-REP-7). A batch containing ``offset`` is removed whole. Below the log start
+        offset the log is emptied and restarts at ``offset``."""
+        if offset >= self.log_end_offset:
+            return
+        log.warning("truncating log %s from %d to %d", self.dir, self.log_end_offset, offset)
+        if offset <= self.log_start_offset:
+            for seg in self._segments:
+                seg.delete()
+            self._segments = [LogSegment.create(
+                self.dir, offset, index_interval_bytes=self.config.index_interval_bytes,
+                max_index_bytes=self.config.segment_index_bytes, now_ms=self.clock.wall_ms(),
+            )]
+            self.log_start_offset = offset
+        else:
+            while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+                self._segments.pop().delete()
+            self._segments[-1].truncate_to(offset)
+        self._bases = [s.base_offset for s in self._segments]
+        self._unflushed = [s for s in self._unflushed if s in self._segments]
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self._load_state()
+
+    # ------------------------------------------------------------------ config, lifecycle
+    def update_config(self, config: LogConfig) -> None:
+        """Apply new topic settings; index sizes apply to segments created from now on."""
+        self.config = config
+        for seg in self._segments:
+            seg.index_interval_bytes = config.index_interval_bytes
+
+    def flush(self) -> None:
+        """fsync every segment written since the last flush."""
+        for seg in self._unflushed:
+            seg.flush()
+        self._unflushed.clear()
+        self._unflushed_messages = 0
+        self._last_flush_ms = self.clock.monotonic_ms()
+
+    def close(self) -> None:
+        """Flush and close every file; writes nothing else."""
+        self.flush()
+        for seg in self._segments:
+            seg.close()
+
+    def delete(self) -> None:
+        """Close and remove the partition's directory."""
+        for seg in self._segments:
+            seg.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        log.info("deleted log %s", self.dir)
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _largest_timestamp(seg: LogSegment) -> int:
+    """The segment's largest record timestamp, or its file's mtime if it has none (Kafka)."""
+    if seg.max_timestamp >= 0:
+        return seg.max_timestamp
+    return os.stat(seg.log_path).st_mtime_ns // 1_000_000
+
+
+def _remove_orphan_indexes(directory: Path, bases: set[int]) -> None:
+    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for p in directory.glob(f"*{suffix}"):
+            if p.stem.isdigit() and int(p.stem) not in bases:
+                log.info("removing orphan index file %s", p)
+                p.unlink(missing_ok=True)
+
+
+def _read_checkpoint(path: Path) -> list[tuple[int, int]] | None:
+    """The entries of a leader-epoch-checkpoint file; None if missing or malformed."""
+    try:
+        lines = path.read_text().split("\n")
+        if int(lines[0]) != _CHECKPOINT_VERSION:
+            return None
+        count = int(lines[1])
+        entries = []
+        for line in lines[2 : 2 + count]:
+            epoch, offset = line.split()
+            entries.append((int(epoch), int(offset)))
+        return entries if len(entries) == count else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write a temporary file, fsync it and rename it over ``path``."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)

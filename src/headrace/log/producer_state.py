@@ -1,0 +1,177 @@
+"""Idempotent-producer state of one partition (R-PROTO-7), Kafka's rules. PURE.
+
+Per producer id we keep its epoch and the metadata of its last ``MAX_BATCHES`` (5) batches,
+as many as a producer may have in flight, so that any retried batch is recognised:
+
+* ``producerId == -1``: not idempotent, no checks.
+* epoch below the current one: INVALID_PRODUCER_EPOCH (the producer is fenced).
+* epoch above the current one: the sequence must restart at 0 (else
+  OUT_OF_ORDER_SEQUENCE_NUMBER); the producer's batch history is reset.
+* same epoch: a batch whose (baseSequence, lastSequence) equals one of the last five is a
+  duplicate (a retry of a batch already written): the produce succeeds with the ORIGINAL
+  offsets and nothing is appended. Otherwise baseSequence must be lastSequence + 1
+  (wrapping from 2**31-1 to 0), else OUT_OF_ORDER_SEQUENCE_NUMBER.
+* an unknown producer id: with ``strict_new_producers`` (this object's default) it must
+  start at sequence 0, else OUT_OF_ORDER_SEQUENCE_NUMBER, so a lost first batch is a
+  detected gap. Kafka 2.5+ accepts any sequence here, because its state for the producer
+  may have gone with retention or producer-id expiry; ``PartitionLog`` passes
+  ``strict_new_producers=False`` and follows Kafka, as clients expect.
+
+The state is rebuilt on open from the headers of the batches in the log (``load``); no
+snapshot file is written, so opening a partition reads one 61-byte header per batch.
+
+Thread-safety: none; one event-loop thread. ``check_append`` changes nothing; only
+``update`` (after the append succeeded) does, so a rejected request leaves no trace.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from kio.schema.errors import ErrorCode
+
+from headrace.protocol.records import (
+    NO_PRODUCER_ID,
+    BatchHeader,
+    InvalidRecordError,
+    increment_sequence,
+)
+
+MAX_BATCHES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    producer_id: int
+    epoch: int
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_BATCHES))
+
+    @property
+    def last_seq(self) -> int | None:
+        return self.batches[-1].last_seq if self.batches else None
+
+
+class Duplicate(NamedTuple):
+    """A retried request: the offsets its batches were first written at, and the last
+    batch's max timestamp (its log append time on a LogAppendTime topic)."""
+
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+class ProducerStateManager:
+    """The per-producer epochs and recent batches of one partition (see module docstring)."""
+
+    def __init__(self, *, strict_new_producers: bool = True) -> None:
+        self.producers: dict[int, ProducerEntry] = {}
+        self.strict_new_producers = strict_new_producers
+
+    def check_append(self, headers: Sequence[BatchHeader]) -> Duplicate | None:
+        """Check the batches of one append, in order; changes nothing.
+
+        Returns ``Duplicate`` if every batch is a duplicate, None if none is; raises
+        ``InvalidRecordError`` with INVALID_PRODUCER_EPOCH or OUT_OF_ORDER_SEQUENCE_NUMBER,
+        or INVALID_RECORD for a request mixing duplicates and new batches.
+        """
+        # Epoch and last sequence per producer as earlier batches of this request leave them.
+        staged: dict[int, tuple[int, int | None, tuple[BatchMetadata, ...]]] = {}
+        duplicates: list[BatchMetadata] = []
+        for h in headers:
+            pid = h.producer_id
+            if pid == NO_PRODUCER_ID:
+                continue
+            if pid in staged:
+                epoch, last_seq, batches = staged[pid]
+            elif pid in self.producers:
+                entry = self.producers[pid]
+                epoch, last_seq, batches = entry.epoch, entry.last_seq, tuple(entry.batches)
+            else:
+                epoch, last_seq, batches = -1, None, ()
+            dup = self._check_one(h, epoch, last_seq, batches)
+            if dup is not None:
+                duplicates.append(dup)
+                continue
+            if h.producer_epoch != epoch:
+                batches = ()
+            staged[pid] = (h.producer_epoch, h.last_sequence, batches)
+        if not duplicates:
+            return None
+        if len(duplicates) != len(headers):
+            raise InvalidRecordError(
+                ErrorCode.invalid_record,
+                "a request mixes duplicate (retried) batches with new ones",
+            )
+        return Duplicate(
+            duplicates[0].first_offset, duplicates[-1].last_offset, duplicates[-1].timestamp
+        )
+
+    def _check_one(
+        self, h: BatchHeader, epoch: int, last_seq: int | None,
+        batches: tuple[BatchMetadata, ...],
+    ) -> BatchMetadata | None:
+        pid, seq = h.producer_id, h.base_sequence
+        if h.producer_epoch < epoch:
+            raise InvalidRecordError(
+                ErrorCode.invalid_producer_epoch,
+                f"producer {pid} has epoch {h.producer_epoch}, older than the current {epoch}",
+            )
+        if h.producer_epoch > epoch:
+            if seq != 0 and (epoch != -1 or self.strict_new_producers):
+                what = "a new epoch" if epoch != -1 else "an unknown producer"
+                raise InvalidRecordError(
+                    ErrorCode.out_of_order_sequence_number,
+                    f"producer {pid} epoch {h.producer_epoch}: {what} must start at sequence "
+                    f"0, got {seq}",
+                )
+            return None
+        for b in batches:
+            if b.first_seq == seq and b.last_seq == h.last_sequence:
+                return b
+        if last_seq is not None and seq != increment_sequence(last_seq, 1):
+            raise InvalidRecordError(
+                ErrorCode.out_of_order_sequence_number,
+                f"producer {pid} epoch {epoch}: sequence {seq} does not follow {last_seq}",
+            )
+        return None
+
+    def update(self, header: BatchHeader) -> None:
+        """Record a batch written to the log (its offsets assigned). No checks: also used to
+        rebuild the state from the log."""
+        pid = header.producer_id
+        if pid == NO_PRODUCER_ID:
+            return
+        entry = self.producers.get(pid)
+        if entry is None or entry.epoch != header.producer_epoch:
+            entry = ProducerEntry(pid, header.producer_epoch)
+            self.producers[pid] = entry
+        entry.batches.append(
+            BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset,
+                          header.last_offset, header.max_timestamp)
+        )
+
+    def load(self, headers: Iterable[BatchHeader]) -> None:
+        """Rebuild from the headers of every batch in the log, oldest first."""
+        self.producers.clear()
+        for h in headers:
+            self.update(h)
+
+    def truncate_to(self, offset: int) -> None:
+        """Forget batches at or after ``offset`` (log truncation); a producer left with no
+        batch keeps its epoch."""
+        for entry in self.producers.values():
+            kept = [b for b in entry.batches if b.last_offset < offset]
+            entry.batches.clear()
+            entry.batches.extend(kept)

@@ -1,0 +1,348 @@
+"""One segment of a partition log: a ``.log`` file of batches and its two indexes.
+
+Files (Kafka's names, in the partition directory; ``N`` is the base offset, 20 digits)::
+
+    N.log        RecordBatch v2 batches back to back, exactly as stored by the leader
+                 (layout in ``headrace.protocol.records``); the first batch's baseOffset >= N
+    N.index      sparse offset index (``headrace.log.index.OffsetIndex``)
+    N.timeindex  sparse time index  (``headrace.log.index.TimeIndex``)
+
+Appends are one ``os.write`` of already validated batch bytes to an ``O_APPEND`` fd; reads
+are one ``os.pread``. Nothing is fsynced unless ``flush`` is called (the partition log's
+flush policy decides).
+
+Crash behaviour: a crash can leave a torn or garbage tail on the ``.log`` and index entries
+that point past it. ``recover`` re-validates every batch (length, magic, CRC-32C, offsets
+increasing), truncates the file at the first invalid one and rewrites both indexes from the
+surviving batches. ``open`` trusts a segment only if its indexes pass their sanity checks
+and the batches after the last offset-index entry (at most about one index interval) are
+whole and valid; otherwise the caller must ``recover`` it.
+
+Thread-safety: none; one event-loop thread owns the segment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import logging
+import mmap
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from headrace.log.errors import CorruptLogError
+from headrace.log.index import OffsetIndex, TimeIndex
+from headrace.protocol.records import (
+    HEADER_SIZE,
+    INT32_MAX,
+    BatchHeader,
+    InvalidRecordError,
+    check_batch,
+    read_header,
+)
+
+log = logging.getLogger("headrace.log")
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+
+
+def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
+    return directory / f"{base_offset:020d}{suffix}"
+
+
+@contextlib.contextmanager
+def _mapped(fd: int, size: int) -> Iterator[bytes | mmap.mmap]:
+    """A read-only view of the first ``size`` bytes of the file (b"" when empty)."""
+    if size == 0:
+        yield b""
+        return
+    m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+class LogSegment:
+    """A ``.log`` file with its indexes; see the module docstring for formats and crashes.
+
+    ``next_offset`` is one past the last offset stored (``base_offset`` when empty);
+    ``max_timestamp`` / ``offset_of_max_timestamp`` describe the batch with the largest
+    ``maxTimestamp`` (its last offset), -1 when there is none. ``created_ms`` is when the
+    segment was created per the clock, or for a reopened segment its first batch's
+    ``maxTimestamp`` (so a restart does not reset its age); ``segment.ms`` rolls use it.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        created_ms: int,
+        truncate: bool = False,
+    ) -> None:
+        self.dir = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = segment_file(directory, base_offset, LOG_SUFFIX)
+        self.index = OffsetIndex(
+            segment_file(directory, base_offset, INDEX_SUFFIX), base_offset, max_index_bytes
+        )
+        self.time_index = TimeIndex(
+            segment_file(directory, base_offset, TIME_INDEX_SUFFIX), base_offset, max_index_bytes
+        )
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
+        self._fd = os.open(self.log_path, flags, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.created_ms = created_ms
+        self._bytes_since_last_index_entry = 0
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+    @classmethod
+    def create(
+        cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
+        max_index_bytes: int, now_ms: int,
+    ) -> LogSegment:
+        """A new empty segment (existing files with this base offset are emptied)."""
+        seg = cls(directory, base_offset, index_interval_bytes=index_interval_bytes,
+                  max_index_bytes=max_index_bytes, created_ms=now_ms, truncate=True)
+        seg.index.rebuild([])
+        seg.time_index.rebuild([])
+        return seg
+
+    @classmethod
+    def open(
+        cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
+        max_index_bytes: int, now_ms: int, offset_limit: int | None,
+    ) -> tuple[LogSegment, bool]:
+        """Open an existing segment: (segment, whether it is consistent without recovery).
+
+        Cost: reads both index files and validates the batches after the last offset-index
+        entry. ``offset_limit`` is the next segment's base offset, if any.
+        """
+        seg = cls(directory, base_offset, index_interval_bytes=index_interval_bytes,
+                  max_index_bytes=max_index_bytes, created_ms=now_ms)
+        consistent = seg._load(offset_limit)
+        return seg, consistent
+
+    def _load(self, offset_limit: int | None) -> bool:
+        if not (self.index.load(self.size, offset_limit) and self.time_index.load(offset_limit)):
+            return False
+        last_entry = self.index.last_entry
+        start = last_entry[1] if last_entry is not None else 0
+        with _mapped(self._fd, self.size) as buf:
+            pos = start
+            tail: list[BatchHeader] = []
+            try:
+                while pos < self.size:
+                    header = read_header(buf, pos)
+                    check_batch(buf, header)
+                    tail.append(header)
+                    pos += header.size
+            except InvalidRecordError as e:
+                log.warning("segment %s: invalid batch after the last index entry: %s",
+                            self.log_path, e)
+                return False
+        if last_entry is not None and (not tail or tail[0].last_offset != last_entry[0]):
+            log.warning("segment %s: last index entry does not match its batch", self.log_path)
+            return False
+        if any(b.base_offset <= a.last_offset for a, b in itertools.pairwise(tail)):
+            log.warning("segment %s: offsets do not increase after the last index entry",
+                        self.log_path)
+            return False
+        if tail and (tail[0].base_offset < self.base_offset
+                     or (offset_limit is not None and tail[-1].last_offset >= offset_limit)):
+            log.warning("segment %s: offsets outside the segment's range", self.log_path)
+            return False
+        last_time = self.time_index.last_entry
+        if last_time is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = last_time
+        for h in tail:
+            self._track(h)
+        if self.size:
+            self.created_ms = min(self.created_ms, self._first_timestamp())
+        return True
+
+    def _first_timestamp(self) -> int:
+        header = self._read_header_at(0)
+        return header.max_timestamp if header is not None and header.max_timestamp >= 0 else (
+            self.created_ms
+        )
+
+    def _track(self, header: BatchHeader) -> None:
+        self.next_offset = header.next_offset
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+
+    def recover(self) -> int:
+        """Validate every batch, truncate at the first invalid one, rebuild both indexes.
+
+        Returns the number of bytes truncated. Reads the whole file (mmap), one CRC-32C per
+        batch: about the cost of reading the segment once.
+        """
+        self.next_offset = self.base_offset
+        self.max_timestamp = self.offset_of_max_timestamp = -1
+        index_entries: list[tuple[int, int]] = []
+        time_entries: list[tuple[int, int]] = []
+        since_entry = 0
+        valid = 0
+        with _mapped(self._fd, self.size) as buf:
+            while valid < self.size:
+                try:
+                    header = read_header(buf, valid)
+                    check_batch(buf, header)
+                except InvalidRecordError as e:
+                    log.warning("segment %s: invalid batch at position %d: %s",
+                                self.log_path, valid, e)
+                    break
+                if (header.base_offset < self.next_offset
+                        or header.last_offset - self.base_offset > INT32_MAX):
+                    log.warning("segment %s: batch at position %d has offset %d, expected "
+                                ">= %d", self.log_path, valid, header.base_offset,
+                                self.next_offset)
+                    break
+                self._track(header)
+                if since_entry > self.index_interval_bytes:
+                    index_entries.append((header.last_offset, valid))
+                    if not time_entries or self.max_timestamp > time_entries[-1][0]:
+                        time_entries.append((self.max_timestamp, self.offset_of_max_timestamp))
+                    since_entry = 0
+                since_entry += header.size
+                valid += header.size
+        truncated = self.size - valid
+        if truncated:
+            os.ftruncate(self._fd, valid)
+            self.size = valid
+            log.warning("segment %s: truncated %d invalid byte(s) at position %d",
+                        self.log_path, truncated, valid)
+        if self.max_timestamp >= 0 and (
+            not time_entries or self.max_timestamp > time_entries[-1][0]
+        ):
+            time_entries.append((self.max_timestamp, self.offset_of_max_timestamp))
+        self.index.rebuild(index_entries)
+        self.time_index.rebuild(time_entries)
+        self._bytes_since_last_index_entry = since_entry
+        return truncated
+
+    def on_become_inactive(self) -> None:
+        """Called when a newer segment takes over appends (roll): seal the time index with
+        the segment's maximum timestamp, as Kafka does, and close the index append fds."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.index.close()
+        self.time_index.close()
+
+    def flush(self) -> None:
+        """fsync the log and index files."""
+        os.fsync(self._fd)
+        self.index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        """Close all fds; writes nothing."""
+        if not self._closed:
+            self._closed = True
+            os.close(self._fd)
+            self.index.close()
+            self.time_index.close()
+
+    def delete(self) -> None:
+        """Close and remove the files (the ``.log`` first, so a crash leaves at most
+        orphan index files, which the partition log removes on open)."""
+        self.close()
+        self.log_path.unlink(missing_ok=True)
+        self.index.delete()
+        self.time_index.delete()
+
+    # ------------------------------------------------------------------ append / read
+    def append(self, batch: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+        """Append one validated batch whose offsets are already assigned.
+
+        ``header`` describes ``batch`` (its ``position`` is ignored). An index entry
+        (batch's last offset, its position) is added when more than
+        ``index_interval_bytes`` were written since the previous entry.
+        """
+        position = self.size
+        view = memoryview(batch)
+        written = 0
+        while written < len(view):
+            written += os.write(self._fd, view[written:])
+        self.size += len(view)
+        self._track(header)
+        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+            self.index.append(header.last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += len(view)
+
+    def read(self, position: int, size: int) -> bytes:
+        """``size`` bytes from ``position`` (fewer at the end of the file)."""
+        return os.pread(self._fd, size, position)
+
+    def _read_header_at(self, position: int) -> BatchHeader | None:
+        if position >= self.size:
+            return None
+        data = os.pread(self._fd, HEADER_SIZE, position)
+        try:
+            return dataclasses.replace(read_header(data, 0), position=position)
+        except InvalidRecordError as e:
+            raise CorruptLogError(
+                f"segment {self.log_path}: bad batch header at position {position}: {e}"
+            ) from e
+
+    def headers(self, position: int = 0) -> Iterator[BatchHeader]:
+        """Headers of the batches from ``position`` on: one 61-byte pread per batch."""
+        while True:
+            header = self._read_header_at(position)
+            if header is None:
+                return
+            yield header
+            position += header.size
+
+    def find_batch(self, offset: int) -> BatchHeader | None:
+        """The first batch whose last offset is >= ``offset`` (None: none in this segment).
+
+        Binary search in the offset index, then a header-only scan of at most about one
+        index interval.
+        """
+        for header in self.headers(self.index.lookup(offset)):
+            if header.last_offset >= offset:
+                return header
+        return None
+
+    def find_position(self, offset: int) -> int | None:
+        """File position of the batch containing ``offset`` (or the first one after it)."""
+        header = self.find_batch(offset)
+        return None if header is None else header.position
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is >= ``offset``; returns bytes removed.
+
+        A batch containing ``offset`` is removed whole, so the new end may be below it.
+        """
+        header = self.find_batch(offset)
+        if header is None:
+            return 0
+        removed = self.size - header.position
+        os.ftruncate(self._fd, header.position)
+        self.size = header.position
+        self.index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.next_offset = self.base_offset
+        self.max_timestamp = self.offset_of_max_timestamp = -1
+        for h in self.headers(0):
+            self._track(h)
+        self._bytes_since_last_index_entry = 0
+        return removed
+

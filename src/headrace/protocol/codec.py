@@ -1,0 +1,258 @@
+"""PURE: request/response headers and bodies through kio's generated schemas.
+
+Request frame (after the size prefix), R-PROTO-1::
+
+    int16 request_api_key | int16 request_api_version | int32 correlation_id
+    | nullable legacy string client_id | [tagged fields, header v2 only] | body
+
+The header version follows the body's: flexible versions (KIP-482) use request header v2
+(tagged fields), older ones v1. Responses carry ``correlation_id`` and, for flexible
+versions, tagged fields (header v1) — except ApiVersions, whose response header is always
+v0 so that a client that does not yet know our versions can read it.
+
+kio's native reader raises ``KeyError`` on a tagged field it does not know; KIP-482 says a
+receiver must skip them. ``decode_request`` therefore retries such a frame with
+``_TolerantReader``, a schema walker built on kio's own field introspection and primitive
+readers that skips unknown tags. It runs only for frames carrying unknown tags, so the
+common path stays native.
+
+Readers and writers are cached per (api key, version): a kio lookup costs microseconds.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import Any
+
+from kio._kio_native import (
+    get_reader,
+    read_int8,
+    read_int32,
+    read_nullable_legacy_string,
+    read_unsigned_varint,
+)
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
+from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
+from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map, schema_name_map
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.serial import entity_reader, entity_writer
+from kio.serial._implicit_defaults import get_tagged_field_default
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+    get_schema_field_type,
+    is_optional,
+)
+from kio.serial.errors import DecodeError
+from kio.static.constants import EntityType
+
+from headrace.protocol.errors import ProtocolError, UnknownApiError
+
+API_VERSIONS_KEY = 18
+_HEAD = struct.Struct(">hhi")  # api key, api version, correlation id
+_SIZE = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeaderInfo:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    header: RequestHeaderInfo
+    body: Any
+
+
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """(api key, api version, correlation id) of a frame; ProtocolError if too short."""
+    if len(frame) < _HEAD.size:
+        raise ProtocolError(f"request of {len(frame)} bytes is shorter than a header")
+    key, version, correlation_id = _HEAD.unpack_from(frame, 0)
+    return int(key), int(version), int(correlation_id)
+
+
+@cache
+def supported_versions(api_key: int) -> tuple[int, int] | None:
+    """The (min, max) request versions kio has schemas for, or None."""
+    name = api_key_map.get(api_key)  # type: ignore[call-overload]
+    if name is None:
+        return None
+    versions = [
+        v for v, kinds in schema_name_map[name].items()
+        if EntityType.request in kinds and EntityType.response in kinds
+    ]
+    return (min(versions), max(versions)) if versions else None
+
+
+@cache
+def request_class(api_key: int, api_version: int) -> Any:
+    return load_request_schema(api_key, api_version)
+
+
+@cache
+def response_class(api_key: int, api_version: int) -> Any:
+    return load_response_schema(api_key, api_version)
+
+
+@cache
+def _readers(api_key: int, api_version: int) -> tuple[Any, Any, Any, Any]:
+    req_cls = request_class(api_key, api_version)
+    header_cls = req_cls.__header_schema__
+    return header_cls, entity_reader(header_cls), req_cls, entity_reader(req_cls)
+
+
+def decode_request(frame: bytes | memoryview) -> Request:
+    """Decode one request frame. Raises ``UnknownApiError`` / ``ProtocolError``."""
+    api_key, api_version, correlation_id = peek_header(frame)
+    if supported_versions(api_key) is None:
+        raise UnknownApiError(api_key, api_version, correlation_id)
+    try:
+        header_cls, read_header, req_cls, read_body = _readers(api_key, api_version)
+    except Exception:
+        raise UnknownApiError(api_key, api_version, correlation_id) from None
+    try:
+        try:
+            header, n = read_header(frame, 0)
+            body, _ = read_body(frame, n)
+        except KeyError:  # an unknown tagged field (KIP-482): skip it, slowly
+            header, n = _TolerantReader.read(header_cls, frame, 0, is_header=True)
+            body, _ = _TolerantReader.read(req_cls, frame, n)
+    except (DecodeError, ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
+        raise ProtocolError(
+            f"malformed {api_key_map.get(api_key, api_key)} v{api_version} request: "  # type: ignore[call-overload]
+            f"{type(e).__name__}: {e}"
+        ) from None
+    info = RequestHeaderInfo(api_key, api_version, correlation_id, header.client_id)
+    return Request(info, body)
+
+
+_Writers = tuple[Callable[..., None], Any, Callable[..., None]]
+
+
+@cache
+def _writers(api_key: int, api_version: int) -> _Writers:
+    resp_cls = response_class(api_key, api_version)
+    header_cls = ResponseHeaderV0 if api_key == API_VERSIONS_KEY else resp_cls.__header_schema__
+    return entity_writer(header_cls), header_cls, entity_writer(resp_cls)
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
+    """The whole response frame, size prefix included."""
+    write_header, header_cls, write_body = _writers(api_key, api_version)
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    write_header(buf, header_cls(correlation_id=correlation_id))
+    write_body(buf, body)
+    out = buf.getbuffer()
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    del out
+    return buf.getvalue()
+
+
+def encode_api_versions_fallback(
+    correlation_id: int, error_code: ErrorCode, versions: list[tuple[int, int, int]]
+) -> bytes:
+    """An ApiVersions v0 response: what Kafka sends to a version it does not know."""
+    from kio.static.primitive import i16
+
+    body = ApiVersionsResponseV0(
+        error_code=error_code,
+        api_keys=tuple(
+            ApiVersionV0(api_key=i16(k), min_version=i16(lo), max_version=i16(hi))
+            for k, lo, hi in versions
+        ),
+    )
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    entity_writer(ResponseHeaderV0)(buf, ResponseHeaderV0(correlation_id=correlation_id))
+    entity_writer(ApiVersionsResponseV0)(buf, body)
+    out = buf.getvalue()
+    return _SIZE.pack(len(out) - 4) + out[4:]
+
+
+class _TolerantReader:
+    """Decode a kio entity, skipping tagged fields the schema does not know (KIP-482)."""
+
+    @classmethod
+    def read(cls, entity_type: Any, buf: bytes | memoryview, pos: int,
+             is_header: bool = False) -> tuple[Any, int]:
+        flexible = bool(entity_type.__flexible__)
+        kwargs: dict[str, Any] = {}
+        tagged: dict[int, Any] = {}
+        for f in fields(entity_type):
+            tag = get_field_tag(f)
+            if tag is not None:
+                tagged[int(tag)] = f
+                kwargs[f.name] = get_tagged_field_default(f)
+                continue
+            kwargs[f.name], pos = cls._field(f, flexible, buf, pos,
+                                             is_header and f.name == "client_id", False)
+        if flexible:
+            count, n = read_unsigned_varint(buf, pos)
+            pos += n
+            for _ in range(count):
+                tag, n = read_unsigned_varint(buf, pos)
+                pos += n
+                size, n = read_unsigned_varint(buf, pos)
+                pos += n
+                f = tagged.get(int(tag))
+                if f is not None:
+                    kwargs[f.name], _ = cls._field(f, flexible, buf, pos, False, True)
+                pos += size
+                if pos > len(buf):
+                    raise ValueError("tagged field runs past the end of the frame")
+        return entity_type(**kwargs), pos
+
+    @classmethod
+    def _field(cls, f: Any, flexible: bool, buf: bytes | memoryview, pos: int,
+               legacy_client_id: bool, is_tag: bool) -> tuple[Any, int]:
+        if legacy_client_id:
+            value, n = read_nullable_legacy_string(buf, pos)
+            return value, pos + n
+        optional = False if is_tag else is_optional(f)
+        kind = classify_field(f)
+        if isinstance(kind, PrimitiveField):
+            value, n = get_reader(get_schema_field_type(f), flexible, optional)(buf, pos)
+            return value, pos + n
+        if isinstance(kind, EntityField):
+            if optional:
+                marker, n = read_int8(buf, pos)
+                pos += n
+                if marker < 0:
+                    return None, pos
+            return cls.read(kind.type_, buf, pos)
+        count, pos = cls._array_length(flexible, buf, pos)
+        if count is None:
+            return None, pos
+        items = []
+        for _ in range(count):
+            if isinstance(kind, PrimitiveTupleField):
+                item, n = get_reader(get_schema_field_type(f), flexible, False)(buf, pos)
+                pos += n
+            else:
+                assert isinstance(kind, EntityTupleField)
+                item, pos = cls.read(kind.type_, buf, pos)
+            items.append(item)
+        return tuple(items), pos
+
+    @staticmethod
+    def _array_length(flexible: bool, buf: bytes | memoryview, pos: int) -> tuple[int | None, int]:
+        if flexible:
+            n_plus_1, n = read_unsigned_varint(buf, pos)
+            return (None if n_plus_1 == 0 else int(n_plus_1) - 1), pos + n
+        count, n = read_int32(buf, pos)
+        return (None if count < 0 else int(count)), pos + n

@@ -1,0 +1,528 @@
+"""The partition log: offsets, reads, recovery, retention, timestamps, idempotence
+(R-LOG-1..5, R-LOG-7, R-PROTO-7)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import random
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka.record.default_records import (  # type: ignore[import-untyped]
+    DefaultRecordBatchBuilder,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+from tests.batches import simple_batch
+
+from headrace.clock import ManualClock
+from headrace.config import LogConfig
+from headrace.log.errors import LogError
+from headrace.log.partition_log import PartitionLog
+from headrace.protocol.records import InvalidRecordError, split_batches
+
+T0 = 1_700_000_000_000
+BIG = 10**9
+
+
+def small_config(**kw: object) -> LogConfig:
+    defaults: dict[str, object] = {"segment_bytes": 2_000, "index_interval_bytes": 200}
+    defaults.update(kw)
+    return LogConfig(**defaults)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(wall_ms=T0)
+
+
+@pytest.fixture
+def plog(tmp_path: Path, clock: ManualClock) -> Iterator[PartitionLog]:
+    log = PartitionLog.open(tmp_path / "t-0", small_config(), clock)
+    yield log
+    log.close()
+
+
+def append(log: PartitionLog, n: int, ts: int = T0, **kw: int) -> tuple[int, int]:
+    res = log.append_as_leader(simple_batch(n, ts=ts, **kw), leader_epoch=0)
+    log.high_watermark = log.log_end_offset
+    return res.first_offset, res.last_offset
+
+
+def read_all(log: PartitionLog) -> bytes:
+    return log.read(log.log_start_offset, BIG, max_offset=log.log_end_offset,
+                    min_one_batch=True)
+
+
+def offsets_of(data: bytes) -> list[tuple[int, int]]:
+    return [(h.base_offset, h.last_offset) for h in split_batches(data, BIG)]
+
+
+def error_code(fn: object, *args: object, **kw: object) -> ErrorCode:
+    with pytest.raises((LogError, InvalidRecordError)) as e:
+        fn(*args, **kw)  # type: ignore[operator]
+    assert isinstance(e.value, (LogError, InvalidRecordError))
+    return e.value.error_code
+
+
+# ---------------------------------------------------------------------- offsets and reads
+
+
+def test_offsets_are_contiguous_across_batches_and_rolls(plog: PartitionLog) -> None:
+    """R-LOG-1/2: offsets are assigned contiguously; the active segment rolls at
+    segment.bytes; stored batches carry their offsets and the leader epoch."""
+    expected = 0
+    for n in [1, 3, 7, 2, 5] * 10:
+        first, last = append(plog, n, value_size=30)
+        assert (first, last) == (expected, expected + n - 1)
+        expected += n
+    assert plog.log_end_offset == expected
+    assert len(plog.segments) > 3
+    assert all(s.size <= 2_000 for s in plog.segments)
+    headers = split_batches(read_all(plog), BIG)
+    assert headers[0].base_offset == 0 and headers[-1].last_offset == expected - 1
+    assert all(a.next_offset == b.base_offset for a, b in itertools.pairwise(headers))
+    assert {h.partition_leader_epoch for h in headers} == {0}
+    seg = plog.segments[1]
+    assert seg.find_position(seg.base_offset) == 0
+    assert seg.find_position(plog.log_end_offset + 1) is None
+    assert (plog.dir / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"
+
+
+def test_multi_batch_request_and_result_fields(plog: PartitionLog) -> None:
+    """R-LOG-3: several batches in one request get consecutive offsets."""
+    res = plog.append_as_leader(simple_batch(2) + simple_batch(3), leader_epoch=4)
+    assert (res.first_offset, res.last_offset, res.log_append_time_ms, res.log_start_offset) == (
+        0, 4, -1, 0
+    )
+    plog.high_watermark = 5
+    assert offsets_of(read_all(plog)) == [(0, 1), (2, 4)]
+
+
+def test_invalid_requests_append_nothing(plog: PartitionLog) -> None:
+    """R-LOG-4: a bad batch anywhere in the request rejects all of it."""
+    bad = bytearray(simple_batch(2))
+    bad[-1] ^= 0xFF
+    assert error_code(plog.append_as_leader, simple_batch(1) + bytes(bad), 0) == (
+        ErrorCode.corrupt_message
+    )
+    big = simple_batch(50, value_size=30_000)
+    assert error_code(plog.append_as_leader, big, 0) == ErrorCode.message_too_large
+    assert error_code(plog.append_as_leader, simple_batch(1, base_offset=5), 0) == (
+        ErrorCode.invalid_record
+    )
+    assert plog.log_end_offset == 0 and plog.active_segment.size == 0
+
+
+def test_read_limits_high_watermark_and_kip74(plog: PartitionLog) -> None:
+    """R-LOG-7/R-PROTO-4: data at or past max_offset is invisible; max_bytes counts whole
+    batches; min_one_batch returns one oversized batch whole (KIP-74)."""
+    for _ in range(5):
+        append(plog, 3, value_size=20)
+    size = len(simple_batch(3, value_size=20, ts=T0))
+    assert offsets_of(plog.read(0, BIG, max_offset=6, min_one_batch=False)) == [(0, 2), (3, 5)]
+    assert plog.read(6, BIG, max_offset=6, min_one_batch=True) == b""
+    assert plog.read(7, BIG, max_offset=6, min_one_batch=True) == b""  # above HW, below LEO
+    assert plog.read(4, BIG, max_offset=5, min_one_batch=True) == b""  # batch straddles HW
+    assert plog.read(15, BIG, max_offset=15, min_one_batch=True) == b""  # log end
+    assert offsets_of(plog.read(4, 2 * size + 1, max_offset=15, min_one_batch=False)) == [
+        (3, 5), (6, 8)
+    ]
+    assert plog.read(4, size - 1, max_offset=15, min_one_batch=False) == b""
+    assert offsets_of(plog.read(4, size - 1, max_offset=15, min_one_batch=True)) == [(3, 5)]
+    assert offsets_of(plog.read(4, 0, max_offset=15, min_one_batch=True)) == [(3, 5)]
+
+
+def test_read_out_of_range(plog: PartitionLog) -> None:
+    """R-PROTO-4: offsets outside [log start, log end] → OFFSET_OUT_OF_RANGE."""
+    append(plog, 3)
+    assert error_code(plog.read, 4, 100, max_offset=3, min_one_batch=True) == (
+        ErrorCode.offset_out_of_range
+    )
+    assert error_code(plog.read, -1, 100, max_offset=3, min_one_batch=True) == (
+        ErrorCode.offset_out_of_range
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    batches=st.lists(st.tuples(st.integers(1, 6), st.integers(0, 150)), min_size=1,
+                     max_size=40),
+    reads=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 3_000), st.booleans(),
+                             st.integers(0, 10**6)), min_size=1, max_size=20),
+    interval=st.sampled_from([0, 100, 4096]),
+    segment_bytes=st.sampled_from([300, 1_000, 10**6]),
+    reopen=st.booleans(),
+)
+def test_read_matches_a_simple_model(
+    batches: list[tuple[int, int]], reads: list[tuple[int, int, bool, int]], interval: int,
+    segment_bytes: int, reopen: bool,
+) -> None:
+    """R-LOG-2: a read at any offset finds the batch containing it through the sparse
+    index, across segments, before and after a reopen."""
+    clock = ManualClock(wall_ms=T0)
+    cfg = small_config(segment_bytes=segment_bytes, index_interval_bytes=interval)
+    with tempfile.TemporaryDirectory() as d:
+        log = PartitionLog.open(Path(d) / "p-0", cfg, clock)
+        model: list[tuple[int, int, bytes]] = []  # (base, last, stored bytes)
+        for n, size in batches:
+            _first, last = append(log, n, value_size=size)
+        stored = read_all(log)
+        for h in split_batches(stored, BIG):
+            model.append((h.base_offset, h.last_offset, stored[h.position:h.position + h.size]))
+        if reopen:
+            log.close()
+            log = PartitionLog.open(Path(d) / "p-0", cfg, clock)
+        leo = log.log_end_offset
+        for raw_offset, max_bytes, min_one, raw_max in reads:
+            offset = raw_offset % (leo + 1)
+            max_offset = raw_max % (leo + 1)
+            got = log.read(offset, max_bytes, max_offset=max_offset, min_one_batch=min_one)
+            expected = b""
+            for _base, last, data in model:
+                if last < offset:
+                    continue
+                if last >= max_offset:
+                    break
+                if len(expected) + len(data) > max_bytes:
+                    if not expected and min_one:
+                        expected = data
+                    break
+                expected += data
+            assert got == expected
+        log.close()
+
+
+# ---------------------------------------------------------------------- recovery
+
+
+def _fill(log: PartitionLog, batches: int) -> None:
+    for i in range(batches):
+        append(log, 1 + i % 4, value_size=40)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_recovery_truncates_a_garbage_tail(tmp_path: Path, clock: ManualClock, seed: int) -> None:
+    """R-LOG-4: random garbage over the tail of the active segment is truncated at the first
+    invalid batch; intact batches survive; nothing corrupt is served."""
+    rnd = random.Random(seed)
+    cfg = small_config()
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    _fill(log, 30)
+    before = split_batches(read_all(log), BIG)
+    data_before = read_all(log)
+    active = log.active_segment.log_path
+    log.close()
+    size = active.stat().st_size
+    cut = rnd.randrange(0, size)
+    with open(active, "r+b") as f:
+        f.seek(cut)
+        f.write(rnd.randbytes(rnd.randrange(1, 300)))
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    log.high_watermark = log.log_end_offset
+    after = read_all(log)
+    headers = split_batches(after, BIG)  # whole, CRC-valid batches only
+    assert after == data_before[: len(after)]
+    intact_end = len(data_before) - size + cut  # garbage starts here
+    assert len(after) >= max((h.position + h.size for h in before
+                              if h.position + h.size <= intact_end), default=0)
+    assert log.log_end_offset == headers[-1].next_offset
+    # appends continue at the new log end
+    first, _ = append(log, 2)
+    assert first == log.log_end_offset - 2
+    log.close()
+
+
+def test_recovery_truncates_torn_batch(tmp_path: Path, clock: ManualClock) -> None:
+    """R-LOG-4: a half-written last batch (kill -9 mid-append) is dropped."""
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(), clock)
+    append(log, 3)
+    append(log, 4)
+    path = log.active_segment.log_path
+    log.close()
+    os.truncate(path, path.stat().st_size - 7)
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(), clock)
+    assert log.log_end_offset == 3
+    log.high_watermark = 3
+    assert offsets_of(read_all(log)) == [(0, 2)]
+    log.close()
+
+
+@pytest.mark.parametrize("damage", ["delete", "truncate", "garble", "append", "empty"])
+def test_index_damage_is_rebuilt(tmp_path: Path, clock: ManualClock, damage: str) -> None:
+    """R-LOG-2/4: missing, truncated or garbage index files are rebuilt; every read gives
+    the same bytes as before."""
+    cfg = small_config(index_interval_bytes=100)
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    _fill(log, 60)
+    leo = log.log_end_offset
+    reads = [log.read(o, 500, max_offset=leo, min_one_batch=True) for o in range(leo)]
+    ts_before = [log.offset_for_timestamp(T0 + k) for k in range(0, 5)]
+    log.close()
+    rnd = random.Random(damage)
+    for p in sorted((tmp_path / "t-0").glob("*index")):
+        if damage == "delete":
+            p.unlink()
+        elif damage == "truncate":
+            os.truncate(p, max(p.stat().st_size - 5, 0))
+        elif damage == "garble":
+            p.write_bytes(rnd.randbytes(p.stat().st_size))
+        elif damage == "append":
+            with open(p, "ab") as f:
+                f.write(rnd.randbytes(24))
+        else:
+            p.write_bytes(b"")
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    assert log.log_end_offset == leo
+    assert [log.read(o, 500, max_offset=leo, min_one_batch=True) for o in range(leo)] == reads
+    assert [log.offset_for_timestamp(T0 + k) for k in range(0, 5)] == ts_before
+    log.close()
+
+
+def test_garbage_in_a_middle_segment_drops_later_segments(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """R-LOG-4: a non-last segment with a bad tail is truncated and later segments, whose
+    offsets would follow a hole, are deleted (Kafka's LogLoader)."""
+    cfg = small_config(index_interval_bytes=4096)
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    _fill(log, 60)
+    second = log.segments[1]
+    base2, base3 = second.base_offset, log.segments[2].base_offset
+    path = second.log_path
+    log.close()
+    with open(path, "r+b") as f:
+        f.seek(path.stat().st_size - 10)
+        f.write(b"\xff" * 10)
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    assert len(log.segments) == 2
+    assert base2 < log.log_end_offset < base3
+    log.high_watermark = log.log_end_offset
+    split_batches(read_all(log), BIG)
+    log.close()
+
+
+# ---------------------------------------------------------------------- retention
+
+
+def test_retention_by_time(tmp_path: Path, clock: ManualClock) -> None:
+    """R-LOG-5: whole segments older than retention.ms go; the log start offset advances and
+    reads below it get OFFSET_OUT_OF_RANGE; nothing past the high watermark is deleted."""
+    cfg = small_config(retention_ms=60_000)
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    for _ in range(20):
+        append(log, 3, ts=clock.wall_ms(), value_size=40)
+    old_segments = len(log.segments)
+    clock.advance(120_000)
+    for _ in range(20):
+        append(log, 3, ts=clock.wall_ms(), value_size=40)
+    log.high_watermark = 0
+    assert log.delete_old_segments() == 0  # nothing below the high watermark
+    log.high_watermark = log.log_end_offset
+    deleted = log.delete_old_segments()
+    assert deleted >= old_segments - 1
+    assert log.log_start_offset == log.segments[0].base_offset > 0
+    assert error_code(log.read, log.log_start_offset - 1, 100, max_offset=log.log_end_offset,
+                      min_one_batch=True) == ErrorCode.offset_out_of_range
+    assert split_batches(read_all(log), BIG)[0].base_offset == log.log_start_offset
+    assert log.delete_old_segments() == 0
+    log.close()
+
+
+def test_retention_deletes_everything_and_remembers_the_start(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """R-LOG-5: when even the active segment has expired it is rolled and deleted; the log
+    starts at the old log end, also after a reopen."""
+    cfg = small_config(retention_ms=1_000)
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    for _ in range(10):
+        append(log, 2, ts=clock.wall_ms())
+    clock.advance(5_000)
+    assert log.delete_old_segments() >= 1
+    assert log.log_start_offset == log.log_end_offset == 20
+    assert read_all(log) == b""
+    log.close()
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    assert (log.log_start_offset, log.log_end_offset) == (20, 20)
+    assert append(log, 1) == (20, 20)
+    log.close()
+
+
+def test_retention_by_size(tmp_path: Path, clock: ManualClock) -> None:
+    """R-LOG-5: oldest segments go while the log stays at least retention.bytes large."""
+    cfg = small_config(retention_bytes=3_000, segment_bytes=1_000)
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    for _ in range(40):
+        append(log, 2, value_size=50)
+    total = log.size_in_bytes
+    deleted = log.delete_old_segments()
+    assert deleted > 0
+    assert 3_000 <= log.size_in_bytes < 3_000 + 1_000
+    assert log.size_in_bytes < total and log.log_start_offset > 0
+    assert log.delete_old_segments() == 0
+    log.close()
+
+
+def test_retention_only_with_cleanup_policy_delete(tmp_path: Path, clock: ManualClock) -> None:
+    cfg = small_config(retention_bytes=0, cleanup_policy="compact")
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    for _ in range(20):
+        append(log, 2, value_size=50)
+    assert log.delete_old_segments() == 0
+    log.close()
+
+
+# ---------------------------------------------------------------------- timestamps
+
+
+def client_batch(codec: int, ts0: int, n: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=codec, is_transactional=0, producer_id=-1, producer_epoch=-1,
+        base_sequence=-1, batch_size=10**7,
+    )
+    for i in range(n):
+        builder.append(i, timestamp=ts0 + 10 * i, key=None, value=b"compressible " * 10,
+                       headers=[])
+    return bytes(builder.build())
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_offset_for_timestamp(tmp_path: Path, clock: ManualClock, codec: int) -> None:
+    """R-PROTO-5: the first record with a timestamp >= the target, for every codec,
+    across segments; and the record with the largest timestamp."""
+    log = PartitionLog.open(tmp_path / "t-0", small_config(segment_bytes=600), clock)
+    for b in range(12):
+        log.append_as_leader(client_batch(codec, 1_000 * b, 5), leader_epoch=0)
+    log.high_watermark = log.log_end_offset
+    assert len(log.segments) > 2
+    # batch b holds offsets 5b..5b+4 with timestamps 1000b + 0, 10, .., 40
+    assert log.offset_for_timestamp(0) == (0, 0)
+    assert log.offset_for_timestamp(3_015) == (17, 3_020)
+    assert log.offset_for_timestamp(3_041) == (20, 4_000)
+    assert log.offset_for_timestamp(11_040) == (59, 11_040)
+    assert log.offset_for_timestamp(11_041) is None
+    assert log.max_timestamp() == (59, 11_040)
+    log.close()
+
+
+def test_max_timestamp_is_the_first_record_reaching_it(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    log = PartitionLog.open(tmp_path / "t-0", small_config(), clock)
+    append(log, 3, ts=5_000)  # 5000..5002
+    append(log, 3, ts=100)
+    assert log.max_timestamp() == (2, 5_002)
+    assert log.offset_for_timestamp(5_001) == (1, 5_001)
+    log.close()
+
+
+def test_log_append_time(tmp_path: Path, clock: ManualClock) -> None:
+    """R-LOG-3: LogAppendTime topics stamp batches with the broker clock."""
+    log = PartitionLog.open(tmp_path / "t-0",
+                            small_config(message_timestamp_type="LogAppendTime"), clock)
+    res = log.append_as_leader(simple_batch(3, ts=5), leader_epoch=0)
+    assert res.log_append_time_ms == T0
+    log.high_watermark = 3
+    (h,) = split_batches(read_all(log), BIG)
+    assert h.is_log_append_time and h.max_timestamp == T0
+    assert log.offset_for_timestamp(T0) == (0, T0)
+    assert log.offset_for_timestamp(6) == (0, T0)
+    log.close()
+
+
+# ---------------------------------------------------------------------- idempotence
+
+
+def idem(seq: int, n: int = 2, epoch: int = 0, pid: int = 77) -> bytes:
+    return simple_batch(n, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
+def test_idempotent_producer(tmp_path: Path, clock: ManualClock) -> None:
+    """R-PROTO-7: a duplicate gets the original offsets and appends nothing; a gap is
+    OUT_OF_ORDER_SEQUENCE_NUMBER; an old epoch INVALID_PRODUCER_EPOCH; the state survives
+    close and reopen."""
+    cfg = small_config()
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    assert log.append_as_leader(idem(0), 0)[:2] == (0, 1)
+    assert log.append_as_leader(simple_batch(3), 0)[:2] == (2, 4)
+    assert log.append_as_leader(idem(2), 0)[:2] == (5, 6)
+    size = log.size_in_bytes
+    assert log.append_as_leader(idem(0), 0)[:2] == (0, 1)
+    assert log.append_as_leader(idem(2), 0)[:2] == (5, 6)
+    assert log.size_in_bytes == size and log.log_end_offset == 7
+    assert error_code(log.append_as_leader, idem(7), 0) == ErrorCode.out_of_order_sequence_number
+    assert log.append_as_leader(idem(0, epoch=1), 0)[:2] == (7, 8)
+    assert error_code(log.append_as_leader, idem(2, epoch=0), 0) == (
+        ErrorCode.invalid_producer_epoch
+    )
+    assert log.log_end_offset == 9
+    log.close()
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    assert log.append_as_leader(idem(0, epoch=1), 0)[:2] == (7, 8)
+    assert error_code(log.append_as_leader, idem(0, epoch=0), 0) == (
+        ErrorCode.invalid_producer_epoch
+    )
+    assert log.append_as_leader(idem(2, epoch=1), 0)[:2] == (9, 10)
+    log.close()
+
+
+# ---------------------------------------------------------------------- epochs, truncation
+
+
+def test_leader_epochs_and_truncate_to(tmp_path: Path, clock: ManualClock) -> None:
+    """R-REP-7 groundwork: the leader-epoch checkpoint records where each epoch began and
+    truncation removes whole batches at and after an offset."""
+    cfg = small_config()
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    for epoch in (0, 0, 2, 2, 5):
+        for _ in range(8):
+            log.append_as_leader(simple_batch(3, value_size=30), leader_epoch=epoch)
+    assert log.leader_epochs == [(0, 0), (2, 48), (5, 96)]
+    log.high_watermark = log.log_end_offset
+    log.truncate_to(50)  # inside the batch 48..50
+    assert log.log_end_offset == 48 and log.high_watermark == 48
+    assert log.leader_epochs == [(0, 0)]
+    assert offsets_of(read_all(log))[-1] == (45, 47)
+    assert append(log, 2) == (48, 49)
+    log.close()
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    assert log.log_end_offset == 50 and log.leader_epochs == [(0, 0)]
+    assert (log.dir / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"
+    log.close()
+
+
+def test_segment_ms_roll_and_flush_messages(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-LOG-2/7: segment.ms rolls by the injected clock; flush.messages fsyncs."""
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        fsyncs.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    cfg = small_config(segment_bytes=10**6, segment_ms=1_000, flush_messages=4)
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    append(log, 2)
+    fsyncs.clear()  # the leader-epoch checkpoint is fsynced when epoch 0 begins
+    clock.advance(500)
+    append(log, 1)
+    assert len(log.segments) == 1 and not fsyncs
+    clock.advance(600)
+    append(log, 1)
+    assert len(log.segments) == 2
+    assert fsyncs  # 4 messages since the last flush
+    log.update_config(dataclasses.replace(cfg, segment_ms=10**9))
+    clock.advance(5_000)
+    append(log, 1)
+    assert len(log.segments) == 2
+    log.delete()
+    assert not (tmp_path / "t-0").exists()

@@ -1,0 +1,161 @@
+"""Framing and the request codec (R-PROTO-1, R-PROTO-6, R-NF-1)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12.request import MetadataRequestTopic
+from kio.serial import entity_writer
+
+from headrace.broker.responses import build
+from headrace.protocol.codec import (
+    decode_request,
+    encode_api_versions_fallback,
+    encode_response,
+    response_class,
+)
+from headrace.protocol.errors import FrameTooLargeError, ProtocolError, UnknownApiError
+from headrace.protocol.framing import FrameDecoder, frame
+
+
+def _request_bytes(api_key: int, version: int, body: Any, correlation_id: int = 7) -> bytes:
+    cls = load_request_schema(api_key, version)
+    hdr_cls = cls.__header_schema__
+    buf = io.BytesIO()
+    entity_writer(hdr_cls)(buf, hdr_cls(request_api_key=api_key, request_api_version=version,
+                                        correlation_id=correlation_id, client_id="test"))
+    entity_writer(cls)(buf, body)
+    return buf.getvalue()
+
+
+def _metadata_v12(topics: Any = None) -> bytes:
+    cls = load_request_schema(3, 12)
+    return _request_bytes(3, 12, cls(topics=topics, allow_auto_topic_creation=True,
+                                     include_topic_authorized_operations=False))
+
+
+# ------------------------------------------------------------------ framing
+
+
+def test_frames_split_across_any_chunk_boundary() -> None:
+    payloads = [b"a" * 10, b"", b"xyz" * 100, b"q"]
+    wire = b"".join(frame(p) for p in payloads)
+    for step in (1, 3, 4, 7, len(wire)):
+        dec = FrameDecoder(1000)
+        got: list[bytes] = []
+        for i in range(0, len(wire), step):
+            got += dec.feed(wire[i : i + step])
+        assert got == payloads
+        assert dec.buffered == 0
+
+
+@pytest.mark.parametrize("size", [1001, 2**31 - 1, -1, -(2**31)])
+def test_oversize_or_negative_prefix_is_rejected_before_buffering(size: int) -> None:
+    dec = FrameDecoder(1000)
+    with pytest.raises(FrameTooLargeError):
+        dec.feed(struct.pack(">i", size) + b"xx")
+
+
+def test_frame_at_the_limit_is_accepted() -> None:
+    assert FrameDecoder(5).feed(frame(b"12345")) == [b"12345"]
+
+
+# ------------------------------------------------------------------ codec
+
+
+def test_decodes_a_flexible_request() -> None:
+    req = decode_request(_metadata_v12())
+    assert (req.header.api_key, req.header.api_version, req.header.correlation_id) == (3, 12, 7)
+    assert req.header.client_id == "test"
+    assert req.body.topics is None
+
+
+def test_unknown_tagged_fields_are_skipped_kip_482() -> None:
+    """kio raises on unknown tags; KIP-482 says skip them. Header and body both."""
+    raw = _metadata_v12()
+    # header v2 ends with its tagged-field count (0) right after client_id "test"
+    hdr_end = 2 + 2 + 4 + 2 + 4
+    assert raw[hdr_end] == 0
+    with_tags = (raw[:hdr_end] + bytes([2, 5, 1, 0xCC, 40, 3, 1, 2, 3])
+                 + raw[hdr_end + 1 : -1] + bytes([1, 9, 2, 0xAA, 0xBB]))
+    req = decode_request(with_tags)
+    assert req.header.correlation_id == 7
+    assert req.body.allow_auto_topic_creation is True
+
+
+def test_unknown_tag_inside_a_nested_entity() -> None:
+    raw = _metadata_v12(topics=(MetadataRequestTopic(topic_id=None, name="t"),))
+    # the topic entity ends with its own tag count, just before the body's last 3 fields
+    # (bool, bool, tag count): body tail = [topic tags=0][allow=1][incl=0][tags=0]
+    assert raw[-4:] == bytes([0, 1, 0, 0])
+    patched = raw[:-4] + bytes([1, 77, 1, 0x01]) + raw[-3:]
+    req = decode_request(patched)
+    assert req.body.topics[0].name == "t"
+
+
+def test_unknown_api_key_and_version_carry_the_correlation_id() -> None:
+    with pytest.raises(UnknownApiError) as info:
+        decode_request(struct.pack(">hhi", 999, 0, 42) + b"\x00\x00")
+    assert info.value.correlation_id == 42
+    with pytest.raises(UnknownApiError):
+        decode_request(struct.pack(">hhi", 3, 99, 1) + b"\x00\x00")
+
+
+@pytest.mark.parametrize("cut", [1, 5, 9, 12, 14])
+def test_truncated_request_is_a_protocol_error(cut: int) -> None:
+    raw = _metadata_v12()
+    with pytest.raises(ProtocolError):
+        decode_request(raw[:cut])
+
+
+def test_api_versions_response_header_is_always_v0() -> None:
+    body = build(response_class(18, 3), {"error_code": 0, "api_keys": []})
+    out = encode_response(18, 3, 5, body)
+    size, corr = struct.unpack_from(">ii", out)
+    assert size == len(out) - 4 and corr == 5
+    # v0 header: the error code follows the correlation id directly (no tag count byte)
+    assert out[8:10] == b"\x00\x00"
+
+
+def test_api_versions_fallback_is_a_v0_response() -> None:
+    out = encode_api_versions_fallback(9, ErrorCode.unsupported_version,
+                                       [(0, 3, 12), (18, 0, 4)])
+    size, corr, err, n = struct.unpack_from(">iihi", out)
+    assert (size, corr, err, n) == (len(out) - 4, 9, 35, 2)
+    assert struct.unpack_from(">hhh", out, 14) == (0, 3, 12)
+
+
+# ------------------------------------------------------------------ fuzz
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.binary(max_size=200))
+def test_fuzz_random_bytes_only_raise_protocol_errors(data: bytes) -> None:
+    with contextlib.suppress(ProtocolError):
+        decode_request(data)
+
+
+_SEEDS = [_metadata_v12(), _request_bytes(18, 3, load_request_schema(18, 3)(
+    client_software_name="x", client_software_version="1"))]
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.sampled_from(_SEEDS), st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)),
+                                         max_size=6), st.integers(0, 400))
+def test_fuzz_mutated_requests_only_raise_protocol_errors(
+    seed: bytes, flips: list[tuple[int, int]], cut: int
+) -> None:
+    data = bytearray(seed)
+    for pos, val in flips:
+        if pos < len(data):
+            data[pos] = val
+    with contextlib.suppress(ProtocolError):
+        decode_request(bytes(data[: max(cut, 8)]))

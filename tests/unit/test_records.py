@@ -1,0 +1,230 @@
+"""RecordBatch v2 parsing, validation and rewrites (R-LOG-3, R-LOG-4)."""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+
+import crc32c
+import pytest
+from aiokafka.record.default_records import (  # type: ignore[import-untyped]
+    DefaultRecordBatch,
+    DefaultRecordBatchBuilder,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+from tests.batches import make_batch, simple_batch
+
+from headrace.protocol import records as R
+
+MAX = 1_000_000
+CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def aiokafka_batch(
+    rows: list[tuple[bytes | None, bytes | None, int, list[tuple[str, bytes | None]]]],
+    codec: int = 0, producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=codec, is_transactional=0, producer_id=producer_id,
+        producer_epoch=producer_epoch, base_sequence=base_sequence, batch_size=10**7,
+    )
+    for i, (key, value, ts, headers) in enumerate(rows):
+        builder.append(i, timestamp=ts, key=key, value=value, headers=headers)
+    return bytes(builder.build())
+
+
+def _code(excinfo: pytest.ExceptionInfo[R.InvalidRecordError]) -> ErrorCode:
+    return excinfo.value.error_code
+
+
+def test_header_offsets_are_kafkas() -> None:
+    """R-LOG-3: the 61-byte header and the positions of the rewritten fields."""
+    assert R.HEADER_SIZE == 61
+    assert (R.LENGTH_POS, R.PARTITION_LEADER_EPOCH_POS, R.MAGIC_POS, R.CRC_POS,
+            R.ATTRIBUTES_POS, R.MAX_TIMESTAMP_POS) == (8, 12, 16, 17, 21, 35)
+
+
+def test_encoder_matches_aiokafka() -> None:
+    """The test encoder produces the same bytes as aiokafka's builder (independent check)."""
+    rows = [
+        (b"k1", b"value-1", 1_700_000_000_000, [("h", b"x"), ("n", None)]),
+        (None, b"v2", 1_700_000_000_005, []),
+        (b"k3", None, 1_700_000_000_002, []),
+    ]
+    ours = make_batch(rows, producer_id=7, producer_epoch=1, base_sequence=3)
+    theirs = aiokafka_batch(rows, producer_id=7, producer_epoch=1, base_sequence=3)
+    assert ours == theirs
+
+
+def test_split_batches_reads_every_header() -> None:
+    """R-LOG-4: a request of several valid batches splits into their headers."""
+    blob = simple_batch(3) + simple_batch(1, ts=5_000) + simple_batch(2)
+    headers = R.split_batches(blob, MAX)
+    assert [h.records_count for h in headers] == [3, 1, 2]
+    assert [h.position for h in headers] == [0, headers[0].size, headers[0].size + headers[1].size]
+    assert headers[1].max_timestamp == 5_000
+    assert sum(h.size for h in headers) == len(blob)
+    assert headers[0].last_offset_delta == 2 and headers[0].next_offset == 3
+
+
+def test_crc_corruption_is_corrupt_message() -> None:
+    """R-LOG-4: a flipped bit anywhere after the CRC field → CORRUPT_MESSAGE."""
+    batch = bytearray(simple_batch(3))
+    batch[-1] ^= 0x01
+    with pytest.raises(R.InvalidRecordError) as e:
+        R.split_batches(bytes(batch), MAX)
+    assert _code(e) == ErrorCode.corrupt_message
+    assert "CRC" in str(e.value)
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_old_magic_is_unsupported_version(magic: int) -> None:
+    """R-LOG-3: magic 0/1 message sets are rejected with UNSUPPORTED_VERSION (Kafka 4)."""
+    # offset int64, size int32, crc int32, magic int8, attributes int8, key -1, value -1
+    body = struct.pack(">bbii", magic, 0, -1, -1)
+    message = struct.pack(">qiI", 0, len(body) + 4, 0) + body
+    with pytest.raises(R.InvalidRecordError) as e:
+        R.split_batches(message, MAX)
+    assert _code(e) == ErrorCode.unsupported_version
+
+
+def test_oversize_batch_is_message_too_large() -> None:
+    """R-LOG-3: a batch larger than max.message.bytes → MESSAGE_TOO_LARGE."""
+    batch = simple_batch(10, value_size=100)
+    R.split_batches(batch, len(batch))
+    with pytest.raises(R.InvalidRecordError) as e:
+        R.split_batches(batch, len(batch) - 1)
+    assert _code(e) == ErrorCode.message_too_large
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [
+        b"",
+        simple_batch(2)[:-1],  # torn
+        simple_batch(2)[:30],  # torn header
+        simple_batch(2) + b"\x00" * 5,  # trailing bytes
+        simple_batch(2) + simple_batch(1)[:70],  # torn second batch
+    ],
+)
+def test_torn_or_trailing_bytes_are_corrupt_message(blob: bytes) -> None:
+    """R-LOG-4: incomplete batches or bytes after the last batch → CORRUPT_MESSAGE."""
+    with pytest.raises(R.InvalidRecordError) as e:
+        R.split_batches(blob, MAX)
+    assert _code(e) == ErrorCode.corrupt_message
+
+
+def _patched(batch: bytes, fmt: str, pos: int, value: int) -> bytes:
+    buf = bytearray(batch)
+    struct.pack_into(fmt, buf, pos, value)
+    struct.pack_into(">I", buf, R.CRC_POS, crc32c.crc32c(bytes(buf[R.ATTRIBUTES_POS:])))
+    return bytes(buf)
+
+
+def test_inconsistent_lengths_are_corrupt_message() -> None:
+    """R-LOG-4: a batchLength smaller than a header → CORRUPT_MESSAGE."""
+    batch = _patched(simple_batch(2), ">i", R.LENGTH_POS, 10)
+    with pytest.raises(R.InvalidRecordError) as e:
+        R.split_batches(batch, MAX)
+    assert _code(e) == ErrorCode.corrupt_message
+
+
+def test_zero_records_or_negative_delta_is_invalid_record() -> None:
+    """R-LOG-3: well-formed but unacceptable batches → INVALID_RECORD."""
+    count_pos = R.HEADER_SIZE - 4
+    delta_pos = R.ATTRIBUTES_POS + 2
+    for fmt, pos, value in ((">i", count_pos, 0), (">i", delta_pos, -1)):
+        with pytest.raises(R.InvalidRecordError) as e:
+            R.split_batches(_patched(simple_batch(2), fmt, pos, value), MAX)
+        assert _code(e) == ErrorCode.invalid_record
+
+
+def test_rewrites_keep_the_batch_valid() -> None:
+    """R-LOG-3: base offset and leader epoch are rewritten outside the CRC; LogAppendTime
+    sets the timestamp type and maxTimestamp and recomputes the CRC."""
+    blob = simple_batch(3) + simple_batch(2)
+    headers = R.split_batches(blob, MAX)
+    buf = bytearray(blob)
+    R.set_base_offset(buf, headers[1], 1234)
+    R.set_partition_leader_epoch(buf, headers[1], 9)
+    R.set_log_append_time(buf, headers[1], 42_000)
+    again = R.split_batches(bytes(buf), MAX)  # CRCs still valid
+    assert again[0] == headers[0]
+    h = again[1]
+    assert (h.base_offset, h.partition_leader_epoch, h.max_timestamp) == (1234, 9, 42_000)
+    assert h.is_log_append_time
+    parsed = DefaultRecordBatch(bytes(buf[h.position:]))
+    assert parsed.validate_crc()
+    assert [(r.offset, r.timestamp) for r in parsed] == [(1234, 42_000), (1235, 42_000)]
+    assert R.record_timestamps(bytes(buf[h.position:])) == [(1234, 42_000), (1235, 42_000)]
+
+
+@pytest.mark.parametrize("codec", sorted(CODECS))
+def test_record_timestamps_decompresses_each_codec(codec: str) -> None:
+    """R-LOG-3: timestamps of compressed batches written by a real client library."""
+    rows: list[tuple[bytes | None, bytes | None, int, list[tuple[str, bytes | None]]]] = [
+        (b"key", b"same value " * 20, 1_000 + 3 * i, []) for i in range(20)
+    ]
+    batch = aiokafka_batch(rows, codec=CODECS[codec])
+    header = R.read_header(batch)
+    assert header.compression == CODECS[codec]
+    assert R.record_timestamps(batch) == [(i, 1_000 + 3 * i) for i in range(20)]
+
+
+def test_raw_snappy_is_accepted() -> None:
+    """librdkafka may write unframed snappy; the Java client writes xerial framing."""
+    batch = simple_batch(5, compression="snappy")
+    assert R.record_timestamps(batch) == [(i, 1_000 + i) for i in range(5)]
+
+
+def test_last_sequence_wraps() -> None:
+    """R-PROTO-7: sequences wrap from 2**31-1 to 0."""
+    h = R.read_header(simple_batch(3, base_sequence=2**31 - 2, producer_id=1, producer_epoch=0))
+    assert h.last_sequence == 0
+    assert R.increment_sequence(2**31 - 1, 1) == 0
+
+
+def test_iter_batches_stops_quietly_before_a_partial_batch() -> None:
+    """A fetch response may end in a partial batch; iter_batches yields the whole ones."""
+    blob = simple_batch(3) + simple_batch(2)
+    assert [h.records_count for h in R.iter_batches(blob)] == [3, 2]
+    assert [h.records_count for h in R.iter_batches(blob[:-1])] == [3]
+    assert [h.records_count for h in R.iter_batches(blob[: len(simple_batch(3)) + 20])] == [3]
+
+
+def test_whole_batches_length_stops_before_a_partial_batch() -> None:
+    blob = simple_batch(3) + simple_batch(2)
+    first = len(simple_batch(3))
+    assert R.whole_batches_length(blob) == len(blob)
+    assert R.whole_batches_length(blob[:-1]) == first
+    assert R.whole_batches_length(blob[:5]) == 0
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.binary(max_size=20)),
+            st.one_of(st.none(), st.binary(max_size=200)),
+            st.integers(0, 2**40),
+        ),
+        min_size=1, max_size=30,
+    ),
+    st.sampled_from([None, "gzip", "snappy", "lz4", "zstd"]),
+)
+def test_record_timestamps_roundtrip(
+    rows: list[tuple[bytes | None, bytes | None, int]], codec: str | None
+) -> None:
+    """R-LOG-3: every record's (offset, timestamp) decodes back, for any codec."""
+    batch = make_batch([(k, v, ts, []) for k, v, ts in rows], compression=codec)
+    (header,) = R.split_batches(batch, 10**7)
+    assert header.max_timestamp == max(ts for _, _, ts in rows)
+    assert R.record_timestamps(batch) == [(i, ts) for i, (_, _, ts) in enumerate(rows)]
+
+
+@given(st.binary(max_size=300))
+def test_garbage_never_escapes_as_another_error(data: bytes) -> None:
+    """Any bytes either split or raise InvalidRecordError, never anything else."""
+    with contextlib.suppress(R.InvalidRecordError):
+        R.split_batches(data, MAX)
