@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -21,7 +22,8 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
     for t in req.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
     for t in req.topics:
-        entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None,
+        entry: dict[str, Any] = {"name": t.name, "topic_id": uuid.UUID(int=0),
+                                 "error_code": 0, "error_message": None,
                                  "topic_config_error_code": 0, "num_partitions": -1,
                                  "replication_factor": -1, "configs": None}
         results.append(entry)

@@ -78,7 +78,7 @@ def _read_all(
                 "last_stable_offset": -1,
                 "log_start_offset": -1,
                 "aborted_transactions": () if isolation == READ_COMMITTED else None,
-                "records": None,
+                "records": b"",  # never null: librdkafka fails to parse a null set
             }
             out.append(entry)
             if tp is None:
