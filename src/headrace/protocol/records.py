@@ -412,3 +412,109 @@ def record_timestamps(batch: bytes | bytearray | memoryview) -> list[tuple[int, 
         if pos > len(data):
             raise InvalidRecordError(ErrorCode.corrupt_message, "record runs past its batch")
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One decoded record (per-record work: internal topics, compaction, tools only)."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def _read_nullable_bytes(data: bytes, pos: int) -> tuple[bytes | None, int]:
+    length, pos = _read_varint(data, pos)
+    if length < 0:
+        return None, pos
+    end = pos + length
+    if end > len(data):
+        raise InvalidRecordError(ErrorCode.corrupt_message, "record field runs past its batch")
+    return data[pos:end], end
+
+
+def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
+    """Every record of one whole batch: offset, timestamp, key, value, headers.
+
+    Record layout (inside the possibly compressed records block)::
+
+        varint length | int8 attributes | varint timestampDelta | varint offsetDelta
+        | varint keyLength | key | varint valueLength | value
+        | varint headerCount | (varint keyLength | key | varint valueLength | value)*
+
+    Lengths of -1 mean null. Not for the produce/fetch hot path.
+    """
+    header = read_header(batch, 0)
+    data = decompress(header.compression, bytes(batch[HEADER_SIZE : header.size]))
+    log_append = header.is_log_append_time
+    out: list[Record] = []
+    pos = 0
+    for _ in range(header.records_count):
+        length, pos = _read_varint(data, pos)
+        end = pos + length
+        pos += 1  # attributes
+        timestamp_delta, pos = _read_varint(data, pos)
+        offset_delta, pos = _read_varint(data, pos)
+        key, pos = _read_nullable_bytes(data, pos)
+        value, pos = _read_nullable_bytes(data, pos)
+        count, pos = _read_varint(data, pos)
+        headers = []
+        for _ in range(count):
+            hkey, pos = _read_nullable_bytes(data, pos)
+            hvalue, pos = _read_nullable_bytes(data, pos)
+            headers.append(((hkey or b"").decode("utf-8", "replace"), hvalue))
+        if pos != end or end > len(data):
+            raise InvalidRecordError(ErrorCode.corrupt_message, "record length mismatch")
+        timestamp = header.max_timestamp if log_append else header.base_timestamp + timestamp_delta
+        out.append(Record(header.base_offset + offset_delta, timestamp, key, value,
+                          tuple(headers)))
+    return out
+
+
+def _varint(value: int) -> bytes:
+    """Zigzag varint (64-bit), as records use."""
+    z = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def _nullable(data: bytes | None) -> bytes:
+    return _varint(-1) if data is None else _varint(len(data)) + data
+
+
+def build_batch(
+    records: list[tuple[bytes | None, bytes | None]],
+    timestamp_ms: int,
+    *,
+    base_offset: int = 0,
+    offset_deltas: list[int] | None = None,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """An uncompressed v2 batch of (key, value) records, all stamped ``timestamp_ms``.
+
+    Used by the broker for the records it writes itself (``__consumer_offsets``) and by
+    compaction (``offset_deltas`` keeps the surviving records' original offsets).
+    """
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    deltas = offset_deltas if offset_deltas is not None else list(range(len(records)))
+    body = bytearray()
+    for delta, (key, value) in zip(deltas, records, strict=True):
+        rec = b"\x00" + _varint(0) + _varint(delta) + _nullable(key) + _nullable(value) + b"\x00"
+        body += _varint(len(rec)) + rec
+    buf = bytearray(HEADER_SIZE) + body
+    HEADER.pack_into(
+        buf, 0, base_offset, len(buf) - LOG_OVERHEAD, -1, 2, 0, 0, deltas[-1], timestamp_ms,
+        timestamp_ms, producer_id, producer_epoch, base_sequence, len(records),
+    )
+    _UINT32.pack_into(buf, CRC_POS, crc32c.crc32c(memoryview(buf)[ATTRIBUTES_POS:]))
+    return bytes(buf)
+
