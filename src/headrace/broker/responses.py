@@ -99,7 +99,8 @@ def build(cls: type, data: Mapping[str, Any]) -> Any:
         if name in data:
             kwargs[name] = conv(data[name])
         elif implicit is _REQUIRED:
-            raise TypeError(f"{cls.__qualname__} v{cls.__version__}: missing field {name!r}")
+            version = getattr(cls, "__version__", "?")
+            raise TypeError(f"{cls.__qualname__} v{version}: missing field {name!r}")
         elif implicit is not _DEFAULTED:
             kwargs[name] = implicit
     return cls(**kwargs)

@@ -55,6 +55,7 @@ from kio.serial._introspect import (
 )
 from kio.serial.errors import DecodeError
 from kio.static.constants import EntityType
+from kio.static.primitive import i16, i32
 
 from headrace.protocol.errors import ProtocolError, UnknownApiError
 
@@ -88,7 +89,7 @@ def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
 @cache
 def supported_versions(api_key: int) -> tuple[int, int] | None:
     """The (min, max) request versions kio has schemas for, or None."""
-    name = api_key_map.get(api_key)  # type: ignore[call-overload]
+    name = api_key_map.get(api_key)  # type: ignore[call-overload,unused-ignore]
     if name is None:
         return None
     versions = [
@@ -133,7 +134,7 @@ def decode_request(frame: bytes | memoryview) -> Request:
             body, _ = _TolerantReader.read(req_cls, frame, n)
     except (DecodeError, ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
         raise ProtocolError(
-            f"malformed {api_key_map.get(api_key, api_key)} v{api_version} request: "  # type: ignore[call-overload]
+            f"malformed API {api_key} v{api_version} request: "
             f"{type(e).__name__}: {e}"
         ) from None
     info = RequestHeaderInfo(api_key, api_version, correlation_id, header.client_id)
@@ -167,8 +168,6 @@ def encode_api_versions_fallback(
     correlation_id: int, error_code: ErrorCode, versions: list[tuple[int, int, int]]
 ) -> bytes:
     """An ApiVersions v0 response: what Kafka sends to a version it does not know."""
-    from kio.static.primitive import i16
-
     body = ApiVersionsResponseV0(
         error_code=error_code,
         api_keys=tuple(
@@ -178,7 +177,7 @@ def encode_api_versions_fallback(
     )
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
-    entity_writer(ResponseHeaderV0)(buf, ResponseHeaderV0(correlation_id=correlation_id))
+    entity_writer(ResponseHeaderV0)(buf, ResponseHeaderV0(correlation_id=i32(correlation_id)))
     entity_writer(ApiVersionsResponseV0)(buf, body)
     out = buf.getvalue()
     return _SIZE.pack(len(out) - 4) + out[4:]
@@ -209,9 +208,9 @@ class _TolerantReader:
                 pos += n
                 size, n = read_unsigned_varint(buf, pos)
                 pos += n
-                f = tagged.get(int(tag))
-                if f is not None:
-                    kwargs[f.name], _ = cls._field(f, flexible, buf, pos, False, True)
+                known = tagged.get(int(tag))
+                if known is not None:
+                    kwargs[known.name], _ = cls._field(known, flexible, buf, pos, False, True)
                 pos += size
                 if pos > len(buf):
                     raise ValueError("tagged field runs past the end of the frame")
