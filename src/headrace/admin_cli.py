@@ -1,4 +1,5 @@
-"""``headrace topics ...``: kafka-topics.sh-like administration over the Kafka protocol.
+"""``headrace topics ...`` and ``headrace groups ...``: kafka-topics.sh- and
+kafka-consumer-groups.sh-like administration over the Kafka protocol.
 
 Talks to any Kafka-compatible broker through confluent-kafka's AdminClient, so it works
 against headrace and Kafka alike.
@@ -68,7 +69,7 @@ def topics() -> None:
 def create(bootstrap: str, topic: str, partitions: int, replication_factor: int,
            configs: tuple[str, ...], if_not_exists: bool) -> None:
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
     nt = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
                   config=_pairs(configs, "--config"))
@@ -96,7 +97,7 @@ def list_(bootstrap: str) -> None:
 @bootstrap_option
 @click.option("--topic", default=None, help="Default: every topic.")
 def describe(bootstrap: str, topic: str | None) -> None:
-    from confluent_kafka.admin import ConfigResource
+    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 
     admin = _admin(bootstrap)
     md = admin.list_topics(topic=topic, timeout=TIMEOUT_S)
@@ -137,7 +138,7 @@ def delete(bootstrap: str, topic: str) -> None:
 @click.option("--delete", "deletes", multiple=True, metavar="KEY")
 def alter_config(bootstrap: str, topic: str, sets: tuple[str, ...],
                  deletes: tuple[str, ...]) -> None:
-    from confluent_kafka.admin import (
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
         AlterConfigOpType,
         ConfigEntry,
         ConfigResource,
@@ -153,3 +154,223 @@ def alter_config(bootstrap: str, topic: str, sets: tuple[str, ...],
     admin = _admin(bootstrap)
     _result(admin.incremental_alter_configs([res])[res])
     click.echo(f"Altered configs of topic {topic}.")
+
+
+# ---------------------------------------------------------------------- groups
+#
+# ``headrace groups ...``: kafka-consumer-groups.sh-like, over the group APIs (ListGroups,
+# DescribeGroups, OffsetFetch, OffsetCommit) through confluent-kafka's AdminClient, plus a
+# group-less Consumer for watermarks and timestamps (ListOffsets).
+
+NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: nothing committed
+_DESCRIBE_HEADER = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                    "CONSUMER-ID", "HOST", "CLIENT-ID")
+_INACTIVE_STATES = ("EMPTY", "DEAD")
+
+
+def _offsets_consumer(bootstrap: str) -> Any:
+    """A consumer that never joins its group: only for watermarks and offsets_for_times."""
+    from confluent_kafka import Consumer
+
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": "headrace-cli",
+                     "enable.auto.commit": False, "socket.timeout.ms": 10000})
+
+
+def _table(rows: list[tuple[object, ...]]) -> None:
+    """Left-aligned columns separated by two spaces, like kafka-consumer-groups.sh."""
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    for r in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _state_name(state: Any) -> str:
+    return str(getattr(state, "name", state)).upper()
+
+
+def _describe_group(admin: Any, group: str) -> Any:
+    desc = _result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group])
+    if _state_name(desc.state) == "DEAD" and not desc.members:
+        _fail(f"consumer group '{group}' does not exist.")
+    return desc
+
+
+def _committed(admin: Any, group: str) -> dict[tuple[str, int], int]:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    req = [ConsumerGroupTopicPartitions(group)]
+    res = _result(admin.list_consumer_group_offsets(req, request_timeout=TIMEOUT_S)[group])
+    return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions or []
+            if tp.error is None}
+
+
+def _watermarks(consumer: Any, tps: list[tuple[str, int]]
+                ) -> dict[tuple[str, int], tuple[int, int]]:
+    from confluent_kafka import KafkaException, TopicPartition
+
+    out = {}
+    for topic, partition in tps:
+        try:
+            out[(topic, partition)] = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=TIMEOUT_S)
+        except KafkaException as e:
+            _fail(f"{topic}-{partition}: {e.args[0].str() if e.args else e}")
+    return out
+
+
+def _lag_rows(bootstrap: str, group: str) -> tuple[Any, list[tuple[object, ...]]]:
+    admin = _admin(bootstrap)
+    desc = _describe_group(admin, group)
+    committed = _committed(admin, group)
+    owner: dict[tuple[str, int], Any] = {}
+    for m in desc.members:
+        for tp in (m.assignment.topic_partitions if m.assignment else []) or []:
+            owner[(tp.topic, tp.partition)] = m
+    tps = sorted(set(committed) | set(owner))
+    consumer = _offsets_consumer(bootstrap)
+    try:
+        marks = _watermarks(consumer, tps)
+    finally:
+        consumer.close()
+    rows: list[tuple[object, ...]] = []
+    for tp in tps:
+        current = committed.get(tp, NO_OFFSET)
+        end = marks[tp][1]
+        lag: object = end - current if current >= 0 else "-"
+        m = owner.get(tp)
+        rows.append((group, tp[0], tp[1], current if current >= 0 else "-", end, lag,
+                     m.member_id if m else "-", m.host if m else "-",
+                     m.client_id if m else "-"))
+    return desc, rows
+
+
+@click.group()
+def groups() -> None:
+    """List and describe consumer groups, show their lag, reset their offsets."""
+
+
+@groups.command("list")
+@bootstrap_option
+def groups_list(bootstrap: str) -> None:
+    """Every group's id, one per line (like ``kafka-consumer-groups.sh --list``)."""
+    admin = _admin(bootstrap)  # keep the client alive until its future resolves
+    res = _result(admin.list_consumer_groups(request_timeout=TIMEOUT_S))
+    for err in res.errors or []:
+        click.echo(f"headrace: {err}", err=True)
+    for listing in sorted(res.valid, key=lambda g: g.group_id):
+        click.echo(listing.group_id)
+
+
+@groups.command("describe")
+@bootstrap_option
+@click.argument("group")
+def groups_describe(bootstrap: str, group: str) -> None:
+    """Committed offset, log end and lag per partition, with the owning member."""
+    desc, rows = _lag_rows(bootstrap, group)
+    click.echo(f"Consumer group '{group}': state {_state_name(desc.state)}, "
+               f"{len(desc.members)} member(s), assignor {desc.partition_assignor or '-'}")
+    if not desc.members:
+        click.echo(f"Consumer group '{group}' has no active members.")
+    click.echo()
+    _table([_DESCRIBE_HEADER, *rows])
+
+
+@groups.command("lag")
+@bootstrap_option
+@click.argument("group")
+def groups_lag(bootstrap: str, group: str) -> None:
+    """Lag per partition and in total."""
+    _, rows = _lag_rows(bootstrap, group)
+    _table([_DESCRIBE_HEADER[:6], *(r[:6] for r in rows)])
+    total = sum(r[5] for r in rows if isinstance(r[5], int))
+    click.echo(f"TOTAL-LAG {total}")
+
+
+def _parse_datetime(text: str) -> int:
+    """ISO 8601 (``2024-05-01T12:00:00``, optional fraction and offset; local time without
+    one, like kafka-consumer-groups.sh) to epoch milliseconds."""
+    from datetime import datetime
+
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--to-datetime") from e
+    return int(dt.timestamp() * 1000)
+
+
+@groups.command("reset-offsets")
+@bootstrap_option
+@click.argument("group")
+@click.option("--topic", required=True, help="Topic whose partitions are reset (all of them).")
+@click.option("--to-earliest", is_flag=True)
+@click.option("--to-latest", is_flag=True)
+@click.option("--to-offset", type=int, default=None)
+@click.option("--to-datetime", default=None, metavar="YYYY-MM-DDTHH:mm:SS[.sss][+hh:mm]")
+@click.option("--shift-by", type=int, default=None)
+@click.option("--dry-run", is_flag=True, help="Show the new offsets only (the default).")
+@click.option("--execute", is_flag=True, help="Commit the new offsets.")
+def groups_reset_offsets(bootstrap: str, group: str, topic: str, to_earliest: bool,
+                         to_latest: bool, to_offset: int | None, to_datetime: str | None,
+                         shift_by: int | None, dry_run: bool, execute: bool) -> None:
+    """Reset a group's committed offsets for a topic; the group must be inactive."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    modes = [to_earliest, to_latest, to_offset is not None, to_datetime is not None,
+             shift_by is not None]
+    if sum(modes) != 1:
+        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, "
+                               "--to-datetime, --shift-by")
+    if dry_run and execute:
+        raise click.UsageError("--dry-run and --execute are exclusive")
+    admin = _admin(bootstrap)
+    desc = _result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group])
+    state = _state_name(desc.state)
+    if desc.members or state not in _INACTIVE_STATES:
+        _fail(f"assignments can only be reset if the group '{group}' is inactive, "
+              f"but the current state is {state}.")
+    md = admin.list_topics(topic=topic, timeout=TIMEOUT_S)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None or not t.partitions:
+        _fail(f"topic {topic}: {t.error.str() if t is not None and t.error else 'not found'}")
+    assert t is not None
+    tps = [(topic, p) for p in sorted(t.partitions)]
+    committed = _committed(admin, group)
+    consumer = _offsets_consumer(bootstrap)
+    try:
+        marks = _watermarks(consumer, tps)
+        by_time: dict[tuple[str, int], int] = {}
+        if to_datetime is not None:
+            ts = _parse_datetime(to_datetime)
+            found = consumer.offsets_for_times(
+                [TopicPartition(tp, p, ts) for tp, p in tps], timeout=TIMEOUT_S)
+            by_time = {(f.topic, f.partition): f.offset for f in found}
+    finally:
+        consumer.close()
+    new: dict[tuple[str, int], int] = {}
+    for tp in tps:
+        low, high = marks[tp]
+        if to_earliest:
+            target = low
+        elif to_latest:
+            target = high
+        elif to_offset is not None:
+            target = to_offset
+        elif shift_by is not None:
+            current = committed.get(tp, NO_OFFSET)
+            target = (current if current >= 0 else low) + shift_by
+        else:
+            found_offset = by_time.get(tp, -1)
+            target = found_offset if found_offset >= 0 else high
+        new[tp] = min(max(target, low), high)
+    _table([("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
+            *((group, tp[0], tp[1], off) for tp, off in new.items())])
+    if not execute:
+        click.echo("(dry run: nothing committed; add --execute to commit)")
+        return
+    req = [ConsumerGroupTopicPartitions(
+        group, [TopicPartition(tp, p, off) for (tp, p), off in new.items()])]
+    res = _result(admin.alter_consumer_group_offsets(req, request_timeout=TIMEOUT_S)[group])
+    failed = [tp for tp in res.topic_partitions or [] if tp.error is not None]
+    if failed:
+        _fail("; ".join(f"{tp.topic}-{tp.partition}: {tp.error}" for tp in failed))
+    click.echo(f"Reset offsets of group '{group}' for topic {topic}.")

@@ -89,9 +89,10 @@ def broker(
 
 
 def _register_subcommands() -> None:
-    from headrace.admin_cli import topics
+    from headrace.admin_cli import groups, topics
 
     main.add_command(topics)
+    main.add_command(groups)
 
 
 _register_subcommands()

@@ -8,6 +8,8 @@
         00000000000000000000.timeindex
         leader-epoch-checkpoint          text: "0" (version), entry count, then one
                                          "<leader epoch> <start offset>" line per epoch
+        N.log.cleaned, N.log.swap        compaction output (``headrace.log.cleaner``); open
+                                         discards .cleaned and completes .swap first
 
 Offsets: ``log_start_offset`` is the first segment's base offset (retention deletes whole
 segments, so that is where the log starts; after everything is deleted the empty active
@@ -52,6 +54,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.clock import Clock
 from headrace.config import LogConfig
+from headrace.log import cleaner
 from headrace.log.errors import CorruptLogError, LogError, OffsetOutOfRangeError
 from headrace.log.producer_state import ProducerStateManager
 from headrace.log.segment import (
@@ -114,6 +117,9 @@ class PartitionLog:
         self._unflushed: list[LogSegment] = []
         self._unflushed_messages = 0
         self._last_flush_ms = clock.monotonic_ms()
+        # compaction: cleanable end of the last run, and when a kept tombstone expires
+        self._cleaned_to: int | None = None
+        self._tombstone_expiry_ms: int | None = None
 
     # ------------------------------------------------------------------ open / recovery
     @classmethod
@@ -123,6 +129,7 @@ class PartitionLog:
         now = clock.wall_ms()
         for tmp in dir.glob("*.tmp"):
             tmp.unlink(missing_ok=True)
+        cleaner.complete_swaps(dir)
         bases = sorted(int(p.stem) for p in dir.glob(f"*{LOG_SUFFIX}") if p.stem.isdigit())
         _remove_orphan_indexes(dir, set(bases))
         segments: list[LogSegment] = []
@@ -466,6 +473,35 @@ class PartitionLog:
         self._truncate_epochs_from_start(self.log_start_offset)
         return len(deletable)
 
+    # ------------------------------------------------------------------ compaction
+    def compact(self, now_ms: int, *, force: bool = False) -> cleaner.CleanerStats | None:
+        """Compact the closed segments below the high watermark (R-LOG-6, ``cleaner``).
+
+        Only with cleanup.policy compact. Skipped (None) unless a segment became cleanable
+        since the last run or a kept tombstone has expired (``force`` runs it anyway).
+        Decoding problems raise before any file changes; an I/O error while swapping files
+        propagates and the log must then be reopened (open completes or discards the swap).
+        """
+        if not self.config.compact:
+            return None
+        upto = min(self.high_watermark, self.log_end_offset)
+        k = 0
+        while k < len(self._segments) - 1 and self._segments[k + 1].base_offset <= upto:
+            k += 1
+        cleanable_end = self._segments[k].base_offset
+        expiry = self._tombstone_expiry_ms
+        if not force and cleanable_end == self._cleaned_to and (
+            expiry is None or now_ms < expiry
+        ):
+            return None
+        segments, stats = cleaner.clean(self._segments, upto, self.config, now_ms)
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._unflushed = [s for s in self._unflushed if s in segments]
+        self._cleaned_to = stats.cleanable_end
+        self._tombstone_expiry_ms = stats.next_tombstone_expiry_ms
+        return stats
+
     def _truncate_epochs_from_start(self, start: int) -> None:
         epochs = [(e, o) for e, o in self.leader_epochs if o >= start]
         older = [(e, o) for e, o in self.leader_epochs if o < start]
@@ -504,6 +540,7 @@ class PartitionLog:
     def update_config(self, config: LogConfig) -> None:
         """Apply new topic settings; index sizes apply to segments created from now on."""
         self.config = config
+        self._cleaned_to = None
         for seg in self._segments:
             seg.index_interval_bytes = config.index_interval_bytes
 

@@ -1,0 +1,406 @@
+"""Log compaction (R-LOG-6): keep only the latest record per key in the closed segments.
+
+Kafka's ``LogCleaner`` in one pass, run by ``PartitionLog.compact`` for logs whose
+``cleanup.policy`` contains ``compact``:
+
+1. **Offset map.** Every record below ``upto`` (the high watermark, so nothing that could
+   still be truncated decides what is removed) is decoded: key -> offset of its latest
+   occurrence, over the whole log, active segment included (so a key rewritten in the active
+   segment loses its older copies in the closed ones). For each producer id, the base offset
+   of its last batch in the log.
+2. **Cleanable range.** The closed segments lying entirely below ``upto``, from the first on.
+   The active segment is never rewritten.
+3. **Filter.** A record survives when it has a key, its offset is the latest for that key,
+   and it is not a tombstone (null value) whose batch ``maxTimestamp`` is older than
+   ``now_ms - delete.retention.ms`` (a simplification of Kafka's per-segment delete horizon).
+   Records without a key are dropped, as Kafka's cleaner does. A batch whose records all
+   survive is copied byte for byte. Otherwise the survivors are written into a new batch
+   with the original header fields (baseOffset, lastOffsetDelta, timestamps, producer id,
+   epoch, base sequence, partition leader epoch), only ``recordsCount``, ``batchLength``,
+   CRC and the codec bits changed: the records are stored uncompressed, each one's bytes
+   copied verbatim (its offset and timestamp deltas stay valid). Keeping ``lastOffsetDelta``
+   keeps every segment's next offset, and the producer sequence a batch ends at, unchanged.
+   An empty batch is dropped, except the last batch of a producer id, which keeps its last
+   record so that the producer state rebuilt on open stays right (Kafka keeps an empty
+   batch; a v2 batch of zero records is invalid here). Transactional and control batches
+   (not accepted yet) are kept whole.
+4. **Group and swap.** Consecutive cleanable segments are merged while their cleaned size
+   fits ``segment.bytes`` (and relative offsets and indexes fit). A group made of one
+   unchanged segment is left alone, so a second run with nothing new changes nothing.
+   Offsets are preserved; reads by offset see gaps, which clients handle.
+
+Files and crash behaviour (Kafka's ``.cleaned`` / ``.swap`` protocol)::
+
+    N.log.cleaned   the cleaned group, being written         on open: deleted
+    N.log.swap      the cleaned group, complete and fsynced   on open: replaces every
+                    (renamed from .cleaned)                   segment with a base offset in
+                                                              [N, swap's next offset)
+
+A group is replaced in this order: write and fsync ``N.log.cleaned``; rename it to
+``N.log.swap`` (fsync the directory); delete the group's other segments and N's index files;
+rename ``N.log.swap`` over ``N.log``; rebuild its indexes. A crash before the second rename
+leaves the old segments (a ``.cleaned`` is discarded); after it, ``complete_swaps`` on open
+finishes the job. A segment of the group whose records were all removed (base offset at or
+after the swap's next offset) may survive such a crash: it holds only superseded records,
+which is harmless and cleaned again next time. Leader-epoch start offsets rebuilt on a later
+open may move forward when a batch starting an epoch was removed.
+
+Cost: decodes every record below the high watermark (per-record Python work) and rewrites
+only the groups that change. Thread-safety: none; runs on the log's owning thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import crc32c
+from kio.schema.errors import ErrorCode
+
+from headrace.config import LogConfig
+from headrace.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from headrace.protocol.records import (
+    ATTRIBUTES_POS,
+    CODEC_MASK,
+    CRC_POS,
+    HEADER,
+    HEADER_SIZE,
+    INT32_MAX,
+    LOG_OVERHEAD,
+    BatchHeader,
+    InvalidRecordError,
+    decompress,
+    read_header,
+)
+
+log = logging.getLogger("headrace.cleaner")
+
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+_UINT32 = struct.Struct(">I")
+_CORRUPT = ErrorCode.corrupt_message
+_TIME_INDEX_ENTRY = 12  # bytes per .timeindex entry, the larger of the two indexes
+
+
+@dataclass
+class CleanerStats:
+    """What one ``clean`` did; ``next_tombstone_expiry_ms`` is when a retained tombstone
+    becomes removable (None: no tombstone retained)."""
+
+    groups_rewritten: int = 0
+    segments_removed: int = 0
+    records_removed: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    cleanable_end: int = 0
+    next_tombstone_expiry_ms: int | None = None
+
+
+@dataclass
+class OffsetMap:
+    """key -> latest offset below ``upto``; producer id -> base offset of its last batch."""
+
+    upto: int
+    latest: dict[bytes, int] = field(default_factory=dict)
+    last_batch_of_producer: dict[int, int] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------- record parsing
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag varint at ``pos``: (value, position after it)."""
+    shift = raw = 0
+    while True:
+        if pos >= len(buf):
+            raise InvalidRecordError(_CORRUPT, "truncated varint")
+        byte = buf[pos]
+        pos += 1
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+        if shift > 63:
+            raise InvalidRecordError(_CORRUPT, "varint longer than 10 bytes")
+
+
+def _encode_varint(value: int) -> bytes:
+    z = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+@dataclass(frozen=True, slots=True)
+class _RawRecord:
+    offset: int
+    key: bytes | None
+    is_tombstone: bool
+    data: bytes  # the whole record, its length varint included
+
+
+def _raw_records(batch: bytes | memoryview, header: BatchHeader) -> Iterator[_RawRecord]:
+    """The records of one whole batch (``batch`` starts at its header), undecoded bytes kept.
+
+    Record: varint length | int8 attributes | varint timestampDelta | varint offsetDelta |
+    varint keyLength (-1 null) | key | varint valueLength (-1 null) | value | headers.
+    """
+    data = decompress(header.compression, bytes(batch[HEADER_SIZE : header.size]))
+    pos = 0
+    for _ in range(header.records_count):
+        start = pos
+        length, pos = _varint(data, pos)
+        end = pos + length
+        if length < 0 or end > len(data):
+            raise InvalidRecordError(_CORRUPT, "record runs past its batch")
+        pos += 1  # attributes
+        _, pos = _varint(data, pos)  # timestampDelta
+        offset_delta, pos = _varint(data, pos)
+        key_length, pos = _varint(data, pos)
+        key = None if key_length < 0 else data[pos : pos + key_length]
+        pos += max(key_length, 0)
+        value_length, _ = _varint(data, pos)
+        yield _RawRecord(header.base_offset + offset_delta, key, value_length < 0,
+                         data[start:end])
+        pos = end
+
+
+def _batch_with(header: BatchHeader, records: list[_RawRecord]) -> bytes:
+    """A batch with ``header``'s fields and only ``records``, uncompressed, CRC recomputed."""
+    body = b"".join(r.data for r in records)
+    buf = bytearray(HEADER_SIZE) + body
+    HEADER.pack_into(
+        buf, 0, header.base_offset, len(buf) - LOG_OVERHEAD, header.partition_leader_epoch,
+        header.magic, 0, header.attributes & ~CODEC_MASK, header.last_offset_delta,
+        header.base_timestamp, header.max_timestamp, header.producer_id, header.producer_epoch,
+        header.base_sequence, len(records),
+    )
+    _UINT32.pack_into(buf, CRC_POS, crc32c.crc32c(memoryview(buf)[ATTRIBUTES_POS:]))
+    return bytes(buf)
+
+
+def _batches(seg: LogSegment) -> Iterator[tuple[BatchHeader, bytes]]:
+    """Each batch of the segment with its bytes (one pread per batch)."""
+    for h in seg.headers(0):
+        yield h, seg.read(h.position, h.size)
+
+
+# ---------------------------------------------------------------------- the passes
+
+
+def build_offset_map(segments: list[LogSegment], upto: int) -> OffsetMap:
+    """Pass 1 over every segment (see the module docstring)."""
+    m = OffsetMap(upto)
+    for seg in segments:
+        for h, data in _batches(seg):
+            if h.producer_id >= 0:
+                m.last_batch_of_producer[h.producer_id] = h.base_offset
+            if h.base_offset >= upto or h.is_control:
+                continue
+            for r in _raw_records(data, h):
+                if r.key is not None and r.offset < upto:
+                    m.latest[r.key] = r.offset
+    return m
+
+
+@dataclass
+class _CleanedSegment:
+    segment: LogSegment
+    batches: list[bytes]
+    changed: bool
+    size: int
+    records_removed: int
+
+
+def _filter_segment(
+    seg: LogSegment, m: OffsetMap, tombstone_horizon_ms: int, stats: CleanerStats,
+    delete_retention_ms: int,
+) -> _CleanedSegment:
+    out: list[bytes] = []
+    changed = False
+    removed = 0
+    for h, data in _batches(seg):
+        if h.is_control or h.is_transactional:
+            out.append(data)
+            continue
+        records = list(_raw_records(data, h))
+        keep: list[_RawRecord] = []
+        for r in records:
+            if r.key is None or m.latest.get(r.key) != r.offset:
+                continue
+            if r.is_tombstone:
+                if h.max_timestamp < tombstone_horizon_ms:
+                    continue
+                expiry = h.max_timestamp + delete_retention_ms
+                if stats.next_tombstone_expiry_ms is None or expiry < (
+                    stats.next_tombstone_expiry_ms
+                ):
+                    stats.next_tombstone_expiry_ms = expiry
+            keep.append(r)
+        if not keep and h.producer_id >= 0 and (
+            m.last_batch_of_producer.get(h.producer_id) == h.base_offset
+        ):
+            keep = records[-1:]
+        removed += len(records) - len(keep)
+        if len(keep) == len(records):
+            out.append(data)
+        elif keep:
+            out.append(_batch_with(h, keep))
+            changed = True
+        else:
+            changed = True
+    return _CleanedSegment(seg, out, changed, sum(len(b) for b in out), removed)
+
+
+def _group(cleaned: list[_CleanedSegment], config: LogConfig) -> list[list[_CleanedSegment]]:
+    """Consecutive segments merged while the result fits one segment (greedy, Kafka's
+    ``groupSegmentsBySize``)."""
+    groups: list[list[_CleanedSegment]] = []
+    for c in cleaned:
+        if groups:
+            g = groups[-1]
+            size = sum(x.size for x in g) + c.size
+            fits = (
+                size <= config.segment_bytes
+                and c.segment.next_offset - 1 - g[0].segment.base_offset <= INT32_MAX
+                and (size // max(config.index_interval_bytes, 1) + 2) * _TIME_INDEX_ENTRY
+                < config.segment_index_bytes
+            )
+            if fits:
+                g.append(c)
+                continue
+        groups.append([c])
+    return groups
+
+
+def clean(
+    segments: list[LogSegment], upto: int, config: LogConfig, now_ms: int
+) -> tuple[list[LogSegment], CleanerStats]:
+    """Compact the closed segments of a log; returns its new segment list and statistics.
+
+    ``segments`` is the log's whole list (the last one active, never touched); replaced
+    segments are closed and deleted. ``upto`` is the high watermark.
+    """
+    stats = CleanerStats()
+    closed = segments[:-1]
+    cleanable = 0
+    while cleanable < len(closed) and segments[cleanable + 1].base_offset <= upto:
+        cleanable += 1
+    stats.cleanable_end = segments[cleanable].base_offset
+    if cleanable == 0:
+        return segments, stats
+    m = build_offset_map(segments, upto)
+    horizon = now_ms - config.delete_retention_ms
+    cleaned = [_filter_segment(seg, m, horizon, stats, config.delete_retention_ms)
+               for seg in closed[:cleanable]]
+    result: list[LogSegment] = []
+    for group in _group(cleaned, config):
+        if len(group) == 1 and not group[0].changed:
+            result.append(group[0].segment)
+            continue
+        stats.groups_rewritten += 1
+        stats.segments_removed += len(group) - 1
+        stats.records_removed += sum(c.records_removed for c in group)
+        stats.bytes_before += sum(c.segment.size for c in group)
+        stats.bytes_after += sum(c.size for c in group)
+        result.append(_replace_group(group, config))
+    return result + segments[cleanable:], stats
+
+
+# ---------------------------------------------------------------------- files
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _swap_path(directory: Path, base_offset: int) -> Path:
+    return directory / f"{base_offset:020d}{LOG_SUFFIX}{SWAP_SUFFIX}"
+
+
+def _replace_group(group: list[_CleanedSegment], config: LogConfig) -> LogSegment:
+    first = group[0].segment
+    directory, base = first.dir, first.base_offset
+    cleaned_path = directory / f"{base:020d}{LOG_SUFFIX}{CLEANED_SUFFIX}"
+    fd = os.open(cleaned_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for c in group:
+            for batch in c.batches:
+                view = memoryview(batch)
+                while view:
+                    view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    swap = _swap_path(directory, base)
+    os.replace(cleaned_path, swap)
+    _fsync_dir(directory)
+    # the point of no return: from here on, open completes the swap
+    created_ms = min(c.segment.created_ms for c in group)
+    for c in group[1:]:
+        c.segment.delete()
+    first.close()
+    first.index.delete()
+    first.time_index.delete()
+    os.replace(swap, first.log_path)
+    _fsync_dir(directory)
+    seg = LogSegment(directory, base, index_interval_bytes=config.index_interval_bytes,
+                     max_index_bytes=config.segment_index_bytes, created_ms=created_ms)
+    seg.recover()
+    seg.on_become_inactive()
+    log.info("compacted segment(s) %s into %s: %d -> %d bytes",
+             ", ".join(f"{c.segment.base_offset}" for c in group), seg.log_path,
+             sum(c.segment.size for c in group), seg.size)
+    return seg
+
+
+def _swap_next_offset(path: Path) -> int | None:
+    """One past the last offset in a swap file (None if it holds no valid batch)."""
+    data = path.read_bytes()
+    pos = 0
+    next_offset = None
+    while pos < len(data):
+        try:
+            h = read_header(data, pos)
+        except InvalidRecordError:
+            break
+        if pos + h.size > len(data):
+            break
+        next_offset = h.next_offset
+        pos += h.size
+    return next_offset
+
+
+def complete_swaps(directory: Path) -> None:
+    """Crash recovery, before the log's segments are opened: discard ``.cleaned`` files
+    and finish every ``.swap`` (see the module docstring)."""
+    for p in directory.glob(f"*{CLEANED_SUFFIX}"):
+        log.info("removing unfinished cleaner output %s", p)
+        p.unlink(missing_ok=True)
+    for swap in sorted(directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
+        stem = swap.name.removesuffix(f"{LOG_SUFFIX}{SWAP_SUFFIX}")
+        if not stem.isdigit():
+            continue
+        base = int(stem)
+        end = _swap_next_offset(swap)
+        end = base + 1 if end is None else end
+        for p in directory.glob(f"*{LOG_SUFFIX}"):
+            if p.stem.isdigit() and base <= int(p.stem) < end:
+                log.info("completing compaction swap %s: removing %s", swap, p)
+                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    p.with_suffix(suffix).unlink(missing_ok=True)
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            (directory / f"{base:020d}{suffix}").unlink(missing_ok=True)
+        os.replace(swap, directory / f"{base:020d}{LOG_SUFFIX}")
+    _fsync_dir(directory)
