@@ -86,7 +86,7 @@ class ConfigDef:
             "string": _parse_str,
             "list": _parse_list,
         }[self.kind]
-        value = parser(self.name, raw)
+        value: Any = parser(self.name, raw)
         if self.at_least is not None and value < self.at_least:
             raise ConfigError(self.name, f"value {value} must be at least {self.at_least}")
         if self.kind == "list" and not value:
@@ -165,6 +165,19 @@ BROKER_CONFIGS = _defs(
               at_least=1),
     ConfigDef("group.initial.rebalance.delay.ms", "int", 3000,
               "Delay of a new group's first rebalance.", at_least=0),
+    ConfigDef("group.min.session.timeout.ms", "int", 6000,
+              "Smallest session.timeout.ms a group member may ask for.", at_least=0),
+    ConfigDef("group.max.session.timeout.ms", "int", 1_800_000,
+              "Largest session.timeout.ms a group member may ask for.", at_least=0),
+    ConfigDef("group.consumer.assignors", "list", "uniform,range",
+              "Server-side assignors of KIP-848 groups; the first is the default.",
+              choices=("uniform", "range")),
+    ConfigDef("group.consumer.session.timeout.ms", "int", 45_000,
+              "Session timeout of KIP-848 group members.", at_least=1),
+    ConfigDef("group.consumer.heartbeat.interval.ms", "int", 5_000,
+              "Heartbeat interval given to KIP-848 group members.", at_least=1),
+    ConfigDef("group.max.size", "int", INT_MAX, "Most members in one classic group.",
+              at_least=1),
     ConfigDef("request.timeout.ms", "int", 30_000, "Upper bound of purgatory waits.",
               at_least=0),
     ConfigDef("cluster.id", "string", "", "Cluster id (default: generated once, persisted)."),

@@ -507,6 +507,16 @@ def _coerce(t: Any, value: Any) -> Any:
     raise TypeError(f"no zero value for {t!r}")
 
 
+# Kafka's answer when the minimal request is invalid by its rules: an empty group id for
+# the group membership APIs, an unknown group for OffsetDelete (unless an earlier request
+# made the group "").
+MINIMAL_REQUEST_ERRORS = {
+    11: {ErrorCode.invalid_group_id}, 12: {ErrorCode.invalid_group_id},
+    13: {ErrorCode.invalid_group_id}, 14: {ErrorCode.invalid_group_id},
+    47: {ErrorCode.group_id_not_found, ErrorCode.none}, 68: {ErrorCode.invalid_request},
+}
+
+
 def test_every_advertised_version_is_served(wb: BrokerProcess) -> None:
     """R-PROTO-1: every (key, version) ApiVersions advertises is accepted: a minimal
     request of each is answered with a decodable response on one connection; the version
@@ -521,7 +531,8 @@ def test_every_advertised_version_is_served(wb: BrokerProcess) -> None:
                 body = _minimal_request(key, v)
                 resp = wc.request(key, v, body)
                 assert resp is not None, (key, v)
-                assert getattr(resp, "error_code", ErrorCode.none) == ErrorCode.none, (key, v)
+                expected = MINIMAL_REQUEST_ERRORS.get(key, {ErrorCode.none})
+                assert getattr(resp, "error_code", ErrorCode.none) in expected, (key, v)
                 answered += 1
     assert answered >= 40
     for key, (_lo, hi) in sorted(ranges.items()):

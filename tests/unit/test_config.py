@@ -56,3 +56,12 @@ def test_properties_file(tmp_path) -> None:
     p.write_text("garbage line\n")
     with pytest.raises(ConfigError, match="expected key=value"):
         load_properties(p)
+
+
+def test_readme_documents_every_config() -> None:
+    """The README's configuration tables list every broker and topic config."""
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    for name in [*BROKER_CONFIGS, *TOPIC_CONFIGS]:
+        assert f"| `{name}` |" in readme, name

@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from headrace.broker.group_service import GroupService
 from headrace.broker.handlers import HANDLERS, RequestContext
 from headrace.broker.replica_manager import ReplicaManager
 from headrace.broker.topics import TopicAdmin
@@ -216,6 +217,7 @@ class Broker:
         self.replicas = ReplicaManager(self.data_dir, config, self.metadata, clock)
         self.topics = TopicAdmin(config, self.metadata, self.replicas)
         self.producer_ids = ProducerIdAllocator(self.metadata)
+        self.groups = GroupService(self)
 
     def _prepare_data_dir(self) -> None:
         d = self.data_dir
@@ -251,6 +253,7 @@ class Broker:
         """Recover logs, then listen. Raises StartupError with a clear message."""
         loop = asyncio.get_running_loop()
         self.replicas.load()
+        self.groups.start()
         try:
             self._server = await loop.create_server(
                 lambda: Connection(self), self.host, self.port, reuse_address=True,
@@ -264,6 +267,7 @@ class Broker:
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         self._spawn(self._retention_loop())
+        self._spawn(self.groups.run(self._stopped))
         log.info("headrace broker %d listening on %s:%d (data dir %s, %d partitions)",
                  self.node_id, self.host, self.port, self.data_dir, len(self.replicas.partitions))
 
@@ -293,7 +297,8 @@ class Broker:
         self._stopped.set()
         if self._server is not None:
             self._server.close()
-        # wake every parked long poll so it answers now
+        # wake every parked long poll and group request so it answers now
+        self.groups.close()
         for tp in list(self.replicas._watchers):
             self.replicas.wake(tp)
         conns = list(self.connections)

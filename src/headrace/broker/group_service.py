@@ -1,0 +1,275 @@
+"""The asyncio shell around the pure ``GroupCoordinator`` (``broker.groups``).
+
+What it does, and nothing more:
+
+- places groups: a group belongs to partition ``offsets_partition_for(group_id, n)`` of
+  ``__consumer_offsets`` (R-GRP-2); this broker coordinates the groups of the partitions it
+  leads. The topic is created on first use (``offsets.topic.num.partitions`` partitions,
+  ``cleanup.policy=compact``, 100 MiB segments);
+- loads: when the broker starts (if the topic exists) or creates the topic, each led
+  partition is read from its log start to its high watermark and replayed into the
+  coordinator. Loading is synchronous, before the listener accepts, so
+  COORDINATOR_LOAD_IN_PROGRESS is answered only while ``loading`` is non-empty (a later
+  cluster issue loads on leadership change);
+- writes: ``append_group_records`` appends one uncompressed batch to the group's partition
+  and waits for the high watermark (acks=all); group metadata records queued by the
+  coordinator are appended right after each operation (``flush``);
+- parks: JoinGroup/SyncGroup answers the coordinator defers are futures keyed by
+  ``(group_id, ticket)``, completed from ``take_completions()`` after every operation and
+  every tick;
+- ticks: a supervised loop calls ``coordinator.tick(now)`` every ``TICK_S``; it ends when the
+  broker stops, and ``close`` wakes every parked request (JoinGroup gets
+  COORDINATOR_NOT_AVAILABLE, SyncGroup REBALANCE_IN_PROGRESS).
+
+Thread-safety: everything runs on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from headrace.broker.replica_manager import TopicPartition
+from headrace.broker.topics import TopicError
+from headrace.config import BrokerConfig
+from headrace.group.classic import Completion, GroupTimeouts, JoinResult, SyncResult
+from headrace.group.coordinator import GroupCoordinator, OffsetWrite
+from headrace.group.hashing import offsets_partition_for
+from headrace.log.errors import LogError
+from headrace.protocol.records import (
+    InvalidRecordError,
+    build_batch,
+    decode_records,
+    iter_batches,
+)
+
+if TYPE_CHECKING:
+    from headrace.broker.server import Broker
+
+log = logging.getLogger("headrace.groups")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_SEGMENT_BYTES = 100 * 1024 * 1024
+TICK_S = 0.1
+LOAD_READ_BYTES = 8 * 1024 * 1024
+
+
+class GroupService:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.config: BrokerConfig = broker.config
+        self.coordinator = GroupCoordinator(GroupTimeouts(
+            initial_rebalance_delay_ms=int(self.config["group.initial.rebalance.delay.ms"]),
+            min_session_timeout_ms=int(self.config["group.min.session.timeout.ms"]),
+            max_session_timeout_ms=int(self.config["group.max.session.timeout.ms"]),
+            max_size=int(self.config["group.max.size"]),
+        ))
+        self.loading: set[int] = set()
+        self._waiters: dict[tuple[str, int], asyncio.Future[Completion]] = {}
+        self._sync_tickets: set[tuple[str, int]] = set()
+        self._closed = False
+
+    # ------------------------------------------------------------------ placement
+    def now_ms(self) -> int:
+        return self.broker.clock.wall_ms()
+
+    def num_partitions(self) -> int:
+        topic = self.broker.metadata.topic(OFFSETS_TOPIC)
+        if topic is not None:
+            return len(topic.partitions)
+        return int(self.config["offsets.topic.num.partitions"])
+
+    def partition_for(self, group_id: str) -> int:
+        return offsets_partition_for(group_id, self.num_partitions())
+
+    def coordinator_node(self, group_id: str) -> int | None:
+        """The node leading the group's partition (creating the topic); None if none."""
+        if not self.ensure_topic():
+            return None
+        topic = self.broker.metadata.topic(OFFSETS_TOPIC)
+        assert topic is not None
+        return topic.partitions[self.partition_for(group_id)].leader
+
+    def check_coordinator(self, group_id: str) -> ErrorCode:
+        if self._closed:
+            return ErrorCode.coordinator_not_available
+        node = self.coordinator_node(group_id)
+        if node is None:
+            return ErrorCode.coordinator_not_available
+        if node != self.broker.node_id:
+            return ErrorCode.not_coordinator
+        p = self.partition_for(group_id)
+        if p in self.loading:
+            return ErrorCode.coordinator_load_in_progress
+        if self.broker.replicas.get(TopicPartition(OFFSETS_TOPIC, p)) is None:
+            return ErrorCode.not_coordinator
+        return ErrorCode.none
+
+    def ensure_topic(self) -> bool:
+        if self.broker.metadata.topic(OFFSETS_TOPIC) is not None:
+            return True
+        try:
+            self.broker.topics.create(
+                OFFSETS_TOPIC, int(self.config["offsets.topic.num.partitions"]),
+                int(self.config["default.replication.factor"]),
+                {"cleanup.policy": "compact", "segment.bytes": str(OFFSETS_SEGMENT_BYTES)},
+            )
+        except TopicError as e:
+            if e.error_code == ErrorCode.topic_already_exists:
+                return True
+            log.error("cannot create %s: %s", OFFSETS_TOPIC, e.message)
+            return False
+        self.load_all()
+        return True
+
+    # ------------------------------------------------------------------ loading
+    def load_all(self) -> None:
+        """Replay every ``__consumer_offsets`` partition this broker leads."""
+        topic = self.broker.metadata.topic(OFFSETS_TOPIC)
+        if topic is None:
+            return
+        for i, state in enumerate(topic.partitions):
+            if state.leader == self.broker.node_id:
+                self.load_partition(i)
+
+    def load_partition(self, index: int) -> None:
+        partition = self.broker.replicas.get(TopicPartition(OFFSETS_TOPIC, index))
+        if partition is None:
+            return
+        self.loading.add(index)
+        try:
+            plog = partition.log
+            offset = plog.log_start_offset
+            hw = plog.high_watermark
+            records: list[tuple[bytes | None, bytes | None]] = []
+            while offset < hw:
+                data = plog.read(offset, LOAD_READ_BYTES, max_offset=hw, min_one_batch=True)
+                if not data:
+                    break
+                for header in iter_batches(data):
+                    if header.next_offset <= offset:
+                        continue
+                    offset = header.next_offset
+                    if header.is_control:
+                        continue
+                    batch = data[header.position:header.position + header.size]
+                    for rec in decode_records(batch):
+                        records.append((rec.key, rec.value))
+            self.coordinator.load(records, self.now_ms())
+            if self.coordinator.corrupt_records:
+                log.warning("%d undecodable record(s) skipped in %s-%d",
+                            self.coordinator.corrupt_records, OFFSETS_TOPIC, index)
+                self.coordinator.corrupt_records = 0
+        except (LogError, InvalidRecordError) as e:
+            log.error("loading %s-%d failed: %s", OFFSETS_TOPIC, index, e)
+        finally:
+            self.loading.discard(index)
+
+    # ------------------------------------------------------------------ writes
+    def _append_now(self, group_id: str,
+                    records: list[tuple[bytes, bytes | None]]) -> tuple[ErrorCode, int]:
+        """Append one batch as leader; (error, offset the high watermark must reach)."""
+        tp = TopicPartition(OFFSETS_TOPIC, self.partition_for(group_id))
+        partition = self.broker.replicas.get(tp)
+        if partition is None or not partition.is_leader(self.broker.node_id):
+            return ErrorCode.not_coordinator, 0
+        batch = build_batch([(k, v) for k, v in records], self.now_ms())
+        try:
+            res = partition.append_as_leader(batch)
+        except (InvalidRecordError, LogError) as e:
+            log.error("append to %s failed: %s", tp, e)
+            return ErrorCode.coordinator_not_available, 0
+        self.broker.replicas.wake(tp)
+        return ErrorCode.none, res.last_offset + 1
+
+    async def append_group_records(
+        self, group_id: str, records: list[tuple[bytes, bytes | None]]
+    ) -> ErrorCode:
+        """Append to the group's partition and wait for the high watermark (acks=all)."""
+        if not records:
+            return ErrorCode.none
+        err, end = self._append_now(group_id, records)
+        if err is not ErrorCode.none:
+            return err
+        tp = TopicPartition(OFFSETS_TOPIC, self.partition_for(group_id))
+        partition = self.broker.replicas.get(tp)
+        assert partition is not None
+        timeout_s = int(self.config["request.timeout.ms"]) / 1000
+        if not await partition.wait_for_hw(end, timeout_s):
+            return ErrorCode.request_timed_out
+        return ErrorCode.none
+
+    async def write(self, w: OffsetWrite) -> ErrorCode:
+        """Append an ``OffsetWrite`` and, once it is committed, apply it."""
+        err = await self.append_group_records(w.group_id, list(w.records))
+        if err is ErrorCode.none:
+            self.coordinator.apply(w)
+            self.flush()
+        return err
+
+    def flush(self) -> None:
+        """Append queued group metadata records; complete parked requests."""
+        by_group: dict[str, list[tuple[bytes, bytes | None]]] = {}
+        for group_id, kv in self.coordinator.take_group_records():
+            by_group.setdefault(group_id, []).append(kv)
+        for group_id, records in by_group.items():
+            self._append_now(group_id, records)
+        for group_id, completion in self.coordinator.take_completions():
+            fut = self._waiters.pop((group_id, completion.ticket), None)
+            self._sync_tickets.discard((group_id, completion.ticket))
+            if fut is not None and not fut.done():
+                fut.set_result(completion)
+
+    # ------------------------------------------------------------------ parking
+    def park(self, group_id: str, ticket: int, sync: bool = False) -> asyncio.Future[Completion]:
+        """Register a future for a parked answer; call before ``flush``."""
+        fut: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
+        self._waiters[(group_id, ticket)] = fut
+        if sync:
+            self._sync_tickets.add((group_id, ticket))
+        return fut
+
+    async def wait(self, group_id: str, fut: asyncio.Future[Completion], ticket: int,
+                   timeout_ms: int) -> Completion | None:
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000)
+        except TimeoutError:
+            return None
+        finally:
+            self._waiters.pop((group_id, ticket), None)
+            self._sync_tickets.discard((group_id, ticket))
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        if self.broker.metadata.topic(OFFSETS_TOPIC) is not None:
+            self.load_all()
+
+    async def run(self, stopped: asyncio.Event) -> None:
+        """The tick loop: expire sessions and rebalance timeouts, answer parked requests."""
+        try:
+            while not stopped.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopped.wait(), TICK_S)
+                if stopped.is_set():
+                    break
+                self.coordinator.tick(self.now_ms())
+                self.flush()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Wake every parked request with an error; later requests get
+        COORDINATOR_NOT_AVAILABLE."""
+        self._closed = True
+        for (group_id, ticket), fut in list(self._waiters.items()):
+            if not fut.done():
+                if (group_id, ticket) in self._sync_tickets:
+                    fut.set_result(SyncResult(ticket, ErrorCode.rebalance_in_progress))
+                else:
+                    fut.set_result(JoinResult(ticket, ErrorCode.coordinator_not_available, ""))
+        self._waiters.clear()
+        self._sync_tickets.clear()

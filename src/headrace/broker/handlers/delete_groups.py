@@ -1,0 +1,33 @@
+"""DeleteGroups (42) v0-2: delete empty groups with their offsets (tombstones for every
+committed offset and the group metadata). NON_EMPTY_GROUP while members remain,
+GROUP_ID_NOT_FOUND for an unknown group."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from headrace.broker.handlers.base import RequestContext, handler
+
+if TYPE_CHECKING:
+    from headrace.broker.server import Broker
+
+
+async def _delete(broker: Broker, group_id: str) -> ErrorCode:
+    groups = broker.groups
+    err = groups.check_coordinator(group_id)
+    if err is not ErrorCode.none:
+        return err
+    err, write = groups.coordinator.delete_group(group_id)
+    if err is ErrorCode.none and write is not None:
+        err = await groups.write(write)
+    return err
+
+
+@handler(42, "DeleteGroups", 0, 2)
+async def handle_delete_groups(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    results = []
+    for gid in req.groups_names:
+        results.append({"group_id": gid, "error_code": await _delete(broker, str(gid))})
+    return ctx.response({"throttle_time": 0, "results": results})

@@ -1,0 +1,56 @@
+"""DescribeGroups (15) v0-5: state, protocol and members of groups.
+
+As Kafka: members carry their metadata (for the selected protocol) and assignment only in
+Stable; an unknown group is described as ``Dead`` with no error (v6 would say
+GROUP_ID_NOT_FOUND).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from headrace.broker.handlers.base import RequestContext, handler
+from headrace.group.classic import ClassicGroup, GroupState
+
+if TYPE_CHECKING:
+    from headrace.broker.server import Broker
+
+UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648
+
+
+def _describe(broker: Broker, group_id: str) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "error_code": ErrorCode.none, "group_id": group_id, "group_state": "Dead",
+        "protocol_type": "", "protocol_data": "", "members": [],
+        "authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS,
+    }
+    err = broker.groups.check_coordinator(group_id)
+    if err is not ErrorCode.none:
+        entry["error_code"] = err
+        return entry
+    g = broker.groups.coordinator.groups.get(group_id)
+    if g is None:
+        return entry
+    entry["group_state"] = g.state_name
+    entry["protocol_type"] = g.protocol_type
+    if isinstance(g, ClassicGroup):
+        stable = g.state is GroupState.STABLE
+        entry["protocol_data"] = (g.protocol_name or "") if stable else ""
+        entry["members"] = [
+            {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+             "client_id": m.client_id, "client_host": m.client_host,
+             "member_metadata": m.metadata(g.protocol_name) if stable else b"",
+             "member_assignment": m.assignment if stable else b""}
+            for m in g.members.values()
+        ]
+    return entry
+
+
+@handler(15, "DescribeGroups", 0, 5)
+async def handle_describe_groups(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return ctx.response({
+        "throttle_time": 0,
+        "groups": [_describe(broker, str(gid)) for gid in req.groups],
+    })

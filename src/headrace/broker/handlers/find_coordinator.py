@@ -1,0 +1,54 @@
+"""FindCoordinator (10): which broker coordinates a group (R-GRP-2).
+
+A group's coordinator is the leader of partition ``abs(hashCode(group_id)) % n`` of
+``__consumer_offsets`` (created here on first use). v0-3 ask for one key, v4+ for a batch
+(``coordinator_keys``). Key type 1 (transactional id) is not supported yet:
+COORDINATOR_NOT_AVAILABLE; any other key type is INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from headrace.broker.handlers.base import RequestContext, handler
+
+if TYPE_CHECKING:
+    from headrace.broker.server import Broker
+
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+
+
+def _lookup(broker: Broker, key: str, key_type: int) -> dict[str, Any]:
+    entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1,
+                             "error_code": ErrorCode.none, "error_message": None}
+    if key_type == KEY_TYPE_TRANSACTION:
+        entry["error_code"] = ErrorCode.coordinator_not_available
+        entry["error_message"] = "transactions are not supported yet"
+        return entry
+    if key_type != KEY_TYPE_GROUP:
+        entry["error_code"] = ErrorCode.invalid_request
+        entry["error_message"] = f"unknown key type {key_type}"
+        return entry
+    node = broker.groups.coordinator_node(key)
+    for b in broker.advertised_brokers():
+        if b.node_id == node:
+            entry.update(node_id=b.node_id, host=b.host, port=b.port)
+            return entry
+    entry["error_code"] = ErrorCode.coordinator_not_available
+    entry["error_message"] = "the group coordinator is not available"
+    return entry
+
+
+@handler(10, "FindCoordinator", 0, 6)
+async def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    key_type = int(getattr(req, "key_type", KEY_TYPE_GROUP))
+    if ctx.api_version >= 4:
+        return ctx.response({
+            "throttle_time": 0,
+            "coordinators": [_lookup(broker, str(k), key_type) for k in req.coordinator_keys],
+        })
+    entry = _lookup(broker, str(req.key), key_type)
+    return ctx.response({"throttle_time": 0, **entry})

@@ -1,0 +1,63 @@
+"""OffsetFetch (9) v1-9: committed offsets of a group (R-GRP-6); v8+ several groups.
+
+A partition with no committed offset gets -1 (the consumer then applies
+``auto.offset.reset``); ``topics`` null (v2+) means every partition the group committed.
+``require_stable`` needs no wait: there are no pending transactional offsets yet.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from headrace.broker.handlers.base import RequestContext, handler
+
+if TYPE_CHECKING:
+    from headrace.broker.server import Broker
+
+
+def _group_answer(broker: Broker, group_id: str, topics: Any, member_id: str | None,
+                  member_epoch: int, per_partition_errors: bool) -> dict[str, Any]:
+    groups = broker.groups
+    err = groups.check_coordinator(group_id)
+    if err is ErrorCode.none:
+        g = groups.coordinator.groups.get(group_id)
+        if g is not None:
+            err = g.validate_offset_fetch(member_id, member_epoch)
+    requested = None if topics is None else [
+        (str(t.name), int(i)) for t in topics for i in t.partition_indexes
+    ]
+    if err is not ErrorCode.none:
+        if per_partition_errors and requested is not None:
+            return {"group_id": group_id, "error_code": err, "topics": _topics(
+                {tp: (-1, -1, "", err) for tp in requested})}
+        return {"group_id": group_id, "error_code": err, "topics": []}
+    fetched = groups.coordinator.fetch_offsets(group_id, requested)
+    return {"group_id": group_id, "error_code": ErrorCode.none, "topics": _topics(
+        {tp: (f.offset, f.leader_epoch, f.metadata, ErrorCode.none)
+         for tp, f in fetched.items()})}
+
+
+def _topics(by_tp: dict[tuple[str, int], tuple[int, int, str, ErrorCode]]) -> list[Any]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), (offset, epoch, metadata, err) in by_tp.items():
+        out.setdefault(topic, []).append({
+            "partition_index": partition, "committed_offset": offset,
+            "committed_leader_epoch": epoch, "metadata": metadata, "error_code": err,
+        })
+    return [{"name": t, "partitions": ps} for t, ps in out.items()]
+
+
+@handler(9, "OffsetFetch", 1, 9)
+async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    if ctx.api_version >= 8:
+        return ctx.response({"throttle_time": 0, "groups": [
+            _group_answer(broker, str(g.group_id), g.topics, getattr(g, "member_id", None),
+                          int(getattr(g, "member_epoch", -1)), False)
+            for g in req.groups
+        ]})
+    answer = _group_answer(broker, str(req.group_id), req.topics, None, -1,
+                           ctx.api_version < 2)
+    return ctx.response({"throttle_time": 0, "topics": answer["topics"],
+                         "error_code": answer["error_code"]})

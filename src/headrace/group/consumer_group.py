@@ -1,0 +1,722 @@
+"""PURE: a KIP-848 consumer group (``group.protocol=consumer``, ConsumerGroupHeartbeat).
+
+Everything that affects the group's state lives here; the handler only decodes requests,
+passes the current topic metadata and ``now_ms``, and encodes the result. No I/O, no clock.
+
+## Epochs and assignments (Kafka's ``GroupMetadataManager`` / ``CurrentAssignmentBuilder``)
+
+- The **group epoch** bumps on every membership change (join, leave, fenced, expired) and on
+  every change of what the members subscribe to (topic names, regex, rack, assignor) or of
+  the subscribed topics' metadata (a topic created, deleted, or given more partitions).
+- When the group epoch is ahead of the **assignment epoch**, the chosen server assignor
+  computes a new **target assignment** for all members (sticky input: the previous target)
+  and the assignment epoch becomes the group epoch. This happens within the same event, so
+  ``Assigning`` is never observed between events.
+- Each member reconciles towards its target on its own heartbeat (member states below). A
+  partition is *owned* by a member while it is in the member's assigned set or pending its
+  revocation; a partition never has two owners.
+
+## Member states (per member, on each heartbeat)
+
+| member state            | on heartbeat                                                    |
+|-------------------------|-----------------------------------------------------------------|
+| STABLE                  | epoch == target epoch: unchanged; else compute next assignment  |
+| UNREVOKED_PARTITIONS    | owned list given and none of the revoked partitions in it:      |
+|                         | compute next assignment; otherwise wait (rebalance timeout runs) |
+| UNRELEASED_PARTITIONS   | compute next assignment (picks up partitions released by now)   |
+
+*Compute next assignment*: assigned := current ∩ target; pending revocation := current -
+target; each partition of target - current is added if no other member owns it, else it is
+*unreleased*. Then: pending revocation that the member still owns → UNREVOKED_PARTITIONS at
+the member's current epoch (the rebalance timeout starts: a member that does not release in
+``rebalance_timeout_ms`` is fenced); else unreleased partitions → UNRELEASED_PARTITIONS at the
+target epoch; else STABLE at the target epoch.
+
+## Heartbeat rules (Kafka's error codes)
+
+- ``member_epoch`` 0 joins (v0: an empty member id → the coordinator generates one; v1,
+  KIP-1082: the client's id is required); a first heartbeat needs ``rebalance_timeout_ms``,
+  an empty (not null) owned list and topic names or a regex, else INVALID_REQUEST.
+- ``-1`` leaves (the member's partitions are freed at once), ``-2`` is a static member's
+  temporary leave (kept with its assignment until its session expires or its instance id
+  rejoins with epoch 0, which takes over the assignment without a rebalance).
+- A static instance id held by an active member → UNRELEASED_INSTANCE_ID on join,
+  FENCED_INSTANCE_ID on a heartbeat or leave naming another member id.
+- Any other epoch: unknown member → UNKNOWN_MEMBER_ID; an epoch above the member's, or below
+  it unless it is the previous epoch and the owned list is within the assignment (a lost
+  response) → FENCED_MEMBER_EPOCH; an epoch < -2 → INVALID_REQUEST.
+- An unknown ``server_assignor`` → UNSUPPORTED_ASSIGNOR; a bad regex →
+  INVALID_REGULAR_EXPRESSION. A failed heartbeat changes nothing.
+- The response carries the assignment only when it changed, on (re)join, or on a full
+  request (rebalance timeout, topic names and owned list all given).
+
+## Timers (``tick(now_ms)``)
+
+Every accepted heartbeat pushes the member's session deadline to ``now +
+session_timeout_ms``; a member whose deadline passes is removed. A member in
+UNREVOKED_PARTITIONS past its revocation deadline is fenced (removed).
+
+## Group states and events (transitions as data: ``TRANSITIONS``)
+
+The state is derived: Empty (no members) / Assigning (group epoch > assignment epoch) /
+Reconciling (some member not STABLE at the assignment epoch) / Stable; Dead after
+``mark_dead`` (DeleteGroups of an empty group). Every event on a Dead group, and ``mark_dead``
+on a group with members, raises ``IllegalGroupEvent`` and changes nothing.
+
+## Offsets (Kafka's ``ConsumerGroup.validateOffsetCommit`` / ``validateOffsetFetch``)
+
+A commit with a negative epoch is accepted only while the group has no members (admin
+tools, assign()-mode consumers); otherwise the member must exist (UNKNOWN_MEMBER_ID) and
+the epoch must equal its member epoch (STALE_MEMBER_EPOCH). A fetch without a member id
+and a negative epoch is always allowed; with one, the same checks apply.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import re
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from headrace.group.assignors import (
+    ASSIGNORS,
+    Assignor,
+    MemberSubscription,
+    TopicInfo,
+    assignors_from_config,
+)
+from headrace.group.base import GROUP_TYPE_CONSUMER
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+DEFAULT_SESSION_TIMEOUT_MS = 45_000
+DEFAULT_HEARTBEAT_INTERVAL_MS = 5_000
+INTERNAL_TOPIC_PREFIX = "__"
+
+Partitions = Mapping[uuid.UUID, frozenset[int]]
+TopicPartition = tuple[uuid.UUID, int]
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class MemberState(enum.Enum):
+    STABLE = "stable"
+    UNREVOKED_PARTITIONS = "unrevoked_partitions"
+    UNRELEASED_PARTITIONS = "unreleased_partitions"
+
+
+class Event(enum.Enum):
+    JOIN = "join"
+    HEARTBEAT = "heartbeat"
+    LEAVE = "leave"
+    STATIC_LEAVE = "static_leave"
+    SESSION_EXPIRED = "session_expired"
+    REBALANCE_TIMEOUT = "rebalance_timeout"
+    DELETE = "delete"
+
+
+_LIVE = frozenset({GroupState.EMPTY, GroupState.RECONCILING, GroupState.STABLE})
+_ACTIVE = frozenset({GroupState.RECONCILING, GroupState.STABLE})
+
+# event → (states it is legal in, states it can lead to). A state outside the first set
+# raises IllegalGroupEvent; a result outside the second is a bug (AssertionError).
+TRANSITIONS: dict[Event, tuple[frozenset[GroupState], frozenset[GroupState]]] = {
+    Event.JOIN: (_LIVE, _ACTIVE),
+    Event.HEARTBEAT: (_ACTIVE, _ACTIVE),
+    Event.LEAVE: (_ACTIVE, _LIVE),
+    Event.STATIC_LEAVE: (_ACTIVE, _ACTIVE),
+    Event.SESSION_EXPIRED: (_ACTIVE, _LIVE),
+    Event.REBALANCE_TIMEOUT: (frozenset({GroupState.RECONCILING}), _LIVE),
+    Event.DELETE: (frozenset({GroupState.EMPTY}), frozenset({GroupState.DEAD})),
+}
+
+
+class IllegalGroupEvent(Exception):
+    """Our own misuse: an event the group's current state does not allow."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    error_code: ErrorCode
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    # (topic_id, sorted partitions) when the assignment is sent, else None
+    assignment: tuple[tuple[uuid.UUID, tuple[int, ...]], ...] | None = None
+
+
+@dataclass(slots=True)
+class Member:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    rebalance_timeout_ms: int = 0
+    subscribed_topic_names: frozenset[str] = frozenset()
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    state: MemberState = MemberState.STABLE
+    assigned: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)
+    pending_revocation: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)
+    session_deadline_ms: int = 0
+    revocation_deadline_ms: int | None = None
+
+    def subscription_key(self) -> tuple[Any, ...]:
+        return (self.subscribed_topic_names, self.subscribed_topic_regex, self.rack_id,
+                self.server_assignor)
+
+
+class _Reject(Exception):
+    """A heartbeat refused with a Kafka error (internal control flow)."""
+
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message or code.name)
+        self.code = code
+        self.message = message
+
+
+def _random_member_id() -> str:
+    """Like Kafka's ``Uuid.randomUuid().toString()``: 22 URL-safe base64 characters."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _tps(partitions: Partitions) -> set[TopicPartition]:
+    return {(t, p) for t, ps in partitions.items() for p in ps}
+
+
+def _group(tps: Iterable[TopicPartition]) -> dict[uuid.UUID, frozenset[int]]:
+    out: dict[uuid.UUID, set[int]] = {}
+    for t, p in tps:
+        out.setdefault(t, set()).add(p)
+    return {t: frozenset(ps) for t, ps in out.items()}
+
+
+def _wire(partitions: Partitions) -> tuple[tuple[uuid.UUID, tuple[int, ...]], ...]:
+    return tuple((t, tuple(sorted(ps))) for t, ps in sorted(partitions.items(),
+                                                                key=lambda kv: str(kv[0]))
+                 if ps)
+
+
+class ConsumerGroup:
+    """One KIP-848 consumer group (see the module docstring for every rule)."""
+
+    def __init__(
+        self,
+        group_id: str,
+        *,
+        assignors: Sequence[Assignor] | str = "uniform,range",
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
+        new_member_id: Callable[[], str] = _random_member_id,
+    ) -> None:
+        self.group_id = group_id
+        self.assignors: tuple[Assignor, ...] = (
+            assignors_from_config(assignors) if isinstance(assignors, str) else tuple(assignors)
+        )
+        if not self.assignors:
+            raise ValueError("at least one assignor is required")
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self._new_member_id = new_member_id
+        self.group_epoch = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, Member] = {}
+        self.target: dict[str, dict[uuid.UUID, frozenset[int]]] = {}
+        # metadata of the topics some member subscribes to (by name)
+        self.subscribed_topics: dict[str, TopicInfo] = {}
+        self.assignor_name = self.assignors[0].name
+        self._dead = False
+
+    # ------------------------------------------------------------------ Group protocol
+    @property
+    def group_type(self) -> str:
+        return GROUP_TYPE_CONSUMER
+
+    @property
+    def protocol_type(self) -> str:
+        return "consumer"
+
+    @property
+    def state(self) -> GroupState:
+        if self._dead:
+            return GroupState.DEAD
+        if not self.members:
+            return GroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return GroupState.ASSIGNING
+        for m in self.members.values():
+            if m.member_epoch == STATIC_LEAVE_EPOCH:
+                continue
+            if m.member_epoch != self.assignment_epoch or m.state is not MemberState.STABLE:
+                return GroupState.RECONCILING
+        return GroupState.STABLE
+
+    @property
+    def state_name(self) -> str:
+        return self.state.value
+
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def subscribed_topic_names(self) -> set[str]:
+        """Every topic some member subscribes to by name or (existing and matching) regex;
+        OffsetDelete refuses to delete these (GROUP_SUBSCRIBED_TO_TOPIC)."""
+        out: set[str] = set(self.subscribed_topics)
+        for m in self.members.values():
+            out |= m.subscribed_topic_names
+        return out
+
+    def mark_dead(self) -> None:
+        """DeleteGroups: only an empty group may die."""
+        with self._transition(Event.DELETE):
+            self._dead = True
+
+    def validate_offset_commit(self, member_id: str, generation_or_epoch: int,
+                               group_instance_id: str | None, now_ms: int) -> ErrorCode:
+        if generation_or_epoch < 0 and not self.members:
+            return ErrorCode.none
+        member = self.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if generation_or_epoch != member.member_epoch:
+            return ErrorCode.stale_member_epoch
+        return ErrorCode.none
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode:
+        if not member_id and member_epoch < 0:
+            return ErrorCode.none
+        member = self.members.get(member_id or "")
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if member_epoch != member.member_epoch:
+            return ErrorCode.stale_member_epoch
+        return ErrorCode.none
+
+    def tick(self, now_ms: int) -> bool:
+        if self._dead:
+            return False
+        changed = False
+        for member in list(self.members.values()):
+            if member.member_id not in self.members:
+                continue
+            if now_ms >= member.session_deadline_ms:
+                with self._transition(Event.SESSION_EXPIRED):
+                    self._remove(member.member_id)
+                changed = True
+            elif (member.revocation_deadline_ms is not None
+                  and now_ms >= member.revocation_deadline_ms):
+                with self._transition(Event.REBALANCE_TIMEOUT):
+                    self._remove(member.member_id)
+                changed = True
+        return changed
+
+    # ------------------------------------------------------------------ heartbeat
+    def heartbeat(
+        self,
+        *,
+        member_id: str,
+        member_epoch: int,
+        topics: Mapping[str, TopicInfo],
+        now_ms: int,
+        instance_id: str | None = None,
+        rack_id: str | None = None,
+        rebalance_timeout_ms: int = -1,
+        subscribed_topic_names: Sequence[str] | None = None,
+        subscribed_topic_regex: str | None = None,
+        server_assignor: str | None = None,
+        topic_partitions: Sequence[tuple[uuid.UUID, Sequence[int]]] | None = None,
+        api_version: int = 1,
+        client_id: str = "",
+        client_host: str = "",
+    ) -> HeartbeatResult:
+        """One ConsumerGroupHeartbeat. ``topics``: every existing topic, name → TopicInfo."""
+        if self._dead:
+            raise IllegalGroupEvent(f"group {self.group_id} is dead")
+        try:
+            self._validate_request(member_id, member_epoch, instance_id, rack_id,
+                                   rebalance_timeout_ms, subscribed_topic_names,
+                                   subscribed_topic_regex, server_assignor, topic_partitions,
+                                   api_version)
+            if member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+                return self._leave(member_id, member_epoch, instance_id)
+            owned = None if topic_partitions is None else _group(
+                (t, int(p)) for t, ps in topic_partitions for p in ps)
+            if member_epoch == JOIN_EPOCH:
+                event = Event.JOIN
+                member, is_new = self._member_for_join(member_id, instance_id)
+            else:
+                event = Event.HEARTBEAT
+                member = self._member_for_heartbeat(member_id, member_epoch, instance_id,
+                                                    owned)
+                is_new = False
+        except _Reject as e:
+            return HeartbeatResult(e.code, e.message)
+        with self._transition(event):
+            return self._accept(member, is_new, member_epoch, topics, now_ms, rack_id,
+                                rebalance_timeout_ms, subscribed_topic_names,
+                                subscribed_topic_regex, server_assignor, owned, client_id,
+                                client_host)
+
+    def _validate_request(
+        self, member_id: str, member_epoch: int, instance_id: str | None, rack_id: str | None,
+        rebalance_timeout_ms: int, names: Sequence[str] | None, regex: str | None,
+        server_assignor: str | None,
+        owned: Sequence[tuple[uuid.UUID, Sequence[int]]] | None, api_version: int,
+    ) -> None:
+        invalid = ErrorCode.invalid_request
+        if instance_id == "":
+            raise _Reject(invalid, "InstanceId can't be empty.")
+        if rack_id == "":
+            raise _Reject(invalid, "RackId can't be empty.")
+        if api_version >= 1 and not member_id:
+            raise _Reject(invalid, "MemberId can't be empty.")
+        if member_epoch > 0 or member_epoch == LEAVE_EPOCH:
+            if not member_id:
+                raise _Reject(invalid, "MemberId can't be empty.")
+        elif member_epoch == JOIN_EPOCH:
+            if rebalance_timeout_ms < 0:
+                raise _Reject(invalid, "RebalanceTimeoutMs must be provided in first request.")
+            if owned is None or any(ps for _, ps in owned):
+                raise _Reject(invalid, "TopicPartitions must be empty when (re-)joining.")
+            if names is None and regex is None:
+                raise _Reject(invalid, "Either SubscribedTopicNames or SubscribedTopicRegex "
+                                       "must be non-null when (re-)joining.")
+        elif member_epoch == STATIC_LEAVE_EPOCH:
+            if not member_id:
+                raise _Reject(invalid, "MemberId can't be empty.")
+            if instance_id is None:
+                raise _Reject(invalid, "InstanceId can't be null.")
+        else:
+            raise _Reject(invalid, f"MemberEpoch {member_epoch} is invalid.")
+        if regex:
+            try:
+                re.compile(regex)
+            except re.error as e:
+                raise _Reject(ErrorCode.invalid_regular_expression,
+                              f"SubscribedTopicRegex {regex!r} is not valid: {e}") from None
+        if server_assignor is not None and server_assignor not in self._assignors_by_name():
+            raise _Reject(ErrorCode.unsupported_assignor,
+                          f"ServerAssignor {server_assignor} is not supported. Supported "
+                          f"assignors: {', '.join(a.name for a in self.assignors)}.")
+
+    def _assignors_by_name(self) -> dict[str, Assignor]:
+        return {a.name: a for a in self.assignors}
+
+    def _static_member(self, instance_id: str) -> Member | None:
+        for m in self.members.values():
+            if m.instance_id == instance_id:
+                return m
+        return None
+
+    def _leave(self, member_id: str, member_epoch: int,
+               instance_id: str | None) -> HeartbeatResult:
+        if instance_id is not None:
+            member = self._static_member(instance_id)
+            if member is None:
+                raise _Reject(ErrorCode.unknown_member_id,
+                              f"Instance id {instance_id} is unknown.")
+            if member.member_id != member_id:
+                raise _Reject(ErrorCode.fenced_instance_id,
+                              f"Instance id {instance_id} belongs to another member.")
+        else:
+            found = self.members.get(member_id)
+            if found is None:
+                raise _Reject(ErrorCode.unknown_member_id, f"Member {member_id} is unknown.")
+            member = found
+        if member_epoch == STATIC_LEAVE_EPOCH:
+            with self._transition(Event.STATIC_LEAVE):
+                # keeps its assignment (and ownership) until the session expires
+                member.previous_member_epoch = member.member_epoch
+                member.member_epoch = STATIC_LEAVE_EPOCH
+                member.revocation_deadline_ms = None
+        else:
+            with self._transition(Event.LEAVE):
+                self._remove(member.member_id)
+        return HeartbeatResult(ErrorCode.none, None, member_id, member_epoch, 0)
+
+    def _member_for_join(self, member_id: str, instance_id: str | None) -> tuple[Member, bool]:
+        if instance_id is not None:
+            existing = self._static_member(instance_id)
+            if existing is not None and existing.member_id != member_id:
+                if existing.member_epoch != STATIC_LEAVE_EPOCH:
+                    raise _Reject(ErrorCode.unreleased_instance_id,
+                                  f"Static member {existing.member_id} with instance id "
+                                  f"{instance_id} is still active.")
+                # the instance rejoins under a new member id: it takes over the assignment
+                new_id = member_id or self._new_member_id()
+                del self.members[existing.member_id]
+                self.target[new_id] = self.target.pop(existing.member_id, {})
+                existing.member_id = new_id
+                existing.member_epoch = existing.previous_member_epoch
+                self.members[new_id] = existing
+                return existing, False
+            if existing is not None:
+                if existing.member_epoch == STATIC_LEAVE_EPOCH:
+                    existing.member_epoch = existing.previous_member_epoch
+                return existing, False
+        if member_id and member_id in self.members:
+            found = self.members[member_id]
+            if found.instance_id is not None and found.instance_id != instance_id:
+                raise _Reject(ErrorCode.fenced_instance_id,
+                              f"Member {member_id} has instance id {found.instance_id}.")
+            return found, False
+        return Member(member_id or self._new_member_id(), instance_id=instance_id), True
+
+    def _member_for_heartbeat(self, member_id: str, member_epoch: int, instance_id: str | None,
+                              owned: Partitions | None) -> Member:
+        member = self.members.get(member_id)
+        if member is None:
+            raise _Reject(ErrorCode.unknown_member_id, f"Member {member_id} is unknown.")
+        if instance_id is not None and member.instance_id != instance_id:
+            raise _Reject(ErrorCode.fenced_instance_id,
+                          f"Member {member_id} has instance id {member.instance_id}.")
+        if member_epoch > member.member_epoch:
+            raise _Reject(ErrorCode.fenced_member_epoch,
+                          f"Epoch {member_epoch} is newer than the member's "
+                          f"{member.member_epoch}.")
+        if member_epoch < member.member_epoch:
+            lost_response = (member_epoch == member.previous_member_epoch and owned is not None
+                             and _tps(owned) <= _tps(member.assigned))
+            if not lost_response:
+                raise _Reject(ErrorCode.fenced_member_epoch,
+                              f"Epoch {member_epoch} is older than the member's "
+                              f"{member.member_epoch}.")
+        return member
+
+    def _accept(
+        self, member: Member, is_new: bool, request_epoch: int, topics: Mapping[str, TopicInfo],
+        now_ms: int, rack_id: str | None, rebalance_timeout_ms: int,
+        names: Sequence[str] | None, regex: str | None, server_assignor: str | None,
+        owned: Partitions | None, client_id: str, client_host: str,
+    ) -> HeartbeatResult:
+        before = member.subscription_key()
+        if rack_id is not None:
+            member.rack_id = rack_id
+        if rebalance_timeout_ms >= 0:
+            member.rebalance_timeout_ms = rebalance_timeout_ms
+        if names is not None:
+            member.subscribed_topic_names = frozenset(names)
+        if regex is not None:
+            member.subscribed_topic_regex = regex or None
+        if server_assignor is not None:
+            member.server_assignor = server_assignor
+        if client_id:
+            member.client_id = client_id
+        if client_host:
+            member.client_host = client_host
+        member.session_deadline_ms = now_ms + self.session_timeout_ms
+        if is_new:
+            self.members[member.member_id] = member
+        bump = is_new or member.subscription_key() != before
+        metadata = self._subscribed_metadata(topics)
+        if metadata != self.subscribed_topics:
+            self.subscribed_topics = metadata
+            bump = True
+        if bump:
+            self.group_epoch += 1
+        self._maybe_compute_target()
+
+        assigned_before = dict(member.assigned)
+        if request_epoch == JOIN_EPOCH:
+            owned = {}  # a (re)joining member owns nothing
+        self._reconcile(member, owned, now_ms)
+        full = (rebalance_timeout_ms >= 0 and names is not None and owned is not None)
+        send = request_epoch == JOIN_EPOCH or full or member.assigned != assigned_before
+        return HeartbeatResult(
+            ErrorCode.none, None, member.member_id, member.member_epoch,
+            self.heartbeat_interval_ms, _wire(member.assigned) if send else None,
+        )
+
+    # ------------------------------------------------------------------ target assignment
+    def _subscribed_metadata(self, topics: Mapping[str, TopicInfo]) -> dict[str, TopicInfo]:
+        wanted: set[str] = set()
+        for m in self.members.values():
+            wanted |= self._member_topics(m, topics)
+        return {name: topics[name] for name in sorted(wanted) if name in topics}
+
+    @staticmethod
+    def _member_topics(member: Member, topics: Iterable[str]) -> frozenset[str]:
+        out = set(member.subscribed_topic_names)
+        if member.subscribed_topic_regex:
+            pattern = re.compile(member.subscribed_topic_regex)
+            out |= {t for t in topics
+                    if not t.startswith(INTERNAL_TOPIC_PREFIX) and pattern.fullmatch(t)}
+        return frozenset(out)
+
+    def _preferred_assignor(self) -> Assignor:
+        by_name = self._assignors_by_name()
+        counts: dict[str, int] = {}
+        for m in self.members.values():
+            if m.server_assignor is not None and m.server_assignor in by_name:
+                counts[m.server_assignor] = counts.get(m.server_assignor, 0) + 1
+        if not counts:
+            return self.assignors[0]
+        return by_name[max(sorted(counts), key=lambda n: counts[n])]
+
+    def _maybe_compute_target(self) -> None:
+        if self.group_epoch <= self.assignment_epoch:
+            return
+        chosen = self._preferred_assignor()
+        self.assignor_name = chosen.name
+        subscriptions = {
+            m.member_id: MemberSubscription(
+                self._member_topics(m, self.subscribed_topics) & set(self.subscribed_topics),
+                m.rack_id)
+            for m in self.members.values()
+        }
+        self.target = chosen.assign(subscriptions, self.subscribed_topics, self.target)
+        self.assignment_epoch = self.group_epoch
+
+    # ------------------------------------------------------------------ reconciliation
+    def _owners(self, exclude: str) -> dict[TopicPartition, str]:
+        out: dict[TopicPartition, str] = {}
+        for m in self.members.values():
+            if m.member_id == exclude:
+                continue
+            for tp in _tps(m.assigned) | _tps(m.pending_revocation):
+                out[tp] = m.member_id
+        return out
+
+    def _reconcile(self, member: Member, owned: Partitions | None, now_ms: int) -> None:
+        """Kafka's CurrentAssignmentBuilder for one member."""
+        if member.member_epoch == STATIC_LEAVE_EPOCH:
+            return
+        if member.state is MemberState.STABLE:
+            if member.member_epoch != self.assignment_epoch:
+                self._next_assignment(member, member.member_epoch, owned, now_ms)
+        elif member.state is MemberState.UNREVOKED_PARTITIONS:
+            if owned is None or _tps(owned) & _tps(member.pending_revocation):
+                return
+            self._next_assignment(member, min(member.member_epoch + 1, self.assignment_epoch),
+                                  owned, now_ms)
+        else:
+            self._next_assignment(member, member.member_epoch, owned, now_ms)
+
+    def _next_assignment(self, member: Member, epoch: int, owned: Partitions | None,
+                         now_ms: int) -> None:
+        target = _tps(self.target.get(member.member_id, {}))
+        current = _tps(member.assigned)
+        owners = self._owners(exclude=member.member_id)
+        assigned = current & target
+        revoke = current - target
+        unreleased = False
+        for tp in sorted(target - current, key=lambda tp: (str(tp[0]), tp[1])):
+            if tp in owners:
+                unreleased = True
+            else:
+                assigned.add(tp)
+        still_owned = owned is None or bool(_tps(owned) & revoke)
+        new_epoch = epoch
+        if revoke and still_owned:
+            member.state = MemberState.UNREVOKED_PARTITIONS
+            member.pending_revocation = _group(revoke)
+            if member.revocation_deadline_ms is None:
+                member.revocation_deadline_ms = now_ms + member.rebalance_timeout_ms
+        else:
+            member.state = (MemberState.UNRELEASED_PARTITIONS if unreleased
+                            else MemberState.STABLE)
+            member.pending_revocation = {}
+            member.revocation_deadline_ms = None
+            new_epoch = self.assignment_epoch
+        member.assigned = _group(assigned)
+        if new_epoch != member.member_epoch:
+            member.previous_member_epoch = member.member_epoch
+            member.member_epoch = new_epoch
+
+    def _remove(self, member_id: str) -> None:
+        del self.members[member_id]
+        self.target.pop(member_id, None)
+        self.group_epoch += 1
+        # the departed member's topics may no longer be subscribed by anyone
+        names = set(self.subscribed_topics)
+        still: set[str] = set()
+        for m in self.members.values():
+            still |= self._member_topics(m, names)
+        self.subscribed_topics = {n: i for n, i in self.subscribed_topics.items() if n in still}
+        self._maybe_compute_target()
+
+    # ------------------------------------------------------------------ transitions
+    def _transition(self, event: Event) -> _TransitionGuard:
+        return _TransitionGuard(self, event)
+
+    # ------------------------------------------------------------------ describe
+    def describe(self, topic_names: Mapping[uuid.UUID, str] | None = None) -> dict[str, Any]:
+        """ConsumerGroupDescribe's ``DescribedGroup`` for this group (plain values);
+        ``topic_names`` resolves topic ids (default: the subscribed topics' metadata)."""
+        names = {info.topic_id: name for name, info in self.subscribed_topics.items()}
+        if topic_names is not None:
+            names.update(topic_names)
+
+        def assignment(parts: Partitions) -> dict[str, Any]:
+            return {"topic_partitions": [
+                {"topic_id": t, "topic_name": names.get(t, ""), "partitions": ps}
+                for t, ps in _wire(parts)
+            ]}
+
+        return {
+            "error_code": ErrorCode.none,
+            "group_id": self.group_id,
+            "group_state": self.state_name,
+            "group_epoch": self.group_epoch,
+            "assignment_epoch": self.assignment_epoch,
+            "assignor_name": self.assignor_name,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "instance_id": m.instance_id,
+                    "rack_id": m.rack_id,
+                    "member_epoch": m.member_epoch,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "subscribed_topic_names": tuple(sorted(m.subscribed_topic_names)),
+                    "subscribed_topic_regex": m.subscribed_topic_regex,
+                    "assignment": assignment(m.assigned),
+                    "target_assignment": assignment(self.target.get(m.member_id, {})),
+                    "member_type": 1,
+                }
+                for m in sorted(self.members.values(), key=lambda m: m.member_id)
+            ],
+        }
+
+
+class _TransitionGuard:
+    """Checks an event against ``TRANSITIONS`` before (raise, nothing changed) and after."""
+
+    def __init__(self, group: ConsumerGroup, event: Event) -> None:
+        self.group = group
+        self.event = event
+
+    def __enter__(self) -> None:
+        legal, _ = TRANSITIONS[self.event]
+        state = self.group.state
+        if state not in legal:
+            raise IllegalGroupEvent(
+                f"{self.event.value} is not allowed in state {state.value} "
+                f"(group {self.group.group_id})")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None:
+            return
+        _, results = TRANSITIONS[self.event]
+        state = self.group.state
+        assert state in results, f"{self.event.value} led to {state.value}"
+
+
+__all__ = ["ASSIGNORS", "ConsumerGroup", "GroupState", "HeartbeatResult", "IllegalGroupEvent",
+           "Member", "MemberState", "TopicInfo"]

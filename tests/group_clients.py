@@ -1,0 +1,163 @@
+"""Group consumers of the three clients behind one small interface, for group tests.
+
+Each ``GroupMember`` runs one subscribed consumer in its own thread (a client blocks in its
+poll while it rejoins, so members must not share a thread), recording what it consumed and
+its current assignment. ``stop()`` closes the consumer (LeaveGroup) and joins the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.brokerproc import wait_until
+
+FAST = {"session_timeout_ms": 6000, "heartbeat_ms": 300}
+
+
+@dataclass
+class GroupMember:
+    client: str
+    bootstrap: str
+    topics: list[str]
+    group: str
+    session_timeout_ms: int = 6000
+    heartbeat_ms: int = 300
+    auto_commit: bool = False
+    assignor: str | None = None
+    instance_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    records: list[tuple[int, int, bytes | None]] = field(default_factory=list)
+    assignment: frozenset[int] = frozenset()
+    revokes: int = 0
+    member_id: str = ""
+    error: BaseException | None = None
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> GroupMember:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), f"{self.client} consumer did not close"
+
+    def _run(self) -> None:
+        try:
+            if self.client == "confluent":
+                self._run_confluent()
+            elif self.client == "kafka-python":
+                self._run_kafka_python()
+            else:
+                asyncio.run(self._run_aiokafka())
+        except BaseException as e:  # surfaced by the tests
+            self.error = e
+
+    def _run_confluent(self) -> None:
+        from confluent_kafka import Consumer
+
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap, "group.id": self.group,
+            "auto.offset.reset": "earliest", "enable.auto.commit": self.auto_commit,
+            "session.timeout.ms": self.session_timeout_ms,
+            "heartbeat.interval.ms": self.heartbeat_ms,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+        if self.assignor:
+            conf["partition.assignment.strategy"] = self.assignor
+        if self.instance_id:
+            conf["group.instance.id"] = self.instance_id
+        conf.update(self.extra)
+        c = Consumer(conf)
+
+        def on_revoke(consumer: Any, partitions: Any) -> None:
+            if partitions:
+                self.revokes += 1
+
+        c.subscribe(self.topics, on_revoke=on_revoke)
+        try:
+            while not self._stop.is_set():
+                m = c.poll(0.1)
+                if m is not None and m.error() is None:
+                    self.records.append((m.partition(), m.offset(), m.value()))
+                self.assignment = frozenset(tp.partition for tp in c.assignment())
+                self.member_id = c.memberid() or ""
+        finally:
+            c.close()
+
+    def _run_kafka_python(self) -> None:
+        from kafka import KafkaConsumer
+
+        kw: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap, "group_id": self.group,
+            "auto_offset_reset": "earliest", "enable_auto_commit": self.auto_commit,
+            "session_timeout_ms": self.session_timeout_ms,
+            "heartbeat_interval_ms": self.heartbeat_ms, "metadata_max_age_ms": 1000,
+        }
+        if self.instance_id:
+            kw["group_instance_id"] = self.instance_id
+        kw.update(self.extra)
+        c = KafkaConsumer(**kw)
+        c.subscribe(self.topics)
+        try:
+            while not self._stop.is_set():
+                for tp, msgs in c.poll(100).items():
+                    for m in msgs:
+                        self.records.append((tp.partition, m.offset, m.value))
+                self.assignment = frozenset(tp.partition for tp in c.assignment())
+        finally:
+            c.close()
+
+    async def _run_aiokafka(self) -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        c = AIOKafkaConsumer(
+            *self.topics, bootstrap_servers=self.bootstrap, group_id=self.group,
+            auto_offset_reset="earliest", enable_auto_commit=self.auto_commit,
+            session_timeout_ms=self.session_timeout_ms,
+            heartbeat_interval_ms=self.heartbeat_ms, metadata_max_age_ms=1000,
+            **self.extra,
+        )
+        await c.start()
+        try:
+            while not self._stop.is_set():
+                batch = await c.getmany(timeout_ms=100)
+                for tp, msgs in batch.items():
+                    for m in msgs:
+                        self.records.append((tp.partition, m.offset, m.value))
+                self.assignment = frozenset(tp.partition for tp in c.assignment())
+        finally:
+            await c.stop()
+
+
+def settled(members: list[GroupMember], partitions: int) -> bool:
+    """Every member has partitions, none shared, all covered."""
+    sets = [m.assignment for m in members]
+    union: set[int] = set().union(*sets)
+    return (all(sets) and sum(len(s) for s in sets) == len(union)
+            and union == set(range(partitions)))
+
+
+def wait_settled(members: list[GroupMember], partitions: int, timeout_s: float = 30.0,
+                 stable_for_s: float = 0.0) -> None:
+    """Wait until ``settled``; with ``stable_for_s``, until it stays so that long."""
+    for m in members:
+        assert m.error is None, m.error
+    wait_until(lambda: settled(members, partitions), timeout_s,
+               what=f"{len(members)} members to share {partitions} partitions: "
+               f"{[sorted(m.assignment) for m in members]}")
+    if stable_for_s:
+        snapshot = [m.assignment for m in members]
+        deadline = time.monotonic() + stable_for_s
+        while time.monotonic() < deadline:
+            if [m.assignment for m in members] != snapshot:
+                wait_settled(members, partitions, timeout_s, stable_for_s)
+                return
+            time.sleep(0.05)
