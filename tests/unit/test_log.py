@@ -526,3 +526,24 @@ def test_segment_ms_roll_and_flush_messages(
     assert len(log.segments) == 2
     log.delete()
     assert not (tmp_path / "t-0").exists()
+
+
+def test_flush_ms_is_honoured_between_appends(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-LOG-7: data waiting longer than flush.ms is fsynced by the periodic flusher,
+    even when no further append comes to trigger it."""
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    log = PartitionLog.open(tmp_path / "t-0", small_config(flush_ms=1_000), clock)
+    append(log, 1)
+    fsyncs.clear()
+    clock.advance(999)
+    assert log.flush_if_due() is False and not fsyncs
+    clock.advance(1)
+    assert log.flush_if_due() is True and fsyncs
+    fsyncs.clear()
+    clock.advance(5_000)
+    assert log.flush_if_due() is False and not fsyncs  # nothing new to flush
+    log.close()

@@ -183,6 +183,14 @@ class ReplicaManager:
             deleted += n
         return deleted
 
+    def flush_due(self) -> None:
+        """Flush every log whose unflushed data is older than its ``flush.ms``."""
+        for p in list(self.partitions.values()):
+            try:
+                p.log.flush_if_due()
+            except OSError:
+                log.exception("flush failed for %s", p.tp)
+
     def flush_all(self) -> None:
         for p in self.partitions.values():
             p.log.flush()

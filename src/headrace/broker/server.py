@@ -41,6 +41,7 @@ log = logging.getLogger("headrace.broker")
 API_VERSIONS = 18
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 QUEUE_HIGH_WATER = 64
+FLUSH_SCHEDULER_INTERVAL_MS = 1000  # how often flush.ms is checked between appends
 
 
 class StartupError(Exception):
@@ -267,6 +268,7 @@ class Broker:
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         self._spawn(self._retention_loop())
+        self._spawn(self._flush_loop())
         self._spawn(self.groups.run(self._stopped))
         log.info("headrace broker %d listening on %s:%d (data dir %s, %d partitions)",
                  self.node_id, self.host, self.port, self.data_dir, len(self.replicas.partitions))
@@ -280,6 +282,16 @@ class Broker:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("background task failed: %r", task.exception())
+
+    async def _flush_loop(self) -> None:
+        """Kafka's log flusher: fsync logs whose ``flush.ms`` has passed (R-LOG-7)."""
+        interval = FLUSH_SCHEDULER_INTERVAL_MS / 1000
+        while not self.stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), interval)
+            if self.stopping:
+                return
+            self.replicas.flush_due()
 
     async def _retention_loop(self) -> None:
         interval = int(self.config["log.retention.check.interval.ms"]) / 1000

@@ -33,8 +33,9 @@ way, and if that truncates one, every later segment is deleted (Kafka's ``LogLoa
 the same: offsets past a hole cannot be trusted). Index files are rebuilt whenever they are
 missing or inconsistent. The idempotent-producer state and the leader-epoch cache are
 rebuilt from the batch headers of all segments (one 61-byte read per batch; no snapshot
-yet). Data is fsynced per ``flush.messages`` / ``flush.ms`` (checked on append) or when
-``flush`` is called; otherwise it is in the page cache (R-LOG-7).
+yet). Data is fsynced per ``flush.messages`` / ``flush.ms`` (checked on append and by the
+broker's periodic ``flush_if_due``) or when ``flush`` is called; otherwise it is in the
+page cache (R-LOG-7).
 
 Thread-safety: none. Everything runs on the broker's event-loop thread.
 """
@@ -543,6 +544,15 @@ class PartitionLog:
         self._cleaned_to = None
         for seg in self._segments:
             seg.index_interval_bytes = config.index_interval_bytes
+
+    def flush_if_due(self) -> bool:
+        """fsync if data has waited ``flush.ms`` since the last flush (the broker's flusher
+        calls this periodically, like Kafka's ``log.flush.scheduler.interval.ms``)."""
+        if self._unflushed and (
+                self.clock.monotonic_ms() - self._last_flush_ms >= self.config.flush_ms):
+            self.flush()
+            return True
+        return False
 
     def flush(self) -> None:
         """fsync every segment written since the last flush."""
