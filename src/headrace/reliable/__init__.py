@@ -1,0 +1,66 @@
+"""Storm-grade guaranteed processing for Kafka consumers (SPEC R-REL-1..6).
+
+Pure cores (no I/O, time passed in): ``Acker``/``AckerPool`` (XOR of item ids per root),
+``TupleTracker``/``Item`` (anchoring, ack, fail), ``OffsetManager`` (KafkaSpout's commit
+discipline, one per partition) and ``ReliableSpout`` (records in, effects out). The shell:
+``ReliableConsumer`` over confluent-kafka, running a ``Topology`` of basic or explicit bolts.
+Exactly-once output helpers: ``IdempotentSqliteSink`` and ``SqliteOffsetStore``.
+"""
+
+from headrace.reliable.acker import Acker, AckerPool, RootCompleted, RootFailed
+from headrace.reliable.consumer import ReliableConsumer
+from headrace.reliable.errors import ReliableConfigError, ReliableUsageError
+from headrace.reliable.exactly_once import (
+    IdempotentSqliteSink,
+    SqliteOffsetStore,
+    idempotent_key,
+)
+from headrace.reliable.offsets import OffsetManager
+from headrace.reliable.spout import (
+    Commit,
+    DeadLetter,
+    Effect,
+    Pause,
+    ReliableSpout,
+    Resume,
+    Seek,
+    SpoutConfig,
+    TopicPartition,
+)
+from headrace.reliable.topology import (
+    BasicOutputCollector,
+    OutputCollector,
+    Record,
+    Topology,
+)
+from headrace.reliable.tuples import Item, ItemState, TupleTracker
+
+__all__ = [
+    "Acker",
+    "AckerPool",
+    "BasicOutputCollector",
+    "Commit",
+    "DeadLetter",
+    "Effect",
+    "IdempotentSqliteSink",
+    "Item",
+    "ItemState",
+    "OffsetManager",
+    "OutputCollector",
+    "Pause",
+    "Record",
+    "ReliableConfigError",
+    "ReliableConsumer",
+    "ReliableSpout",
+    "ReliableUsageError",
+    "Resume",
+    "RootCompleted",
+    "RootFailed",
+    "Seek",
+    "SpoutConfig",
+    "SqliteOffsetStore",
+    "TopicPartition",
+    "Topology",
+    "TupleTracker",
+    "idempotent_key",
+]

@@ -1,0 +1,426 @@
+"""The shell: ``ReliableConsumer`` runs a ``Topology`` over confluent-kafka.
+
+Threads: the caller's thread runs ``run()``: it polls (``Consumer.consume``), feeds records
+to the pure ``ReliableSpout``, hands root items to the first stage's lanes and carries out
+the spout's effects (seek, pause/resume, commit, dead letters). Each stage lane is one
+thread with a queue; lanes ack, fail and emit through the spout under one lock. Rebalance
+callbacks run inside ``consume`` on the polling thread. Polling never stops while
+partitions are paused, so the group session and ``max.poll.interval.ms`` stay satisfied.
+
+Shutdown (``close``), bounded, in order: pause every partition → keep polling until the
+pending roots complete or ``drain_timeout_s`` passes → commit what is committable → stop
+the lanes → close the consumer (its revoke callback commits again, if anything is new) →
+flush the dead-letter producer.
+
+Crash behaviour: nothing is committed that is not fully processed, so after kill -9 the
+group resumes at the last commit and re-processes at most the records after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from headrace.reliable.errors import ReliableConfigError, ReliableUsageError
+from headrace.reliable.exactly_once import SqliteOffsetStore
+from headrace.reliable.spout import (
+    Commit,
+    DeadLetter,
+    Effect,
+    Pause,
+    ReliableSpout,
+    Resume,
+    Seek,
+    SpoutConfig,
+    TopicPartition,
+)
+from headrace.reliable.topology import (
+    BasicHandler,
+    BasicOutputCollector,
+    Handler,
+    OutputCollector,
+    Record,
+    Stage,
+    Topology,
+)
+from headrace.reliable.tuples import Item, ItemState
+
+log = logging.getLogger("headrace.reliable")
+
+DLQ_HEADER_TOPIC = "headrace.original.topic"
+DLQ_HEADER_PARTITION = "headrace.original.partition"
+DLQ_HEADER_OFFSET = "headrace.original.offset"
+DLQ_HEADER_ERROR = "headrace.error"
+DLQ_HEADER_ATTEMPTS = "headrace.attempts"
+
+_STOP = object()
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class _Lane:
+    def __init__(self, runtime: ReliableConsumer, stage_index: int, lane: int,
+                 maxsize: int) -> None:
+        self.runtime = runtime
+        self.stage_index = stage_index
+        self.queue: queue.Queue[object] = queue.Queue(maxsize)
+        stage = runtime.topology.stages[stage_index]
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       name=f"headrace-reliable-{stage.name}-{lane}")
+
+    def _run(self) -> None:
+        runtime = self.runtime
+        stage = runtime.topology.stages[self.stage_index]
+        while True:
+            obj = self.queue.get()
+            if obj is _STOP:
+                return
+            item = cast(Item, obj)
+            with runtime._lock:
+                live = runtime.spout.is_live(item)
+            if not live:
+                continue  # its tree failed or its partition was revoked: do not run it
+            try:
+                if stage.basic:
+                    handler = cast(BasicHandler, stage.handler)
+                    handler(item, _BasicCollector(runtime, self.stage_index, item))
+                    runtime.ack(item)
+                else:
+                    explicit: Handler = stage.handler
+                    explicit(item, runtime.collectors[self.stage_index])
+            except Exception as exc:
+                if item.state is ItemState.PENDING:
+                    runtime.fail(item, f"{type(exc).__name__}: {exc}")
+                else:
+                    log.exception("stage %s raised after finishing its item", stage.name)
+
+
+class _Collector:
+    def __init__(self, runtime: ReliableConsumer, stage_index: int) -> None:
+        self.runtime = runtime
+        self.stage_index = stage_index
+
+    def emit(self, values: tuple[Any, ...], anchors: Sequence[Item] = ()) -> Item:
+        return self.runtime.emit(self.stage_index, values, anchors)
+
+    def ack(self, item: Item) -> None:
+        self.runtime.ack(item)
+
+    def fail(self, item: Item, error: str = "failed") -> None:
+        self.runtime.fail(item, error)
+
+
+class _BasicCollector:
+    def __init__(self, runtime: ReliableConsumer, stage_index: int, anchor: Item) -> None:
+        self.runtime = runtime
+        self.stage_index = stage_index
+        self.anchor = anchor
+
+    def emit(self, values: tuple[Any, ...]) -> Item:
+        return self.runtime.emit(self.stage_index, values, (self.anchor,))
+
+
+class ReliableConsumer:
+    """Storm-grade at-least-once processing of Kafka topics (R-REL-1..6).
+
+    ``config`` is a confluent-kafka consumer config (``bootstrap.servers``, ``group.id``,
+    ...); auto-commit and auto offset store are forced off. ``topology`` is a ``Topology``
+    or one basic-bolt function run on ``concurrency`` lanes.
+    """
+
+    def __init__(self, config: dict[str, Any], topics: list[str],
+                 topology: Topology | BasicHandler, *, concurrency: int = 4,
+                 max_uncommitted_offsets: int = 10_000, offset_commit_period_ms: int = 5_000,
+                 max_retries: int | None = None, retry_backoff_ms: int = 100,
+                 retry_backoff_max_ms: int = 10_000, message_timeout_ms: int = 30_000,
+                 num_ackers: int = 1, dead_letter_topic: str | None = None,
+                 offset_store: SqliteOffsetStore | None = None,
+                 track: Callable[[Record], bool] | None = None,
+                 producer_config: dict[str, Any] | None = None,
+                 on_commit: Callable[[dict[TopicPartition, int]], None] | None = None,
+                 poll_batch: int = 500, poll_timeout_s: float = 0.05,
+                 stage_queue_size: int = 1_000) -> None:
+        if isinstance(topology, Topology):
+            self.topology = topology
+        else:
+            self.topology = Topology().basic_bolt("handler", topology, concurrency)
+        if not self.topology.stages:
+            raise ReliableConfigError("the topology has no stage")
+        if max_retries is not None and dead_letter_topic is None:
+            raise ReliableConfigError("max_retries needs a dead_letter_topic")
+        self.topics = list(topics)
+        self.spout = ReliableSpout(SpoutConfig(
+            max_uncommitted_offsets=max_uncommitted_offsets,
+            offset_commit_period_ms=offset_commit_period_ms, max_retries=max_retries,
+            retry_backoff_ms=retry_backoff_ms, retry_backoff_max_ms=retry_backoff_max_ms,
+            message_timeout_ms=message_timeout_ms, num_ackers=num_ackers), _now_ms())
+        self.dead_letter_topic = dead_letter_topic
+        self.offset_store = offset_store
+        self.on_commit = on_commit
+        self._track = track
+        self._poll_batch = poll_batch
+        self._poll_timeout_s = poll_timeout_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._closed = False
+        self.consumer = Consumer({**config, "enable.auto.commit": False,
+                                  "enable.auto.offset.store": False})
+        self.producer: Producer | None = None
+        if dead_letter_topic is not None:
+            pconf = {"bootstrap.servers": config["bootstrap.servers"],
+                     **(producer_config or {})}
+            self.producer = Producer(pconf)
+        self.collectors = [_Collector(self, i) for i in range(len(self.topology.stages))]
+        self._lanes: list[list[_Lane]] = [
+            [_Lane(self, i, n, 0 if i == 0 else stage_queue_size)
+             for n in range(stage.parallelism)]
+            for i, stage in enumerate(self.topology.stages)]
+        self._round_robin = [0] * len(self._lanes)
+        for lanes in self._lanes:
+            for lane in lanes:
+                lane.thread.start()
+        self.consumer.subscribe(self.topics, on_assign=self._on_assign,
+                                on_revoke=self._on_revoke)
+
+    # ------------------------------------------------------------------ handlers' calls
+
+    def emit(self, stage_index: int, values: tuple[Any, ...], anchors: Sequence[Item]) -> Item:
+        nxt = stage_index + 1
+        if nxt >= len(self._lanes):
+            raise ReliableUsageError(
+                f"stage {self.topology.stages[stage_index].name} has no downstream stage")
+        with self._lock:
+            item = self.spout.emit(values, anchors)
+        self._dispatch(nxt, item)
+        return item
+
+    def ack(self, item: Item) -> None:
+        with self._lock:
+            self.spout.ack(item, _now_ms())
+
+    def fail(self, item: Item, error: str = "failed") -> None:
+        with self._lock:
+            self.spout.fail(item, _now_ms(), error)
+
+    def _dispatch(self, stage_index: int, item: Item) -> None:
+        lanes = self._lanes[stage_index]
+        stage: Stage = self.topology.stages[stage_index]
+        if len(lanes) == 1:
+            lane = lanes[0]
+        elif stage.fields is not None:
+            lane = lanes[hash(stage.fields(item)) % len(lanes)]
+        else:
+            self._round_robin[stage_index] = (self._round_robin[stage_index] + 1) % len(lanes)
+            lane = lanes[self._round_robin[stage_index]]
+        lane.queue.put(item)
+
+    # ------------------------------------------------------------------ the poll loop
+
+    def stop(self) -> None:
+        """Ask ``run`` to return (thread-safe; from a signal handler too)."""
+        self._stop.set()
+
+    def run(self, max_duration_s: float | None = None) -> None:
+        deadline = None if max_duration_s is None else time.monotonic() + max_duration_s
+        while not self._stop.is_set():
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            self.poll_once()
+
+    def poll_once(self) -> int:
+        """One poll: process the fetched records and carry out due effects. Returns the
+        number of root items dispatched."""
+        messages = self.consumer.consume(self._poll_batch, self._poll_timeout_s)
+        now = _now_ms()
+        items: list[Item] = []
+        with self._lock:
+            for m in messages:
+                err = m.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        log.warning("consume error: %s", err)
+                    continue
+                rec = _record(m)
+                item = self.spout.on_record(
+                    TopicPartition(rec.topic, rec.partition), rec.offset, now,
+                    values=(rec.key, rec.value), payload=rec,
+                    tracked=True if self._track is None else self._track(rec))
+                if item is not None:
+                    items.append(item)
+            effects = self.spout.tick(now)
+        for item in items:
+            self._dispatch(0, item)
+        self._apply(effects)
+        if self.producer is not None:
+            self.producer.poll(0)
+        return len(items)
+
+    def _apply(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Commit):
+                self._commit(effect.offsets)
+            elif isinstance(effect, Seek):
+                tp = effect.tp
+                try:
+                    self.consumer.seek(KafkaTopicPartition(tp.topic, tp.partition,
+                                                           effect.offset))
+                except KafkaException as exc:
+                    log.warning("seek %s to %d failed (%s); will retry", tp, effect.offset, exc)
+                    with self._lock:
+                        self.spout.seek_failed(tp)
+            elif isinstance(effect, Pause):
+                self.consumer.pause([KafkaTopicPartition(effect.tp.topic, effect.tp.partition)])
+            elif isinstance(effect, Resume):
+                self.consumer.resume([KafkaTopicPartition(effect.tp.topic,
+                                                          effect.tp.partition)])
+            elif isinstance(effect, DeadLetter):
+                self._dead_letter(effect)
+
+    def _commit(self, offsets: dict[TopicPartition, int]) -> bool:
+        if not offsets:
+            return True
+        try:
+            self.consumer.commit(offsets=[KafkaTopicPartition(tp.topic, tp.partition, o)
+                                          for tp, o in offsets.items()], asynchronous=False)
+        except KafkaException as exc:
+            log.warning("commit %s failed: %s", offsets, exc)
+            return False
+        with self._lock:
+            self.spout.committed(offsets)
+        if self.on_commit is not None:
+            self.on_commit(offsets)
+        return True
+
+    def _dead_letter(self, effect: DeadLetter) -> None:
+        assert self.producer is not None and self.dead_letter_topic is not None
+        rec = cast(Record, effect.payload)
+        headers: list[tuple[str, str | bytes | None]] = [*rec.headers,
+                   (DLQ_HEADER_TOPIC, rec.topic.encode()),
+                   (DLQ_HEADER_PARTITION, str(rec.partition).encode()),
+                   (DLQ_HEADER_OFFSET, str(rec.offset).encode()),
+                   (DLQ_HEADER_ERROR, effect.error.encode()),
+                   (DLQ_HEADER_ATTEMPTS, str(effect.attempts).encode())]
+        tp = effect.tp
+
+        def delivered(err: Any, _msg: Any) -> None:
+            with self._lock:
+                if err is None:
+                    self.spout.dead_lettered(tp, effect.offset)
+                else:
+                    log.warning("dead letter of %s@%d failed: %s", tp, effect.offset, err)
+                    self.spout.dead_letter_failed(tp, effect.offset, _now_ms())
+
+        self.producer.produce(self.dead_letter_topic, rec.value, rec.key, headers=headers,
+                              on_delivery=delivered)
+
+    # ------------------------------------------------------------------ rebalance
+
+    def _on_assign(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        committed = consumer.committed(partitions, timeout=10)
+        starts: dict[TopicPartition, int | None] = {}
+        for kp in committed:
+            tp = TopicPartition(kp.topic, kp.partition)
+            starts[tp] = kp.offset if kp.offset >= 0 else None
+        if self.offset_store is not None:
+            for kp in partitions:
+                tp = TopicPartition(kp.topic, kp.partition)
+                base = starts[tp]
+                if base is None:
+                    watermarks = consumer.get_watermark_offsets(kp, timeout=10)
+                    base = 0 if watermarks is None else int(watermarks[0])
+                start = self.offset_store.start_offset(tp.topic, tp.partition, base)
+                kp.offset = start
+                starts[tp] = start
+            consumer.assign(partitions)  # seek-on-assign
+        with self._lock:
+            for tp, first in starts.items():
+                self.spout.assigned(tp, first)
+        consumer.resume(partitions)
+        log.info("assigned %s", starts)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        final: dict[TopicPartition, int] = {}
+        with self._lock:
+            for kp in partitions:
+                tp = TopicPartition(kp.topic, kp.partition)
+                offset = self.spout.revoked(tp)
+                if offset is not None:
+                    final[tp] = offset
+        if final:
+            try:
+                consumer.commit(offsets=[KafkaTopicPartition(tp.topic, tp.partition, o)
+                                         for tp, o in final.items()], asynchronous=False)
+                if self.on_commit is not None:
+                    self.on_commit(final)
+            except KafkaException as exc:
+                log.warning("commit on revoke %s failed: %s", final, exc)
+        log.info("revoked %s (final commit %s)", [(p.topic, p.partition) for p in partitions],
+                 final)
+
+    # ------------------------------------------------------------------ shutdown
+
+    def close(self, drain_timeout_s: float = 10.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            assignment = self.consumer.assignment()
+            if assignment:
+                self.consumer.pause(assignment)
+            deadline = time.monotonic() + drain_timeout_s
+            while time.monotonic() < deadline:
+                with self._lock:
+                    if self.spout.num_pending_roots == 0:
+                        break
+                self.consumer.consume(self._poll_batch, self._poll_timeout_s)  # callbacks
+                if self.producer is not None:
+                    self.producer.poll(0)
+            with self._lock:
+                commit = self.spout.committable()
+            self._commit(commit)
+        finally:
+            for lanes in self._lanes:
+                for lane in lanes:
+                    lane.queue.put(_STOP)
+            for lanes in self._lanes:
+                for lane in lanes:
+                    lane.thread.join(5)
+            self.consumer.close()
+            if self.producer is not None:
+                self.producer.flush(10)
+
+    def __enter__(self) -> ReliableConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _record(m: Message) -> Record:
+    topic = m.topic()
+    partition = m.partition()
+    offset = m.offset()
+    assert topic is not None and partition is not None and offset is not None
+    ts_type, ts = m.timestamp()
+    raw = m.headers() or []
+    pairs: list[tuple[str, Any]] = list(raw.items()) if isinstance(raw, dict) else list(raw)
+    headers = tuple((k, v if isinstance(v, bytes) else b"" if v is None else str(v).encode())
+                    for k, v in pairs)
+    key = m.key()
+    value = m.value()
+    return Record(topic, partition, offset,
+                  key if isinstance(key, bytes) or key is None else bytes(key),
+                  value if isinstance(value, bytes) or value is None else bytes(value),
+                  headers, ts if ts_type != 0 else None)
+
+
+__all__ = ["BasicOutputCollector", "OutputCollector", "ReliableConsumer"]

@@ -1,0 +1,147 @@
+"""PURE: tuple trees (R-REL-1, R-REL-3) — items, anchoring, ack and fail, as in Storm.
+
+An ``Item`` is Storm's tuple: ``values`` plus, per root it belongs to, the XOR of the edge
+ids that link it into that root's tree (``anchors_to_ids``), and ``ack_val``: the XOR of the
+edge ids of the items anchored to it since it was created.
+
+Rules:
+
+- ``root(...)`` makes a root item for a consumed record: a random 64-bit root id and a
+  random item id; the acker starts with ``ack_val = item id``. ``tracked=False`` (no message
+  id) or an ``AckerPool(0)`` makes an untracked root: ``RootCompleted`` at once.
+- ``emit(values, anchors)``: for each anchor that belongs to a tree, a new random edge id
+  ``e``; ``anchor.ack_val ^= e`` and ``new.anchors_to_ids[root] ^= e`` for each of the
+  anchor's roots. Several anchors (multi-anchoring) put the item into several trees, or
+  twice into one (a DAG) — the XOR arithmetic holds either way. No anchors: unanchored,
+  not tracked, its failure fails nothing.
+- ``ack(item)`` sends ``anchors_to_ids[root] ^ item.ack_val`` to each root's acker.
+- ``fail(item, error)`` fails each of the item's roots at once.
+- An item is acked or failed once; emitting anchored to a finished item, or finishing it
+  twice, raises ``ReliableUsageError`` and changes nothing.
+
+Ids are drawn from an injected ``id_source`` (default ``random.getrandbits(64)``, zero
+redrawn). Thread-safety: none; the shell serialises calls.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from headrace.reliable.acker import AckerEvent, AckerPool
+from headrace.reliable.errors import ReliableUsageError
+
+IdSource = Callable[[], int]
+
+
+def random_id() -> int:
+    """A random non-zero 64-bit id."""
+    while True:
+        value = random.getrandbits(64)
+        if value:
+            return value
+
+
+class ItemState(enum.Enum):
+    PENDING = "pending"
+    ACKED = "acked"
+    FAILED = "failed"
+
+
+class Item:
+    """One tuple in one or more trees. ``sources`` are the consumed records (root payloads)
+    it derives from, for building idempotent keys; the acker never sees them."""
+
+    __slots__ = ("ack_val", "anchors_to_ids", "sources", "state", "values")
+
+    def __init__(self, values: tuple[Any, ...], anchors_to_ids: dict[int, int],
+                 sources: tuple[Any, ...]) -> None:
+        self.values = values
+        self.anchors_to_ids = anchors_to_ids
+        self.sources = sources
+        self.ack_val = 0
+        self.state = ItemState.PENDING
+
+    @property
+    def root_ids(self) -> tuple[int, ...]:
+        return tuple(self.anchors_to_ids)
+
+    @property
+    def is_anchored(self) -> bool:
+        return bool(self.anchors_to_ids)
+
+    @property
+    def source(self) -> Any:
+        """The consumed record this item derives from (the first, if several)."""
+        return self.sources[0] if self.sources else None
+
+    def __repr__(self) -> str:
+        return f"Item({self.values!r}, roots={len(self.anchors_to_ids)}, {self.state.value})"
+
+
+class TupleTracker:
+    """Creates items and turns their anchoring, acks and fails into acker updates."""
+
+    def __init__(self, ackers: AckerPool, id_source: IdSource = random_id) -> None:
+        self.ackers = ackers
+        self._new_id = id_source
+
+    def root(self, values: tuple[Any, ...], owner: int, now_ms: int, *, source: Any = None,
+             tracked: bool = True) -> tuple[Item, int, list[AckerEvent]]:
+        """A root item for a consumed record: ``(item, root_id, events)``."""
+        root_id = self._new_id()
+        while self.ackers.enabled and root_id in self.ackers.acker_for(root_id):
+            root_id = self._new_id()  # a pending root has this id (p ~ n / 2**64): redraw
+        if not (tracked and self.ackers.enabled):
+            item = Item(values, {}, (source,))
+            return item, root_id, self.ackers.init(root_id, owner, 0, now_ms)
+        item_id = self._new_id()
+        item = Item(values, {root_id: item_id}, (source,))
+        return item, root_id, self.ackers.init(root_id, owner, item_id, now_ms)
+
+    def emit(self, values: tuple[Any, ...], anchors: Sequence[Item] = ()) -> Item:
+        for anchor in anchors:
+            if anchor.state is not ItemState.PENDING:
+                raise ReliableUsageError(f"emit anchored to an item already {anchor.state.value}")
+        anchors_to_ids: dict[int, int] = {}
+        sources: list[Any] = []
+        for anchor in anchors:
+            for src in anchor.sources:
+                if not any(src is s for s in sources):
+                    sources.append(src)
+            if not anchor.anchors_to_ids:
+                continue
+            edge_id = self._new_id()
+            anchor.ack_val ^= edge_id
+            for root_id in anchor.anchors_to_ids:
+                anchors_to_ids[root_id] = anchors_to_ids.get(root_id, 0) ^ edge_id
+        return Item(values, anchors_to_ids, tuple(sources))
+
+    def ack(self, item: Item) -> list[AckerEvent]:
+        self._finish(item, ItemState.ACKED)
+        events: list[AckerEvent] = []
+        for root_id, edge_ids in item.anchors_to_ids.items():
+            event = self.ackers.update(root_id, edge_ids ^ item.ack_val)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def fail(self, item: Item, error: str = "failed") -> list[AckerEvent]:
+        self._finish(item, ItemState.FAILED)
+        events: list[AckerEvent] = []
+        for root_id in item.anchors_to_ids:
+            event = self.ackers.fail(root_id, error)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def expire(self, now_ms: int) -> list[AckerEvent]:
+        return self.ackers.expire(now_ms)
+
+    @staticmethod
+    def _finish(item: Item, state: ItemState) -> None:
+        if item.state is not ItemState.PENDING:
+            raise ReliableUsageError(f"item already {item.state.value}")
+        item.state = state

@@ -1,0 +1,289 @@
+"""ReliableConsumer against a real headrace broker, consumers in real processes (R-REL-4..5).
+
+- kill -9 a consumer mid-stream and start it again: no record is lost;
+- a poison record is retried ``max_retries`` times, lands in the dead-letter topic with its
+  origin in the headers, and the partition moves on (commits reach the end);
+- a second consumer joins mid-flight: no record is lost, and a record is processed twice
+  only if no commit covered it before its second processing (it was in flight).
+
+Each consumer process is this module run as a script (``worker``): it appends one line per
+processing (``time partition offset value``) and per commit to files, with O_APPEND writes
+that survive kill -9. Waits are bounded polls of those files, never sleeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.brokerproc import BrokerProcess, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+GROUP_TIMEOUTS = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+
+
+# ---------------------------------------------------------------------------- the worker
+
+
+def worker_main(argv: list[str]) -> None:
+    from headrace.reliable import Item, ReliableConsumer
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--group", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--commits", required=True)
+    ap.add_argument("--delay-ms", type=float, default=0.0)
+    ap.add_argument("--poison", default=None)
+    ap.add_argument("--max-retries", type=int, default=None)
+    ap.add_argument("--dlq", default=None)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    out = os.open(args.out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    commits = os.open(args.commits, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def handle(item: Item, _out: Any) -> None:
+        rec = item.source
+        value = rec.value.decode()
+        os.write(out, f"{time.time():.6f} {rec.partition} {rec.offset} {value}\n".encode())
+        if args.delay_ms:
+            time.sleep(args.delay_ms / 1000)  # the work itself, not a synchronisation
+        if value == args.poison:
+            raise ValueError(f"poison record {value}")
+
+    def on_commit(offsets: dict[Any, int]) -> None:
+        for tp, offset in offsets.items():
+            os.write(commits, f"{time.time():.6f} {tp.partition} {offset}\n".encode())
+
+    rc = ReliableConsumer(
+        {"bootstrap.servers": args.bootstrap, "group.id": args.group,
+         "auto.offset.reset": "earliest", **GROUP_TIMEOUTS},
+        [args.topic], handle, concurrency=4, max_uncommitted_offsets=50,
+        offset_commit_period_ms=200, max_retries=args.max_retries,
+        dead_letter_topic=args.dlq, retry_backoff_ms=20, on_commit=on_commit)
+    signal.signal(signal.SIGTERM, lambda *_: rc.stop())
+    try:
+        rc.run()
+    finally:
+        rc.close(drain_timeout_s=5)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture(scope="module")
+def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    data = tmp_path_factory.mktemp("reliable-broker")
+    with BrokerProcess(data, {"group.initial.rebalance.delay.ms": "0"}) as b:
+        yield b
+
+
+class Worker:
+    def __init__(self, broker: BrokerProcess, topic: str, group: str, tmp: Path, name: str,
+                 *extra: str) -> None:
+        self.out = tmp / f"{name}.out"
+        self.commits = tmp / f"{name}.commits"
+        self.log = tmp / f"{name}.log"
+        self.args = [sys.executable, "-m", "tests.integration.test_reliable", "worker",
+                     "--bootstrap", broker.bootstrap, "--topic", topic, "--group", group,
+                     "--out", str(self.out), "--commits", str(self.commits), *extra]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Worker:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(self.args, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                         stderr=log)
+        return self
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+                raise
+
+    def processed(self) -> list[tuple[float, int, int, str]]:
+        if not self.out.exists():
+            return []
+        rows = []
+        for line in self.out.read_text().splitlines():
+            parts = line.split(" ", 3)
+            if len(parts) == 4:
+                rows.append((float(parts[0]), int(parts[1]), int(parts[2]), parts[3]))
+        return rows
+
+    def commit_log(self) -> list[tuple[float, int, int]]:
+        if not self.commits.exists():
+            return []
+        return [(float(t), int(p), int(o)) for t, p, o in
+                (line.split() for line in self.commits.read_text().splitlines() if line)]
+
+
+def create_and_fill(bootstrap: str, topic: str, partitions: int, values: list[str]) -> None:
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(15)
+    fill(bootstrap, topic, partitions, values)
+
+
+def fill(bootstrap: str, topic: str, partitions: int, values: list[str], start: int = 0) -> None:
+    """Produce ``values``; value i (counting from ``start``) goes to partition i % partitions."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i, v in enumerate(values, start):
+        p.produce(topic, v.encode(), partition=i % partitions)
+    assert p.flush(30) == 0
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return {tp.partition: tp.offset for tp in tps}
+    finally:
+        c.close()
+
+
+def expected(values: list[str], partitions: int) -> set[tuple[int, int]]:
+    per: Counter[int] = Counter()
+    out = set()
+    for i in range(len(values)):
+        p = i % partitions
+        out.add((p, per[p]))
+        per[p] += 1
+    return out
+
+
+# ---------------------------------------------------------------------------- the tests
+
+
+def test_kill_9_mid_stream_and_restart_loses_nothing(group_broker: BrokerProcess,
+                                                     tmp_path: Path) -> None:
+    topic, group = f"rel-kill-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    values = [f"v{i}" for i in range(400)]
+    create_and_fill(group_broker.bootstrap, topic, 2, values)
+    first = Worker(group_broker, topic, group, tmp_path, "first", "--delay-ms", "5").start()
+    try:
+        wait_until(lambda: len(first.processed()) >= 120, 30, 0.05, "first worker progress")
+        wait_until(lambda: first.commit_log(), 10, 0.05, "a first commit")
+    finally:
+        first.kill9()
+    before = {(p, o) for _, p, o, _ in first.processed()}
+    assert len(before) < len(values), "killed too late to be mid-stream"
+    second = Worker(group_broker, topic, group, tmp_path, "second").start()
+    try:
+        want = expected(values, 2)
+        wait_until(lambda: want <= before | {(p, o) for _, p, o, _ in second.processed()},
+                   40, 0.1, "every record processed after the restart")
+        wait_until(lambda: committed(group_broker.bootstrap, group, topic, 2) == {0: 200, 1: 200},
+                   20, 0.2, "commits at the end of both partitions")
+    finally:
+        second.stop()
+    # the restart resumed from the last commit, not from the beginning
+    last_commit = {p: o for _, p, o in first.commit_log()}
+    again = {(p, o) for _, p, o, _ in second.processed()}
+    for p, o in again:
+        assert o >= last_commit.get(p, 0), f"{p}:{o} was committed, yet processed again"
+
+
+def test_poison_record_goes_to_the_dead_letter_topic(group_broker: BrokerProcess,
+                                                     tmp_path: Path) -> None:
+    from tests.clients import consume
+
+    topic, group = f"rel-poison-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    dlq = f"{topic}-dlq"
+    values = [f"v{i}" for i in range(30)]
+    values[7] = "poison"
+    create_and_fill(group_broker.bootstrap, topic, 1, values)
+    w = Worker(group_broker, topic, group, tmp_path, "w", "--poison", "poison",
+               "--max-retries", "2", "--dlq", dlq).start()
+    try:
+        wait_until(lambda: committed(group_broker.bootstrap, group, topic, 1) == {0: 30},
+                   40, 0.2, "the partition committed past the poison record")
+        dead = consume("confluent", group_broker.bootstrap, dlq, [0], 1, timeout_s=15)
+    finally:
+        w.stop()
+    assert len(dead) == 1 and dead[0].value == b"poison"
+    headers = dict(dead[0].headers)
+    assert headers["headrace.original.topic"] == topic.encode()
+    assert headers["headrace.original.partition"] == b"0"
+    assert headers["headrace.original.offset"] == b"7"
+    assert headers["headrace.attempts"] == b"3"
+    assert b"ValueError: poison record poison" in headers["headrace.error"]
+    attempts = Counter(o for _, _, o, _ in w.processed())
+    assert attempts[7] == 3  # the first try and max_retries=2 retries
+    assert set(attempts) == set(range(30))
+    assert all(n == 1 for o, n in attempts.items() if o != 7)  # 8.. not re-processed
+
+
+def test_rebalance_mid_flight_loses_nothing(group_broker: BrokerProcess,
+                                            tmp_path: Path) -> None:
+    topic, group = f"rel-rebal-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    values = [f"v{i}" for i in range(800)]
+    create_and_fill(group_broker.bootstrap, topic, 4, values[:400])
+    a = Worker(group_broker, topic, group, tmp_path, "a", "--delay-ms", "40").start()
+    b = Worker(group_broker, topic, group, tmp_path, "b", "--delay-ms", "40")
+    try:
+        wait_until(lambda: len(a.processed()) >= 40, 30, 0.05, "worker a progress")
+        b.start()
+        wait_until(lambda: "assigned" in b.log_text(), 30, 0.05, "b joining the group")
+        in_flight_at_join = 400 - len(a.processed())
+        fill(group_broker.bootstrap, topic, 4, values[400:], start=400)
+        want = expected(values, 4)
+        wait_until(lambda: want <= {(p, o) for _, p, o, _ in a.processed() + b.processed()},
+                   60, 0.1, "every record processed by a or b")
+        wait_until(lambda: committed(group_broker.bootstrap, group, topic, 4)
+                   == {p: 200 for p in range(4)}, 20, 0.2, "commits at the end")
+    finally:
+        a.stop()
+        b.stop()
+    assert in_flight_at_join > 0, "a finished before b joined: nothing was in flight"
+    assert b.processed(), "b never got a partition: no rebalance happened"
+    assert "revoked" in a.log_text()
+    rows = sorted(a.processed() + b.processed())
+    commits = sorted(a.commit_log() + b.commit_log())
+    seen: set[tuple[int, int]] = set()
+    duplicates = 0
+    for t, p, o, _ in rows:
+        if (p, o) in seen:
+            duplicates += 1
+            covered = [c for ct, cp, c in commits if cp == p and ct < t and c > o]
+            assert not covered, f"{p}:{o} processed again after a commit {covered[0]} covered it"
+        seen.add((p, o))
+    print(f"rebalance: {in_flight_at_join} left for a at b's join, {duplicates} duplicates, "
+          f"a {len(a.processed())} / b {len(b.processed())} processings")
+    assert duplicates <= 4 * (50 + 500)  # in flight: max_uncommitted + one fetch batch
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["worker"]:
+        worker_main(sys.argv[2:])
