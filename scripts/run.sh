@@ -1,6 +1,17 @@
 #!/usr/bin/env bash
-# The main job: a single-node broker on ./data, listening on 127.0.0.1:9092.
+# The main job: the demo pipeline (embedded broker -> Spark -> warehouse, then the audit).
+#   bash scripts/run.sh                      # headrace demo (installs the spark extra)
+#   bash scripts/run.sh demo --duration 60   # with demo options
+#   bash scripts/run.sh broker [options]     # only a broker on ./data, 127.0.0.1:9092
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-exec .venv/bin/headrace broker --data-dir "${HEADRACE_DATA_DIR:-./data}" --port "${HEADRACE_PORT:-9092}" "$@"
+if [ "${1:-demo}" = "broker" ]; then
+  [ $# -gt 0 ] && shift
+  bash scripts/setup.sh
+  exec .venv/bin/headrace broker --data-dir "${HEADRACE_DATA_DIR:-./data}" \
+    --port "${HEADRACE_PORT:-9092}" "$@"
+fi
+[ "${1:-}" = "demo" ] && shift
+bash scripts/setup.sh spark
+. scripts/spark-env.sh
+exec .venv/bin/headrace demo "$@"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test. Installs what the tests need first (Python packages into .venv, and
-# Debian's kcat, built on the old librdkafka 2.0.2 that real users still have).
+# Runs every test. Installs what the tests need first (Python packages into .venv with the
+# test and spark extras, Java 17 for Spark, and Debian's kcat, built on the old librdkafka
+# 2.0.2 that real users still have).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v kcat >/dev/null 2>&1; then
@@ -11,5 +12,6 @@ if ! command -v kcat >/dev/null 2>&1; then
       || echo "warning: could not install kcat; its tests will be skipped" >&2
   fi
 fi
-bash scripts/setup.sh test
+bash scripts/setup.sh test,spark
+. scripts/spark-env.sh
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

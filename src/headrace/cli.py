@@ -93,6 +93,11 @@ def _register_subcommands() -> None:
 
     main.add_command(topics)
     main.add_command(groups)
+    # The Spark pipeline; pyspark is imported only when these run (the ``spark`` extra).
+    from headrace.demo import audit_command, demo_command
+
+    main.add_command(demo_command)
+    main.add_command(audit_command)
 
 
 _register_subcommands()

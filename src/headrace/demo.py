@@ -1,0 +1,523 @@
+"""``headrace demo``: the seeds' pipeline on Spark, end to end, from one command.
+
+    producers (simulated hosts) --> activity, sentences --> Spark --> warehouse + results topics
+          \\--> __audit (produced counts per host and minute)          \\--> audit
+
+1. A broker: embedded, on a temporary data dir (or ``--bootstrap``).
+2. Producers: user activity (page views, clicks, searches) from hosts web-1..web-3, and
+   sentences from host writer-1; each record carries headers ``producer.host``,
+   ``produce.time`` and ``event.id``; acknowledged counts per (host, minute) go to ``__audit``.
+3. Spark (local[2]), three streaming queries reading through the ``headrace`` source:
+   - ``landing``: every record, exactly once, into the warehouse table ``landing`` (one
+     Parquet directory per micro-batch, committed by rename: a replay writes nothing);
+   - ``activity``: counts per (10 s event-time window, event type, page) with a 10 s
+     watermark, into table ``activity_counts`` and topic ``activity-counts``;
+   - ``wordcount``: seed 001's word count over the sentences, into table ``word_counts`` and
+     topic ``word-counts``.
+   Each commits its offsets to a consumer group (``headrace-demo-<query>``) after each batch.
+4. When the producers stop and the queries have caught up: a summary and the audit, which
+   compares the landing table with ``__audit`` per window. With ``--json`` the last line
+   printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from headrace.spark.audit import AUDIT_TOPIC, HOST_HEADER, ID_HEADER, TIME_HEADER, audit_record
+
+ACTIVITY_TOPIC = "activity"
+SENTENCES_TOPIC = "sentences"
+ACTIVITY_RESULTS = "activity-counts"
+WORD_RESULTS = "word-counts"
+WEB_HOSTS = ("web-1", "web-2", "web-3")
+WRITER_HOST = "writer-1"
+PAGES = ("/", "/search", "/products", "/products/42", "/cart", "/checkout", "/help")
+EVENT_TYPES = ("page_view", "page_view", "page_view", "click", "click", "search")
+QUERIES = ("kafka broker", "spark streaming", "exactly once", "python", "storm topology")
+SENTENCES = (
+    "the quick brown fox jumps over the lazy dog",
+    "four score and seven years ago",
+    "an apple a day keeps the doctor away",
+    "snow white and the seven dwarfs",
+    "i am at two with nature",
+)  # seed 001's RandomSentenceSpout
+
+
+# --- producing ------------------------------------------------------------------------------
+
+
+@dataclass
+class ProducerStats:
+    sent: int = 0
+    acked: int = 0
+    failed: int = 0
+    by_window: Counter[tuple[str, str, int]] = field(default_factory=Counter)
+
+
+class EventProducer(threading.Thread):
+    """Produces activity events at ``rate`` per second and sentences at a tenth of it, for
+    ``duration_s``; publishes acknowledged counts per (topic, host, minute) to ``__audit``."""
+
+    def __init__(self, bootstrap: str, rate: int, duration_s: float, seed: int = 7) -> None:
+        super().__init__(name="demo-producer", daemon=True)
+        self.bootstrap = bootstrap
+        self.rate = rate
+        self.duration_s = duration_s
+        self.stats = ProducerStats()
+        self.stop_requested = threading.Event()
+        self.error: BaseException | None = None
+        self._rng = random.Random(seed)
+        self._published: dict[tuple[str, str, int], int] = {}
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:
+            self.error = e
+
+    def _run(self) -> None:
+        from confluent_kafka import Producer
+
+        p = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
+                      "linger.ms": 20, "acks": "all"})
+        seq = 0
+        start = time.monotonic()
+        last_audit = start
+        sentence_every = 10
+        while not self.stop_requested.is_set():
+            elapsed = time.monotonic() - start
+            if elapsed >= self.duration_s:
+                break
+            due = int(elapsed * self.rate) - self.stats.sent
+            for _ in range(max(0, due)):
+                seq += 1
+                if seq % sentence_every == 0:
+                    self._produce(p, SENTENCES_TOPIC, WRITER_HOST, seq, None,
+                                  self._rng.choice(SENTENCES).encode())
+                else:
+                    host = WEB_HOSTS[seq % len(WEB_HOSTS)]
+                    user = f"user-{self._rng.randrange(50)}"
+                    self._produce(p, ACTIVITY_TOPIC, host, seq, user.encode(), None, user=user)
+            p.poll(0)
+            if time.monotonic() - last_audit >= 5.0:
+                self._publish_audit(p)
+                last_audit = time.monotonic()
+            self.stop_requested.wait(0.02)  # pacing to the target rate
+        remaining = p.flush(60)
+        if remaining:
+            raise RuntimeError(f"{remaining} records were not acknowledged by the broker")
+        self._publish_audit(p)
+        if p.flush(30):
+            raise RuntimeError("audit counts were not acknowledged by the broker")
+
+    def _produce(self, p: Any, topic: str, host: str, seq: int, key: bytes | None,
+                 value: bytes | None, user: str = "") -> None:
+        now_ms = int(time.time() * 1000)
+        event_id = f"{host}-{seq}"
+        if value is None:
+            kind = self._rng.choice(EVENT_TYPES)
+            event = {"event_id": event_id, "host": host, "user": user, "type": kind,
+                     "page": "/search" if kind == "search" else self._rng.choice(PAGES),
+                     "query": self._rng.choice(QUERIES) if kind == "search" else None,
+                     "ts": now_ms}
+            value = json.dumps(event).encode()
+        window = (topic, host, now_ms // 60000)
+        stats = self.stats
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is None:
+                stats.acked += 1
+                stats.by_window[window] += 1
+            else:
+                stats.failed += 1
+
+        headers = [(HOST_HEADER, host.encode()), (TIME_HEADER, str(now_ms).encode()),
+                   (ID_HEADER, event_id.encode())]
+        while True:
+            try:
+                p.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
+                break
+            except BufferError:
+                p.poll(0.05)
+        stats.sent += 1
+
+    def _publish_audit(self, p: Any) -> None:
+        for window, count in list(self.stats.by_window.items()):
+            if self._published.get(window) != count:
+                p.produce(AUDIT_TOPIC, key=f"{window[1]}:{window[2]}".encode(),
+                          value=audit_record(window[0], window[1], window[2], count))
+                self._published[window] = count
+        p.poll(0)
+
+
+# --- the Spark jobs --------------------------------------------------------------------------
+
+
+def _source(spark: Any, bootstrap: str, topics: str, group: str, headers: bool = False) -> Any:
+    return (spark.readStream.format("headrace")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topics)
+            .option("startingOffsets", "earliest")
+            .option("includeHeaders", str(headers).lower())
+            .option("kafka.group.id", group)
+            .load())
+
+
+def start_queries(spark: Any, bootstrap: str, work: Path, trigger_s: float) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    from headrace.spark import warehouse
+    from headrace.spark.audit import header_columns
+
+    wh = work / "warehouse"
+    ckpt = work / "checkpoints"
+    trigger = f"{trigger_s} seconds"
+
+    landing = header_columns(_source(spark, bootstrap, f"{ACTIVITY_TOPIC},{SENTENCES_TOPIC}",
+                                     "headrace-demo-landing", headers=True)).select(
+        "topic", "partition", "offset", "timestamp", F.col("key").cast("string").alias("key"),
+        F.col("value").cast("string").alias("value"), "host", "produce_ms", "event_id")
+
+    def land(df: Any, batch_id: int) -> None:
+        warehouse.write_batch(df, batch_id, wh / "landing")
+
+    activity = (
+        _source(spark, bootstrap, ACTIVITY_TOPIC, "headrace-demo-activity")
+        .select(F.from_json(F.col("value").cast("string"),
+                            "event_id string, host string, user string, type string, "
+                            "page string, query string, ts long").alias("e"))
+        .select("e.*").withColumn("event_time", F.timestamp_millis("ts"))
+        .withWatermark("event_time", "10 seconds")
+        .groupBy(F.window("event_time", "10 seconds"), "type", "page").count()
+        .select(F.col("window.start").alias("window_start"),
+                F.col("window.end").alias("window_end"), "type", "page", "count")
+    )
+    words = (
+        _source(spark, bootstrap, SENTENCES_TOPIC, "headrace-demo-wordcount")
+        .select(F.explode(F.split(F.lower(F.col("value").cast("string")), "[^a-z']+"))
+                .alias("word"))
+        .where(F.col("word") != "").groupBy("word").count()
+    )
+
+    def to_table_and_topic(table: str, topic: str, key: Any) -> Callable[[Any, int], None]:
+        def sink(df: Any, batch_id: int) -> None:
+            df.persist()
+            try:
+                warehouse.write_batch(df, batch_id, wh / table)
+                (df.select(key.alias("key"), F.to_json(F.struct("*")).alias("value"))
+                 .write.format("headrace").option("kafka.bootstrap.servers", bootstrap)
+                 .option("topic", topic).mode("append").save())
+            finally:
+                df.unpersist()
+        return sink
+
+    queries = {
+        "landing": landing.writeStream.queryName("landing").foreachBatch(land)
+        .option("checkpointLocation", str(ckpt / "landing")).trigger(processingTime=trigger)
+        .start(),
+        "activity": activity.writeStream.queryName("activity").outputMode("update")
+        .foreachBatch(to_table_and_topic("activity_counts", ACTIVITY_RESULTS,
+                                         F.concat_ws(":", "type", "page")))
+        .option("checkpointLocation", str(ckpt / "activity")).trigger(processingTime=trigger)
+        .start(),
+        "wordcount": words.writeStream.queryName("wordcount").outputMode("update")
+        .foreachBatch(to_table_and_topic("word_counts", WORD_RESULTS, F.col("word")))
+        .option("checkpointLocation", str(ckpt / "wordcount")).trigger(processingTime=trigger)
+        .start(),
+    }
+    return queries
+
+
+# --- watching progress -------------------------------------------------------------------------
+
+
+def _processed(query: Any) -> dict[tuple[str, int], int]:
+    from headrace.spark.offsets import from_json
+
+    progress = query.lastProgress
+    if not progress:
+        return {}
+    end = json.loads(progress["sources"][0]["endOffset"] or "{}")
+    return from_json({k: v for k, v in end.items() if not k.startswith("$")})
+
+
+def _input_rows(query: Any) -> int:
+    return sum(p["numInputRows"] for p in query.recentProgress)
+
+
+def _latest(bootstrap: str, topics: tuple[str, ...]) -> dict[tuple[str, int], int]:
+    from headrace.spark import kafka_io
+
+    conf = {"bootstrap.servers": bootstrap}
+    md = kafka_io.topic_partitions(conf, 10.0)
+    tps = {(t, p) for t in topics if t in md for p in range(md[t])}
+    return kafka_io.list_offsets(conf, tps, "latest", 10.0)
+
+
+QUERY_TOPICS = {"landing": (ACTIVITY_TOPIC, SENTENCES_TOPIC), "activity": (ACTIVITY_TOPIC,),
+                "wordcount": (SENTENCES_TOPIC,)}
+
+
+def stop_when_idle(query: Any, timeout_s: float = 30.0) -> None:
+    """Stop ``query`` between two micro-batches: stopping one mid-batch interrupts its
+    ``foreachBatch`` callback (harmless to the exactly-once table, but noisy)."""
+    deadline = time.monotonic() + timeout_s
+    while query.status["isTriggerActive"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    query.stop()
+
+
+def _caught_up(query: Any, latest: dict[tuple[str, int], int]) -> bool:
+    if query.exception() is not None:
+        raise RuntimeError(f"query {query.name} failed: {query.exception()}")
+    done = _processed(query)
+    return all(done.get(tp, -1) >= off for tp, off in latest.items())
+
+
+def _group_lag(bootstrap: str, group: str, latest: dict[tuple[str, int], int]) -> int | None:
+    """Records behind for ``group`` from the broker's committed offsets; None if unknown."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                  "enable.auto.commit": False})
+    try:
+        committed = c.committed([TopicPartition(t, p) for t, p in latest], timeout=5.0)
+        total = 0
+        for tp in committed:
+            if tp.error is not None or tp.offset < 0:
+                return None
+            total += max(0, latest[(tp.topic, tp.partition)] - tp.offset)
+        return total
+    except KafkaException:
+        return None
+    finally:
+        c.close()
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+def _create_topics(bootstrap: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wanted = {ACTIVITY_TOPIC: 2, SENTENCES_TOPIC: 2, ACTIVITY_RESULTS: 1, WORD_RESULTS: 1,
+              AUDIT_TOPIC: 1}
+    existing = admin.list_topics(timeout=10).topics
+    new = [NewTopic(t, n, 1) for t, n in wanted.items() if t not in existing]
+    for topic, fut in (admin.create_topics(new).items() if new else []):
+        try:
+            fut.result(15)
+        except Exception as e:
+            if "TOPIC_ALREADY_EXISTS" not in str(e):
+                raise RuntimeError(f"cannot create topic {topic}: {e}") from e
+
+
+def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path | None,
+             as_json: bool, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> dict[str, Any]:
+    from headrace.broker.embedded import EmbeddedBroker
+    from headrace.spark import local_session, warehouse
+    from headrace.spark.audit import format_report, run_audit
+
+    t_start = time.monotonic()
+    work = workdir or Path(tempfile.mkdtemp(prefix="headrace-demo-"))
+    work.mkdir(parents=True, exist_ok=True)
+    info = err if as_json else out
+
+    def say(msg: str) -> None:
+        print(msg, file=info, flush=True)
+
+    broker = None
+    if bootstrap is None:
+        broker = EmbeddedBroker(work / "broker", config={"num.partitions": "2"}).start()
+        bootstrap = broker.bootstrap_servers
+        say(f"broker: embedded, {bootstrap}, data in {work / 'broker'}")
+    else:
+        say(f"broker: {bootstrap}")
+    queries: dict[str, Any] = {}
+    spark = None
+    try:
+        _create_topics(bootstrap)
+        say("spark: starting a local[2] session ...")
+        spark = local_session("headrace-demo")
+        queries = start_queries(spark, bootstrap, work, trigger_s=2.0)
+        producer = EventProducer(bootstrap, rate, duration_s)
+        t_produce = time.monotonic()
+        producer.start()
+        say(f"producing ~{rate} events/s for {duration_s:.0f} s from {', '.join(WEB_HOSTS)} "
+            f"and {WRITER_HOST}; warehouse in {work / 'warehouse'}")
+        topics = (ACTIVITY_TOPIC, SENTENCES_TOPIC)
+        next_report = time.monotonic() + 5
+        while producer.is_alive():
+            producer.join(timeout=0.5)
+            for name, q in queries.items():
+                if q.exception() is not None:
+                    raise RuntimeError(f"query {name} failed: {q.exception()}")
+            if time.monotonic() >= next_report:
+                next_report += 5
+                latest = _latest(bootstrap, topics)
+                behind = sum(max(0, off - _processed(queries["landing"]).get(tp, 0))
+                             for tp, off in latest.items())
+                say(f"  {time.monotonic() - t_produce:5.1f} s  produced {producer.stats.acked:7d}"
+                    f"  landed {_input_rows(queries['landing']):7d}  lag {behind:6d}")
+        if producer.error is not None:
+            raise RuntimeError(f"producer failed: {producer.error}")
+        t_produced = time.monotonic()
+        final = _latest(bootstrap, topics)
+        say("producers done; waiting for the queries to catch up ...")
+        deadline = time.monotonic() + 120
+        for name, q in queries.items():
+            want = {tp: o for tp, o in final.items() if tp[0] in QUERY_TOPICS[name]}
+            while not _caught_up(q, want):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"query {name} did not catch up within 120 s")
+                time.sleep(0.2)
+        t_caught_up = time.monotonic()
+
+        def group_lags() -> dict[str, int | None]:
+            return {name: _group_lag(bootstrap, f"headrace-demo-{name}",
+                                     {tp: o for tp, o in final.items()
+                                      if tp[0] in QUERY_TOPICS[name]})
+                    for name in queries}
+
+        # Each query commits a batch's end to its group when it plans the next trigger.
+        lags = group_lags()
+        lag_deadline = time.monotonic() + 15
+        while any(lags.values()) and time.monotonic() < lag_deadline:
+            time.sleep(0.5)
+            lags = group_lags()
+        for q in queries.values():
+            stop_when_idle(q)
+        queries = {}
+        say("audit: comparing the landing table with __audit ...")
+        report = run_audit(spark, bootstrap, work / "warehouse" / "landing")
+        landing_rows = report.consumed
+        tables = {}
+        for table in ("landing", "activity_counts", "word_counts"):
+            df = warehouse.read_table(spark, work / "warehouse" / table)
+            tables[table] = 0 if df is None else df.count()
+        results = _latest(bootstrap, (ACTIVITY_RESULTS, WORD_RESULTS))
+        records_out = tables["landing"] + sum(results.values())
+        top_words = []
+        wc = warehouse.read_table(spark, work / "warehouse" / "word_counts")
+        if wc is not None:
+            from pyspark.sql import functions as F
+
+            latest_counts = wc.groupBy("word").agg(F.max("count").alias("count"))
+            top_words = [(r["word"], int(r["count"])) for r in
+                         latest_counts.orderBy(F.desc("count"), "word").limit(5).collect()]
+        pipeline_s = t_caught_up - t_produce
+        summary: dict[str, Any] = {
+            "produced": report.produced,
+            "consumed": report.consumed,
+            "lost": report.lost,
+            "duplicated": report.duplicated,
+            "warehouse_rows": landing_rows,
+            "warehouse_tables": tables,
+            "results_topics": {f"{t}-{p}": o for (t, p), o in sorted(results.items())},
+            "records_in": sum(final.values()),
+            "records_out": records_out,
+            "producer_failures": producer.stats.failed,
+            "group_lag": lags,
+            "throughput_rows_per_s": round(report.consumed / pipeline_s, 1),
+            "catch_up_s": round(t_caught_up - t_produced, 2),
+            "top_words": top_words,
+            "audit_windows": len(report.windows),
+            "runtime_s": round(time.monotonic() - t_start, 1),
+            "workdir": str(work),
+        }
+        say(format_report(report))
+        say(f"records in {summary['records_in']} (topics {ACTIVITY_TOPIC}, {SENTENCES_TOPIC}), "
+            f"records out {records_out} (warehouse {tables}, results topics "
+            f"{sum(results.values())})")
+        say(f"throughput {summary['throughput_rows_per_s']} rows/s; caught up "
+            f"{summary['catch_up_s']} s after the producers stopped; lag per consumer group "
+            f"{lags}; top words {top_words}")
+        say(f"runtime {summary['runtime_s']} s")
+        if as_json:
+            print(json.dumps(summary), file=out, flush=True)
+        return summary
+    finally:
+        for q in queries.values():
+            with contextlib.suppress(Exception):
+                q.stop()
+        if spark is not None:
+            spark.stop()
+        if broker is not None:
+            broker.stop()
+
+
+def run_audit_command(bootstrap: str, warehouse_dir: Path | None, topics: tuple[str, ...],
+                      as_json: bool, out: TextIO = sys.stdout) -> int:
+    from headrace.spark import local_session
+    from headrace.spark.audit import format_report, run_audit
+
+    spark = local_session("headrace-audit")
+    try:
+        table = warehouse_dir / "landing" if warehouse_dir is not None else None
+        if table is not None and not table.is_dir():
+            table = warehouse_dir  # given the table itself
+        report = run_audit(spark, bootstrap, table, topics)
+    finally:
+        spark.stop()
+    print(format_report(report), file=sys.stderr if as_json else out, flush=True)
+    if as_json:
+        print(json.dumps(report.to_json()), file=out, flush=True)
+    return 0 if report.ok else 1
+
+
+# --- click commands (registered by headrace.cli) --------------------------------------------
+
+import click  # noqa: E402
+
+
+@click.command("demo")
+@click.option("--duration", "duration_s", type=float, default=30.0, show_default=True,
+              help="Seconds the producers run.")
+@click.option("--rate", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Records per second produced (activity events; sentences are a tenth).")
+@click.option("--bootstrap", default=None, metavar="HOST:PORT",
+              help="Use this broker instead of starting an embedded one.")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the warehouse, checkpoints and embedded broker go (default: a new "
+                   "temporary directory, kept).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print progress to stderr and, as the last line of stdout, one JSON object.")
+def demo_command(duration_s: float, rate: int, bootstrap: str | None, workdir: Path | None,
+                 as_json: bool) -> None:
+    """Run the demo pipeline: producers -> headrace -> Spark -> warehouse, then the audit."""
+    try:
+        summary = run_demo(duration_s, rate, bootstrap, workdir, as_json)
+    except ImportError as e:
+        click.echo(f"headrace demo: the Spark extra is missing ({e}); install it with "
+                   "pip install 'headrace[spark]' (and Java 17+)", err=True)
+        sys.exit(2)
+    sys.exit(0 if summary["lost"] == 0 and summary["duplicated"] == 0 else 1)
+
+
+@click.command("audit")
+@click.option("--bootstrap", "--bootstrap-server", "bootstrap", default="127.0.0.1:9092",
+              show_default=True, metavar="HOST:PORT")
+@click.option("--warehouse", "warehouse_dir", type=click.Path(path_type=Path), default=None,
+              help="Count consumed records in this warehouse's landing table (a demo's "
+                   "WORKDIR/warehouse); without it, count the records in the topics.")
+@click.option("--topics", default=f"{ACTIVITY_TOPIC},{SENTENCES_TOPIC}", show_default=True,
+              help="Topics to read back when no --warehouse is given.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON line.")
+def audit_command(bootstrap: str, warehouse_dir: Path | None, topics: str,
+                  as_json: bool) -> None:
+    """Compare produced counts in __audit with consumed counts, per (host, minute)."""
+    names = tuple(t.strip() for t in topics.split(",") if t.strip())
+    sys.exit(run_audit_command(bootstrap, warehouse_dir, names, as_json))

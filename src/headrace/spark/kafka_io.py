@@ -1,0 +1,400 @@
+"""The I/O shell of the Spark source and sink: confluent-kafka clients, no pyspark.
+
+Clients are cached per process in module-level dictionaries keyed by their configuration:
+Spark pickles readers and writers to its Python workers, a client cannot be pickled, and
+workers are reused between tasks, so a task finds the client the previous task opened.
+
+Thread-safety: one Spark task runs per Python worker process at a time; the caches are not
+locked. Crash behaviour: nothing here is durable; offsets live in Spark's checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped]
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec  # type: ignore[attr-defined]
+
+from headrace.spark.offsets import OffsetRange, PartitionOffsets, TopicPartition
+
+log = logging.getLogger("headrace.spark")
+
+HEADER_TYPE = pa.list_(
+    pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())]))
+)
+"""``headers`` as Spark's Kafka connector has it: ``array<struct<key:string,value:binary>>``."""
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    fields = [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(("headers", HEADER_TYPE))
+    return pa.schema(fields)
+
+
+SPARK_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
+SPARK_SCHEMA_WITH_HEADERS = SPARK_SCHEMA + ", headers array<struct<key:string,value:binary>>"
+
+
+class DataLossError(RuntimeError):
+    """Records the query must read are gone from the broker, and ``failOnDataLoss`` is true."""
+
+
+# --- client caches -------------------------------------------------------------------------
+
+_admins: dict[tuple[tuple[str, str], ...], AdminClient] = {}
+_consumers: dict[tuple[tuple[str, str], ...], Consumer] = {}
+_producers: dict[tuple[tuple[str, str], ...], Producer] = {}
+_committers: dict[tuple[tuple[str, str], ...], Consumer] = {}
+
+
+def _key(config: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(config.items()))
+
+
+def admin(config: Mapping[str, str]) -> AdminClient:
+    k = _key(config)
+    if k not in _admins:
+        _admins[k] = AdminClient(dict(config))
+    return _admins[k]
+
+
+def metadata_consumer(config: Mapping[str, str]) -> Consumer:
+    """A group-less consumer for metadata (``list_topics``) on the driver."""
+    return _reader_consumer(config)
+
+
+def _reader_consumer(config: Mapping[str, str]) -> Consumer:
+    k = _key(config)
+    if k not in _consumers:
+        conf: dict[str, Any] = {
+            # Never used for a group operation: we assign and never commit.
+            "group.id": "headrace-spark-reader",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+            "fetch.wait.max.ms": 50,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+            "max.partition.fetch.bytes": 16 * 1024 * 1024,
+            "queued.max.messages.kbytes": 256 * 1024,
+            "enable.partition.eof": False,
+        }
+        conf.update(config)
+        _consumers[k] = Consumer(conf)
+    return _consumers[k]
+
+
+def close_all() -> None:
+    """Close every cached client (driver-side ``stop()``)."""
+    for c in list(_consumers.values()) + list(_committers.values()):
+        with contextlib.suppress(KafkaException, RuntimeError):
+            c.close()
+    _consumers.clear()
+    _committers.clear()
+    _admins.clear()
+    for p in _producers.values():
+        p.flush(10)
+    _producers.clear()
+
+
+# --- metadata and offsets (driver) --------------------------------------------------------
+
+
+def topic_partitions(config: Mapping[str, str], timeout_s: float) -> dict[str, int]:
+    """topic -> partition count, as the broker's metadata says."""
+    md = metadata_consumer(config).list_topics(timeout=timeout_s)
+    return {
+        name: len(t.partitions)
+        for name, t in md.topics.items()
+        if t.error is None or t.error.code() == KafkaError.NO_ERROR
+    }
+
+
+def list_offsets(
+    config: Mapping[str, str], partitions: Iterable[TopicPartition], which: str,
+    timeout_s: float, timestamp_ms: int = 0,
+) -> PartitionOffsets:
+    """Earliest, latest or by-timestamp offsets of ``partitions`` in one ListOffsets round."""
+    tps = list(partitions)
+    if not tps:
+        return {}
+    if which == "earliest":
+        spec = KafkaOffsetSpec.earliest()  # type: ignore[no-untyped-call]
+    elif which == "latest":
+        spec = KafkaOffsetSpec.latest()  # type: ignore[no-untyped-call]
+    else:
+        spec = KafkaOffsetSpec.for_timestamp(timestamp_ms)
+    futures = admin(config).list_offsets(
+        {KafkaTopicPartition(t, p): spec for t, p in tps}, request_timeout=timeout_s
+    )
+    out: PartitionOffsets = {}
+    for ktp, fut in futures.items():
+        try:
+            out[(ktp.topic, ktp.partition)] = fut.result(timeout=timeout_s).offset
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            if not isinstance(err, KafkaError) or err.code() not in _NOT_READY:
+                raise
+            # A partition this client's metadata does not know yet (just created) or whose
+            # leader is moving: leave it out; the next micro-batch asks again.
+            log.info("no offset for %s-%d yet: %s", ktp.topic, ktp.partition, err)
+            # librdkafka refreshes an admin client's metadata only every few minutes: start
+            # afresh so that the next call sees new partitions.
+            _admins.pop(_key(config), None)
+    return out
+
+
+_NOT_READY = {
+    KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._NOENT,
+}
+
+
+def commit_group(config: Mapping[str, str], group_id: str, offsets: PartitionOffsets) -> None:
+    """Commit ``offsets`` to ``group_id`` without waiting (lag reporting; never blocks Spark).
+
+    A failure is logged: the checkpoint, not the group, is the source of truth.
+    """
+    k = _key({**config, "group.id": group_id})
+    if k not in _committers:
+
+        def on_commit(err: KafkaError | None, parts: list[KafkaTopicPartition]) -> None:
+            if err is not None:
+                log.warning("committing offsets to group %s failed: %s", group_id, err)
+
+        _committers[k] = Consumer({
+            **config, "group.id": group_id, "enable.auto.commit": False,
+            "on_commit": on_commit,
+        })
+    committer = _committers[k]
+    committer.poll(0)  # serve callbacks of earlier commits
+    if not offsets:
+        return
+    try:
+        committer.commit(
+            offsets=[KafkaTopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
+            asynchronous=True,
+        )
+    except KafkaException as e:
+        log.warning("committing offsets to group %s failed: %s", group_id, e)
+
+
+# --- reading a range (executors) -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    config: tuple[tuple[str, str], ...]
+    include_headers: bool
+    fail_on_data_loss: bool
+    poll_timeout_ms: int
+    batch_rows: int = 65536
+
+
+def _watermarks(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
+    low, high = consumer.get_watermark_offsets(
+        KafkaTopicPartition(topic, partition), timeout=10.0, cached=False
+    )
+    return int(low), int(high)
+
+
+def read_range(r: OffsetRange, settings: ReadSettings) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``r`` in offset order as Arrow record batches.
+
+    Columns are built from each fetched chunk at once (one list comprehension per column, no
+    per-row tuples). Records removed by retention are data loss: with ``failOnDataLoss`` the
+    task fails with :class:`DataLossError`; otherwise it logs and reads what is left.
+    """
+    consumer = _reader_consumer(dict(settings.config))
+    schema = arrow_schema(settings.include_headers)
+    next_offset = r.from_offset
+    consumer.assign([KafkaTopicPartition(r.topic, r.partition, next_offset)])
+    idle_since = time.monotonic()
+    try:
+        while next_offset < r.until_offset:
+            want = min(settings.batch_rows, r.until_offset - next_offset)
+            msgs = consumer.consume(num_messages=want, timeout=1.0)
+            good = []
+            for m in msgs:
+                err = m.error()
+                if err is None:
+                    good.append(m)
+                elif err.code() == KafkaError._AUTO_OFFSET_RESET:
+                    next_offset = _on_out_of_range(consumer, r, next_offset, settings)
+                    break
+                elif not err.retriable() and err.fatal():
+                    raise KafkaException(err)
+                else:
+                    log.warning("fetching %s-%d: %s", r.topic, r.partition, err)
+            if good:
+                if int(good[-1].offset() or 0) >= r.until_offset:
+                    good = [m for m in good if int(m.offset() or 0) < r.until_offset]
+                if good:
+                    yield _to_arrow(good, r.topic, r.partition, schema, settings.include_headers)
+                    next_offset = int(good[-1].offset() or 0) + 1
+                    idle_since = time.monotonic()
+                    continue
+            if msgs:
+                continue
+            waited_ms = (time.monotonic() - idle_since) * 1000
+            if waited_ms < 1000:
+                continue
+            try:
+                low, high = _watermarks(consumer, r.topic, r.partition)
+            except KafkaException as e:  # broker unreachable: keep trying until the timeout
+                low, high = -1, -1
+                log.warning("%s-%d: cannot query watermarks: %s", r.topic, r.partition, e)
+            if low > next_offset:
+                next_offset = _on_out_of_range(consumer, r, next_offset, settings)
+                idle_since = time.monotonic()
+                continue
+            if 0 <= low <= next_offset and high >= r.until_offset and waited_ms > 3000:
+                # The rest of the range holds no records (control records, compaction).
+                log.info("%s-%d: no records in [%d, %d); range done", r.topic,
+                         r.partition, next_offset, r.until_offset)
+                return
+            if waited_ms > settings.poll_timeout_ms:
+                raise TimeoutError(
+                    f"no records from {r.topic}-{r.partition} at offset {next_offset} for "
+                    f"{settings.poll_timeout_ms} ms (range ends at {r.until_offset}, "
+                    f"broker high watermark {high})"
+                )
+    finally:
+        with contextlib.suppress(KafkaException):
+            consumer.unassign()
+
+
+def _on_out_of_range(
+    consumer: Consumer, r: OffsetRange, next_offset: int, settings: ReadSettings
+) -> int:
+    low, high = _watermarks(consumer, r.topic, r.partition)
+    if next_offset >= low:
+        # Transient (e.g. the broker restarting): try again from the same offset.
+        consumer.assign([KafkaTopicPartition(r.topic, r.partition, next_offset)])
+        return next_offset
+    msg = (
+        f"data loss in {r.topic}-{r.partition}: offsets [{next_offset}, {min(low, r.until_offset)})"
+        f" are gone from the broker (log start offset {low}, high watermark {high}); "
+        "set failOnDataLoss=false to skip them"
+    )
+    if settings.fail_on_data_loss:
+        raise DataLossError(msg)
+    log.warning("%s: skipping them (failOnDataLoss=false)", msg.split("; set")[0])
+    new_offset = min(low, r.until_offset)
+    if new_offset < r.until_offset:
+        consumer.assign([KafkaTopicPartition(r.topic, r.partition, new_offset)])
+    return new_offset
+
+
+def _to_arrow(
+    msgs: list[Any], topic: str, partition: int, schema: pa.Schema, include_headers: bool
+) -> pa.RecordBatch:
+    n = len(msgs)
+    stamps = np.array([m.timestamp() for m in msgs], dtype=np.int64).reshape(n, 2)
+    columns: list[pa.Array] = [
+        pa.array([m.key() for m in msgs], pa.binary()),
+        pa.array([m.value() for m in msgs], pa.binary()),
+        pa.DictionaryArray.from_arrays(
+            pa.array(np.zeros(n, dtype=np.int32)), pa.array([topic], pa.string())
+        ).cast(pa.string()),
+        pa.array(np.full(n, partition, dtype=np.int32)),
+        pa.array([m.offset() for m in msgs], pa.int64()),
+        pa.array(stamps[:, 1] * 1000, pa.timestamp("us", tz="UTC")),
+        # librdkafka: 1 CreateTime, 2 LogAppendTime, 0 not available; Kafka/Spark: 0, 1, -1.
+        pa.array((stamps[:, 0] - 1).astype(np.int32)),
+    ]
+    if include_headers:
+        columns.append(pa.array([m.headers() or [] for m in msgs], HEADER_TYPE))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+# --- writing (executors) -------------------------------------------------------------------
+
+
+def producer(config: Mapping[str, str]) -> Producer:
+    k = _key(config)
+    if k not in _producers:
+        conf: dict[str, Any] = {"enable.idempotence": True, "linger.ms": 5, "acks": "all"}
+        conf.update(config)
+        _producers[k] = Producer(conf)
+    return _producers[k]
+
+
+def _as_bytes(v: Any) -> bytes | None:
+    if v is None or isinstance(v, bytes):
+        return v
+    if isinstance(v, str):
+        return v.encode()
+    if isinstance(v, bytearray | memoryview):
+        return bytes(v)
+    return str(v).encode()
+
+
+def produce_batches(
+    config: Mapping[str, str], batches: Iterable[pa.RecordBatch], topic_option: str | None,
+    flush_timeout_s: float = 60.0,
+) -> int:
+    """Produce every row of ``batches`` (columns value, and optionally key, topic, partition,
+    headers); wait for every delivery. Raises if any record was not delivered, so Spark retries
+    the task: at-least-once (the idempotent producer removes duplicates of its own retries)."""
+    p = producer(config)
+    errors: list[str] = []
+
+    def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    count = 0
+    for batch in batches:
+        cols = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
+        n = batch.num_rows
+        values = cols["value"].to_pylist()
+        keys = cols["key"].to_pylist() if "key" in cols else [None] * n
+        topics = cols["topic"].to_pylist() if "topic" in cols and not topic_option else None
+        parts = cols["partition"].to_pylist() if "partition" in cols else None
+        headers = cols["headers"].to_pylist() if "headers" in cols else None
+        for i in range(n):
+            topic = topic_option or (topics[i] if topics else None)
+            if not topic:
+                raise ValueError("a row has no topic: give a 'topic' column or the 'topic' option")
+            kwargs: dict[str, Any] = {"value": _as_bytes(values[i]), "key": _as_bytes(keys[i]),
+                                      "on_delivery": on_delivery}
+            if parts is not None and parts[i] is not None:
+                kwargs["partition"] = int(parts[i])
+            if headers is not None and headers[i]:
+                kwargs["headers"] = [(h["key"], _as_bytes(h["value"])) for h in headers[i]]
+            while True:
+                try:
+                    p.produce(topic, **kwargs)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            count += 1
+        p.poll(0)
+    remaining = p.flush(flush_timeout_s)
+    if remaining:
+        raise TimeoutError(f"{remaining} records not delivered within {flush_timeout_s} s")
+    if errors:
+        raise KafkaException(f"{len(errors)} records not delivered; first error: {errors[0]}")
+    return count

@@ -1,0 +1,73 @@
+"""A local SparkSession set up for headrace: the right Python, quiet logs, the source
+registered. Spark's own settings win if a session already exists."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+_LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.spark.name = org.apache.spark
+logger.spark.level = error
+logger.hadoop.name = org.apache.hadoop
+logger.hadoop.level = error
+logger.parquet.name = org.apache.parquet
+logger.parquet.level = error
+"""
+
+
+def register(spark: Any) -> None:
+    """Register the ``headrace`` format in ``spark``'s session."""
+    from headrace.spark.source import HeadraceDataSource
+
+    spark.dataSource.register(HeadraceDataSource)
+
+
+def prepare_environment() -> None:
+    """Environment Spark's launcher and workers need: this interpreter for Python workers
+    (else they start a ``python3`` without pyarrow), loopback for the driver."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
+
+
+def local_session(
+    app_name: str = "headrace", master: str = "local[2]", conf: dict[str, str] | None = None
+) -> Any:
+    """``getOrCreate()`` a local session tuned for a small machine and register the source."""
+    prepare_environment()
+    from pyspark.sql import SparkSession
+
+    log_conf = Path(tempfile.gettempdir()) / "headrace-log4j2.properties"
+    if not log_conf.exists() or log_conf.read_text() != _LOG4J2:
+        log_conf.write_text(_LOG4J2)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log_conf}")
+        .config("spark.executor.extraJavaOptions", f"-Dlog4j2.configurationFile={log_conf}")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    )
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
