@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
+from tests.batches import make_batch
 from tests.brokerproc import BrokerProcess, wait_until
 from tests.kafka_wire import WireClient
 
@@ -43,28 +44,6 @@ def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     with BrokerProcess(data, {"auto.create.topics.enable": "false",
                               "num.partitions": "1"}) as b:
         yield b
-
-
-def make_batch(records: list[tuple[bytes | None, bytes | None, int, list[Any]]],
-               base_offset: int = 0, producer_id: int = -1, producer_epoch: int = -1,
-               base_sequence: int = -1) -> bytes:
-    """A RecordBatch v2: ``tests/batches.py`` when present, else aiokafka's builder."""
-    try:
-        from tests.batches import make_batch as mk
-    except ImportError:
-        mk = None
-    if mk is not None:
-        return mk(records, base_offset=base_offset, producer_id=producer_id,
-                  producer_epoch=producer_epoch, base_sequence=base_sequence)
-    from aiokafka.record.default_records import DefaultRecordBatchBuilder
-
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0,
-                                  producer_id=producer_id, producer_epoch=producer_epoch,
-                                  base_sequence=base_sequence, batch_size=1 << 24)
-    for i, (key, value, ts, headers) in enumerate(records):
-        b.append(i, timestamp=ts, key=key, value=value, headers=list(headers))
-    return bytes(b.build())
-
 
 def wire(b: BrokerProcess) -> WireClient:
     return WireClient.to(b.bootstrap, timeout_s=10)

@@ -22,6 +22,7 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from tests.batches import make_batch
 from tests.brokerproc import BrokerProcess, wait_until
 from tests.kafka_wire import WireClient
 
@@ -42,28 +43,6 @@ def wb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 
 # ------------------------------------------------------------------ helpers
-
-
-def make_batch(records: list[tuple[bytes | None, bytes | None, int, list[Any]]],
-               base_offset: int = 0, producer_id: int = -1, producer_epoch: int = -1,
-               base_sequence: int = -1) -> bytes:
-    """A RecordBatch v2: ``tests/batches.py`` when present, else aiokafka's builder."""
-    try:
-        from tests.batches import make_batch as mk
-    except ImportError:
-        mk = None
-    if mk is not None:
-        return mk(records, base_offset=base_offset, producer_id=producer_id,
-                  producer_epoch=producer_epoch, base_sequence=base_sequence)
-    from aiokafka.record.default_records import DefaultRecordBatchBuilder
-
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0,
-                                  producer_id=producer_id, producer_epoch=producer_epoch,
-                                  base_sequence=base_sequence, batch_size=1 << 24)
-    for i, (key, value, ts, headers) in enumerate(records):
-        b.append(i, timestamp=ts, key=key, value=value, headers=list(headers))
-    return bytes(b.build())
-
 
 def decode_records(data: bytes | None) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """(offset, timestamp, key, value) of every record in a fetch response's bytes."""

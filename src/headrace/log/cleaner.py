@@ -75,6 +75,7 @@ from headrace.protocol.records import (
     InvalidRecordError,
     decompress,
     read_header,
+    read_varint,
 )
 
 log = logging.getLogger("headrace.cleaner")
@@ -112,32 +113,6 @@ class OffsetMap:
 # ---------------------------------------------------------------------- record parsing
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag varint at ``pos``: (value, position after it)."""
-    shift = raw = 0
-    while True:
-        if pos >= len(buf):
-            raise InvalidRecordError(_CORRUPT, "truncated varint")
-        byte = buf[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise InvalidRecordError(_CORRUPT, "varint longer than 10 bytes")
-
-
-def _encode_varint(value: int) -> bytes:
-    z = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 @dataclass(frozen=True, slots=True)
 class _RawRecord:
     offset: int
@@ -156,17 +131,17 @@ def _raw_records(batch: bytes | memoryview, header: BatchHeader) -> Iterator[_Ra
     pos = 0
     for _ in range(header.records_count):
         start = pos
-        length, pos = _varint(data, pos)
+        length, pos = read_varint(data, pos)
         end = pos + length
         if length < 0 or end > len(data):
             raise InvalidRecordError(_CORRUPT, "record runs past its batch")
         pos += 1  # attributes
-        _, pos = _varint(data, pos)  # timestampDelta
-        offset_delta, pos = _varint(data, pos)
-        key_length, pos = _varint(data, pos)
+        _, pos = read_varint(data, pos)  # timestampDelta
+        offset_delta, pos = read_varint(data, pos)
+        key_length, pos = read_varint(data, pos)
         key = None if key_length < 0 else data[pos : pos + key_length]
         pos += max(key_length, 0)
-        value_length, _ = _varint(data, pos)
+        value_length, _ = read_varint(data, pos)
         yield _RawRecord(header.base_offset + offset_delta, key, value_length < 0,
                          data[start:end])
         pos = end

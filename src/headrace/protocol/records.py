@@ -336,7 +336,7 @@ def set_log_append_time(buf: bytearray, header: BatchHeader, timestamp_ms: int) 
 # ------------------------------------------------------------------ record decoding
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     """A zigzag varint at ``pos``: (value, position after it)."""
     shift = 0
     raw = 0
@@ -401,11 +401,11 @@ def record_timestamps(batch: bytes | bytearray | memoryview) -> list[tuple[int, 
     out: list[tuple[int, int]] = []
     pos = 0
     for _ in range(header.records_count):
-        length, pos = _read_varint(data, pos)
+        length, pos = read_varint(data, pos)
         start = pos
         pos += 1  # record attributes, unused
-        timestamp_delta, pos = _read_varint(data, pos)
-        offset_delta, pos = _read_varint(data, pos)
+        timestamp_delta, pos = read_varint(data, pos)
+        offset_delta, pos = read_varint(data, pos)
         timestamp = header.max_timestamp if log_append else header.base_timestamp + timestamp_delta
         out.append((header.base_offset + offset_delta, timestamp))
         pos = start + length
@@ -426,7 +426,7 @@ class Record:
 
 
 def _read_nullable_bytes(data: bytes, pos: int) -> tuple[bytes | None, int]:
-    length, pos = _read_varint(data, pos)
+    length, pos = read_varint(data, pos)
     if length < 0:
         return None, pos
     end = pos + length
@@ -452,14 +452,14 @@ def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
     out: list[Record] = []
     pos = 0
     for _ in range(header.records_count):
-        length, pos = _read_varint(data, pos)
+        length, pos = read_varint(data, pos)
         end = pos + length
         pos += 1  # attributes
-        timestamp_delta, pos = _read_varint(data, pos)
-        offset_delta, pos = _read_varint(data, pos)
+        timestamp_delta, pos = read_varint(data, pos)
+        offset_delta, pos = read_varint(data, pos)
         key, pos = _read_nullable_bytes(data, pos)
         value, pos = _read_nullable_bytes(data, pos)
-        count, pos = _read_varint(data, pos)
+        count, pos = read_varint(data, pos)
         headers = []
         for _ in range(count):
             hkey, pos = _read_nullable_bytes(data, pos)
@@ -473,7 +473,7 @@ def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
     return out
 
 
-def _varint(value: int) -> bytes:
+def encode_varint(value: int) -> bytes:
     """Zigzag varint (64-bit), as records use."""
     z = (value << 1) ^ (value >> 63)
     out = bytearray()
@@ -485,7 +485,7 @@ def _varint(value: int) -> bytes:
 
 
 def _nullable(data: bytes | None) -> bytes:
-    return _varint(-1) if data is None else _varint(len(data)) + data
+    return encode_varint(-1) if data is None else encode_varint(len(data)) + data
 
 
 def build_batch(
@@ -508,8 +508,9 @@ def build_batch(
     deltas = offset_deltas if offset_deltas is not None else list(range(len(records)))
     body = bytearray()
     for delta, (key, value) in zip(deltas, records, strict=True):
-        rec = b"\x00" + _varint(0) + _varint(delta) + _nullable(key) + _nullable(value) + b"\x00"
-        body += _varint(len(rec)) + rec
+        rec = (b"\x00" + encode_varint(0) + encode_varint(delta) + _nullable(key)
+               + _nullable(value) + b"\x00")
+        body += encode_varint(len(rec)) + rec
     buf = bytearray(HEADER_SIZE) + body
     HEADER.pack_into(
         buf, 0, base_offset, len(buf) - LOG_OVERHEAD, -1, 2, 0, 0, deltas[-1], timestamp_ms,
