@@ -68,9 +68,13 @@ def consume_and_commit(client: str, bootstrap: str, topic: str, group: str, n: i
     if client == "kafka-python":
         from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
+        # metadata_max_age_ms as in tests/group_clients.py: a kafka-python leader whose
+        # metadata lacked the topic at join time assigns nothing and only rejoins after
+        # its next metadata refresh (default 5 minutes); seen once in CI under load.
         k = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
                           auto_offset_reset="earliest", enable_auto_commit=False,
-                          max_poll_records=n, heartbeat_interval_ms=300)
+                          max_poll_records=n, heartbeat_interval_ms=300,
+                          metadata_max_age_ms=1000)
         got: list[int] = []
         try:
             wait_until(lambda: got.extend(m.offset for ms in k.poll(100).values()
