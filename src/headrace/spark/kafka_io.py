@@ -11,15 +11,19 @@ locked. Crash behaviour: nothing here is durable; offsets live in Spark's checkp
 from __future__ import annotations
 
 import contextlib
+import functools
+import gc
 import logging
+import operator
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec  # type: ignore[attr-defined]
@@ -97,6 +101,11 @@ def _reader_consumer(config: Mapping[str, str]) -> Consumer:
             "fetch.max.bytes": 64 * 1024 * 1024,
             "max.partition.fetch.bytes": 16 * 1024 * 1024,
             "queued.max.messages.kbytes": 256 * 1024,
+            # librdkafka stops fetching when its queue holds queued.min.messages (100,000 by
+            # default) and then waits fetch.queue.backoff.ms (1000 by default) before looking
+            # again: a task reading a backlog stalled a second every ~130,000 records.
+            "queued.min.messages": 1_000_000,
+            "fetch.queue.backoff.ms": 0,
             "enable.partition.eof": False,
         }
         conf.update(config)
@@ -222,9 +231,9 @@ def _watermarks(consumer: Consumer, topic: str, partition: int) -> tuple[int, in
 def read_range(r: OffsetRange, settings: ReadSettings) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``r`` in offset order as Arrow record batches.
 
-    Columns are built from each fetched chunk at once (one list comprehension per column, no
-    per-row tuples). Records removed by retention are data loss: with ``failOnDataLoss`` the
-    task fails with :class:`DataLossError`; otherwise it logs and reads what is left.
+    Columns are built from each fetched chunk at once (see :func:`_to_arrow`). Records
+    removed by retention are data loss: with ``failOnDataLoss`` the task fails with
+    :class:`DataLossError`; otherwise it logs and reads what is left.
     """
     consumer = _reader_consumer(dict(settings.config))
     schema = arrow_schema(settings.include_headers)
@@ -234,28 +243,33 @@ def read_range(r: OffsetRange, settings: ReadSettings) -> Iterator[pa.RecordBatc
     try:
         while next_offset < r.until_offset:
             want = min(settings.batch_rows, r.until_offset - next_offset)
-            msgs = consumer.consume(num_messages=want, timeout=1.0)
-            good = []
-            for m in msgs:
-                err = m.error()
-                if err is None:
-                    good.append(m)
-                elif err.code() == KafkaError._AUTO_OFFSET_RESET:
-                    next_offset = _on_out_of_range(consumer, r, next_offset, settings)
-                    break
-                elif not err.retriable() and err.fatal():
-                    raise KafkaException(err)
-                else:
-                    log.warning("fetching %s-%d: %s", r.topic, r.partition, err)
-            if good:
-                if int(good[-1].offset() or 0) >= r.until_offset:
-                    good = [m for m in good if int(m.offset() or 0) < r.until_offset]
+            with _gc_paused():
+                msgs = consume_batch(consumer, want)
+                good, error = _split_errors(msgs)
+                batch = None
+                past_end = bool(good) and (good[-1].offset() or 0) >= r.until_offset
+                if past_end:
+                    good = [m for m in good if (m.offset() or 0) < r.until_offset]
                 if good:
-                    yield _to_arrow(good, r.topic, r.partition, schema, settings.include_headers)
-                    next_offset = int(good[-1].offset() or 0) + 1
-                    idle_since = time.monotonic()
-                    continue
-            if msgs:
+                    batch = _to_arrow(good, r.topic, r.partition, schema,
+                                      settings.include_headers)
+                    next_offset = (good[-1].offset() or 0) + 1
+                if past_end:
+                    # Offsets only grow: the offsets of the range not seen hold no records
+                    # (compacted away, control records).
+                    next_offset = r.until_offset
+                del msgs, good
+            if error is not None and error.code() == KafkaError._AUTO_OFFSET_RESET:
+                next_offset = _on_out_of_range(consumer, r, next_offset, settings)
+            elif error is not None and not error.retriable() and error.fatal():
+                raise KafkaException(error)
+            elif error is not None:
+                log.warning("fetching %s-%d: %s", r.topic, r.partition, error)
+            if batch is not None:
+                yield batch
+                idle_since = time.monotonic()
+                continue
+            if error is not None:
                 continue
             waited_ms = (time.monotonic() - idle_since) * 1000
             if waited_ms < 1000:
@@ -285,6 +299,44 @@ def read_range(r: OffsetRange, settings: ReadSettings) -> Iterator[pa.RecordBatc
             consumer.unassign()
 
 
+def consume_batch(consumer: Consumer, want: int) -> list[Message]:
+    """Up to ``want`` messages; returns early with fewer when nothing more arrives in 1 s."""
+    return consumer.consume(num_messages=want, timeout=1.0)
+
+
+def _split_errors(msgs: list[Message]) -> tuple[list[Message], KafkaError | None]:
+    """The records of ``msgs`` and its first error event (None if none). After an
+    out-of-range error the records that follow it are dropped: they are fetched again from the
+    offset the error handling settles on."""
+    errors = list(map(Message.error, msgs))
+    # Identity tests only: ``KafkaError == None`` raises inside list.count/index.
+    if not any(map(_is_error, errors)):
+        return msgs, None
+    cut = next(i for i, e in enumerate(errors) if e is not None)
+    first = errors[cut]
+    assert first is not None
+    if first.code() == KafkaError._AUTO_OFFSET_RESET:
+        return msgs[:cut], first
+    return [m for m, e in zip(msgs, errors, strict=True) if e is None], first
+
+
+_is_error = functools.partial(operator.is_not, None)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic GC while a chunk is consumed and converted: it allocates 2-3 objects per
+    record and none of them in cycles, yet set off collections that walked them all (~15% of
+    a read measured). Never held across a ``yield``."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def _on_out_of_range(
     consumer: Consumer, r: OffsetRange, next_offset: int, settings: ReadSettings
 ) -> int:
@@ -308,18 +360,28 @@ def _on_out_of_range(
 
 
 def _to_arrow(
-    msgs: list[Any], topic: str, partition: int, schema: pa.Schema, include_headers: bool
+    msgs: list[Message], topic: str, partition: int, schema: pa.Schema, include_headers: bool
 ) -> pa.RecordBatch:
+    """Columns from ``msgs`` in bulk: ``map`` over the C methods of ``Message`` (no Python frame
+    per record), numpy for the integers; measured 0.4 µs per record against 1.1 µs for list
+    comprehensions calling each method."""
     n = len(msgs)
-    stamps = np.array([m.timestamp() for m in msgs], dtype=np.int64).reshape(n, 2)
+    first, last = msgs[0].offset() or 0, msgs[-1].offset() or 0
+    if last - first == n - 1:  # offsets strictly increase: this is every offset in between
+        offsets = np.arange(first, last + 1, dtype=np.int64)
+    else:  # gaps (compaction, control records)
+        offsets = np.fromiter(map(Message.offset, msgs), dtype=np.int64, count=n)
+    stamps: npt.NDArray[np.int64] = np.fromiter(
+        map(Message.timestamp, msgs), dtype=_STAMP, count=n
+    )
     columns: list[pa.Array] = [
-        pa.array([m.key() for m in msgs], pa.binary()),
-        pa.array([m.value() for m in msgs], pa.binary()),
+        pa.array(list(map(Message.key, msgs)), pa.binary()),
+        pa.array(list(map(Message.value, msgs)), pa.binary()),
         pa.DictionaryArray.from_arrays(
             pa.array(np.zeros(n, dtype=np.int32)), pa.array([topic], pa.string())
         ).cast(pa.string()),
         pa.array(np.full(n, partition, dtype=np.int32)),
-        pa.array([m.offset() for m in msgs], pa.int64()),
+        pa.array(offsets),
         pa.array(stamps[:, 1] * 1000, pa.timestamp("us", tz="UTC")),
         # librdkafka: 1 CreateTime, 2 LogAppendTime, 0 not available; Kafka/Spark: 0, 1, -1.
         pa.array((stamps[:, 0] - 1).astype(np.int32)),
@@ -327,6 +389,10 @@ def _to_arrow(
     if include_headers:
         columns.append(pa.array([m.headers() or [] for m in msgs], HEADER_TYPE))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+_STAMP = np.dtype((np.int64, 2))
+"""``Message.timestamp()``'s ``(type, milliseconds)`` as one numpy row."""
 
 
 # --- writing (executors) -------------------------------------------------------------------
