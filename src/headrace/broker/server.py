@@ -31,7 +31,7 @@ from headrace.metadata.store import BrokerInfo, LocalMetadataStore, MetadataStor
 from headrace.protocol.codec import (
     decode_request,
     encode_api_versions_fallback,
-    encode_response,
+    encode_response_chunks,
 )
 from headrace.protocol.errors import ProtocolError, UnknownApiError
 from headrace.protocol.framing import FrameDecoder
@@ -42,6 +42,7 @@ API_VERSIONS = 18
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 QUEUE_HIGH_WATER = 64
 FLUSH_SCHEDULER_INTERVAL_MS = 1000  # how often flush.ms is checked between appends
+_IOV_MAX = 1024  # Linux's limit on writev's buffer count
 
 
 class StartupError(Exception):
@@ -79,12 +80,16 @@ class Connection(asyncio.Protocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self._reading_paused = False
+        self._fd = -1
         self.task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None and transport.get_extra_info("sslcontext") is None:
+            self._fd = sock.fileno()
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.task = asyncio.get_running_loop().create_task(self._serve())
@@ -143,8 +148,7 @@ class Connection(asyncio.Protocol):
                         self.transport.resume_reading()
                 response = await self._handle(frame)
                 if response is not None and not self.closed:
-                    assert self.transport is not None
-                    self.transport.write(response)
+                    self._write(response)
                     if not self._writable.is_set():
                         await self._writable.wait()
         except asyncio.CancelledError:
@@ -155,7 +159,36 @@ class Connection(asyncio.Protocol):
         finally:
             self.broker.connections.discard(self)
 
-    async def _handle(self, frame: bytes | memoryview) -> bytes | None:
+    def _write(self, chunks: list[bytes | memoryview]) -> None:
+        """Write a response given as chunks. When nothing is queued in the transport, the
+        chunks go to the socket in one ``writev`` without being joined (a Fetch response's
+        records are never copied in user space); only what the kernel did not take is
+        joined and handed to the transport, which sends it when the socket is writable."""
+        transport = self.transport
+        assert transport is not None
+        if len(chunks) == 1:
+            transport.write(chunks[0])
+            return
+        if (self._fd < 0 or transport.is_closing() or transport.get_write_buffer_size()
+                or len(chunks) > _IOV_MAX):
+            transport.write(b"".join(chunks))
+            return
+        try:
+            sent = os.writev(self._fd, chunks)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:  # let the transport see and report the error
+            transport.write(b"".join(chunks))
+            return
+        for i, chunk in enumerate(chunks):
+            n = len(chunk)
+            if sent < n:
+                rest = [memoryview(chunk)[sent:], *chunks[i + 1 :]] if sent else chunks[i:]
+                transport.write(b"".join(rest))
+                return
+            sent -= n
+
+    async def _handle(self, frame: bytes | memoryview) -> list[bytes | memoryview] | None:
         try:
             request = decode_request(frame)
         except UnknownApiError as e:
@@ -181,18 +214,20 @@ class Connection(asyncio.Protocol):
         body = await h.fn(self.broker, ctx, request.body)
         if body is None:
             return None
-        return encode_response(header.api_key, header.api_version, header.correlation_id, body)
+        return encode_response_chunks(
+            header.api_key, header.api_version, header.correlation_id, body
+        )
 
-    def _api_versions_fallback(self, correlation_id: int) -> bytes:
+    def _api_versions_fallback(self, correlation_id: int) -> list[bytes | memoryview]:
         """Kafka answers an ApiVersions version it does not know with a v0 response
         carrying UNSUPPORTED_VERSION and its own ranges, so the client can retry lower."""
         from kio.schema.errors import ErrorCode
 
         from headrace.broker.handlers.api_versions import advertised_versions
 
-        return encode_api_versions_fallback(
+        return [encode_api_versions_fallback(
             correlation_id, ErrorCode.unsupported_version, advertised_versions()
-        )
+        )]
 
 
 class Broker:

@@ -20,9 +20,11 @@ given, and retention never deletes past it. ``last_stable_offset`` equals the hi
 watermark (no transactions yet).
 
 Appends and reads are batch-level (R-LOG-3): a produce request's batches are validated from
-their headers and CRCs, their base offsets and partition leader epochs rewritten in one copy
-of the request bytes, and each batch written with one ``os.write``; a read is an index lookup,
-a short header scan and one ``os.pread`` per segment touched. No per-record Python work.
+their headers and CRCs, and each written with one ``os.writev`` of a rewritten 16-byte prefix
+(base offset, length, partition leader epoch: outside the CRC) and the rest of the batch
+straight from the request (LogAppendTime topics rewrite one copy of the request bytes, since
+that changes bytes under the CRC); a read is an index lookup, a short header scan and one
+``os.pread`` per segment touched. No per-record Python work.
 
 Crash behaviour (R-LOG-4): ``open`` always re-validates the last segment batch by batch
 (CRC-32C) and truncates it at the first invalid or torn batch, since there is no clean-
@@ -46,6 +48,7 @@ import dataclasses
 import logging
 import os
 import shutil
+import struct
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -80,6 +83,10 @@ from headrace.protocol.records import (
 log = logging.getLogger("headrace.log")
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+# A stored batch begins: baseOffset int64, batchLength int32, partitionLeaderEpoch int32.
+_OFFSET = struct.Struct(">q")
+_EPOCH = struct.Struct(">i")
+_PREFIX = 16
 _CHECKPOINT_VERSION = 0
 LOG_APPEND_TIME = "LogAppendTime"
 
@@ -193,9 +200,13 @@ class PartitionLog:
             self._write_leader_epochs()
 
     def _write_leader_epochs(self) -> None:
+        """Write the checkpoint (renamed into place, not fsynced: ``open`` rebuilds the epochs
+        from the batch headers and rewrites a stale or torn file, so an fsync here would only
+        stall the event loop on every new partition and first append)."""
         lines = [str(_CHECKPOINT_VERSION), str(len(self.leader_epochs))]
         lines += [f"{epoch} {offset}" for epoch, offset in self.leader_epochs]
-        _write_atomically(self.dir / LEADER_EPOCH_CHECKPOINT, ("\n".join(lines) + "\n").encode())
+        _write_atomically(self.dir / LEADER_EPOCH_CHECKPOINT, ("\n".join(lines) + "\n").encode(),
+                          fsync=False)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -278,15 +289,19 @@ class PartitionLog:
 
         first_offset = self.log_end_offset
         now = self.clock.wall_ms()
-        buf = bytearray(records)
+        # LogAppendTime changes bytes under the CRC: rewrite a copy. Otherwise only the base
+        # offset and leader epoch change (outside the CRC): write a rewritten 16-byte prefix
+        # and the rest of each batch straight from the request (no copy of the records).
+        buf = bytearray(records) if log_append else None
+        view = memoryview(records if buf is None else buf)
         stored: list[BatchHeader] = []
         next_offset = first_offset
         for h in headers:
-            set_base_offset(buf, h, next_offset)
-            set_partition_leader_epoch(buf, h, leader_epoch)
             changes: dict[str, int] = {"base_offset": next_offset,
                                        "partition_leader_epoch": leader_epoch}
-            if log_append:
+            if buf is not None:
+                set_base_offset(buf, h, next_offset)
+                set_partition_leader_epoch(buf, h, leader_epoch)
                 set_log_append_time(buf, h, now)
                 changes["attributes"] = h.attributes | TIMESTAMP_TYPE_BIT
                 changes["max_timestamp"] = now
@@ -294,20 +309,23 @@ class PartitionLog:
             next_offset += h.last_offset_delta + 1
         last_offset = next_offset - 1
 
-        if self.should_roll(len(buf), last_offset):
+        if self.should_roll(len(view), last_offset):
             self.roll()
         seg = self.active_segment
         size_before = seg.size
-        view = memoryview(buf)
         try:
             for h in stored:
-                seg.append(view[h.position : h.position + h.size], h)
+                pos = h.position
+                if buf is not None:
+                    seg.append(view[pos : pos + h.size], h)
+                else:
+                    prefix = _OFFSET.pack(h.base_offset) + view[pos + 8 : pos + 12].tobytes() + (
+                        _EPOCH.pack(leader_epoch))
+                    seg.append_parts([prefix, view[pos + _PREFIX : pos + h.size]], h)
         except OSError as e:
             self._undo_append(seg, size_before, first_offset)
             raise LogError(ErrorCode.kafka_storage_error,
                            f"append to {seg.log_path} failed: {e}") from e
-        finally:
-            view.release()
         for h in stored:
             self.producer_state.update(h)
         if not self.leader_epochs or leader_epoch > self.leader_epochs[-1][0]:
@@ -343,10 +361,23 @@ class PartitionLog:
         whole even if larger (KIP-74). b"" at the log end or at/after ``max_offset``.
         OFFSET_OUT_OF_RANGE below the log start or above the log end offset.
         """
+        chunks, _, _ = self.read_chunks(offset, max_bytes, max_offset=max_offset,
+                                        min_one_batch=min_one_batch)
+        if len(chunks) == 1 and isinstance(chunks[0], bytes):
+            return chunks[0]
+        return b"".join(chunks)
+
+    def read_chunks(
+        self, offset: int, max_bytes: int, *, max_offset: int, min_one_batch: bool
+    ) -> tuple[list[bytes | memoryview], int, bool]:
+        """``read`` without joining: (one chunk per segment read, their total size, whether
+        batches below ``max_offset`` were left out for ``max_bytes``). Each chunk is one
+        ``os.pread`` (a view of it when it ends in a partial batch), so the Fetch path writes
+        the stored bytes without copying them again."""
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(offset, self.log_start_offset, self.log_end_offset)
         limit = min(max_offset, self.log_end_offset)
-        chunks: list[bytes] = []
+        chunks: list[bytes | memoryview] = []
         remaining = max_bytes
         i = self._segment_index(offset)
         while offset < limit and i < len(self._segments):
@@ -372,11 +403,13 @@ class PartitionLog:
             data = seg.read(first.position, remaining) if remaining > 0 else b""
             whole = whole_batches_length(data)
             if whole:
-                chunks.append(data[:whole])
+                chunks.append(data if whole == len(data) else memoryview(data)[:whole])
+                remaining -= whole
             elif min_one_batch and not chunks:
                 chunks.append(seg.read(first.position, first.size))
-            break
-        return b"".join(chunks)
+                remaining -= first.size
+            return chunks, max_bytes - remaining, True
+        return chunks, max_bytes - remaining, False
 
     # ------------------------------------------------------------------ timestamps
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
@@ -610,13 +643,14 @@ def _read_checkpoint(path: Path) -> list[tuple[int, int]] | None:
         return None
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Write a temporary file, fsync it and rename it over ``path``."""
+def _write_atomically(path: Path, data: bytes, *, fsync: bool = True) -> None:
+    """Write a temporary file, fsync it (unless told not to) and rename it over ``path``."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, data)
-        os.fsync(fd)
+        if fsync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)

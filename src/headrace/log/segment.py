@@ -7,9 +7,9 @@ Files (Kafka's names, in the partition directory; ``N`` is the base offset, 20 d
     N.index      sparse offset index (``headrace.log.index.OffsetIndex``)
     N.timeindex  sparse time index  (``headrace.log.index.TimeIndex``)
 
-Appends are one ``os.write`` of already validated batch bytes to an ``O_APPEND`` fd; reads
-are one ``os.pread``. Nothing is fsynced unless ``flush`` is called (the partition log's
-flush policy decides).
+Appends are one ``os.write`` (or ``os.writev`` of its pieces) of already validated batch
+bytes to an ``O_APPEND`` fd; reads are one ``os.pread``. Nothing is fsynced unless ``flush``
+is called (the partition log's flush policy decides).
 
 Crash behaviour: a crash can leave a torn or garbage tail on the ``.log`` and index entries
 that point past it. ``recover`` re-validates every batch (length, magic, CRC-32C, offsets
@@ -273,18 +273,27 @@ class LogSegment:
         (batch's last offset, its position) is added when more than
         ``index_interval_bytes`` were written since the previous entry.
         """
+        self.append_parts([batch], header)
+
+    def append_parts(
+        self, parts: list[bytes | bytearray | memoryview], header: BatchHeader
+    ) -> None:
+        """``append`` of a batch given as consecutive pieces: one ``os.writev``, so a batch
+        whose header was rewritten need not be copied whole."""
         position = self.size
-        view = memoryview(batch)
-        written = 0
-        while written < len(view):
-            written += os.write(self._fd, view[written:])
-        self.size += len(view)
+        size = sum(map(len, parts))
+        written = os.writev(self._fd, parts) if len(parts) > 1 else os.write(self._fd, parts[0])
+        if written < size:  # short write (rare on regular files): write the rest in order
+            rest = memoryview(b"".join(parts))
+            while written < size:
+                written += os.write(self._fd, rest[written:])
+        self.size += size
         self._track(header)
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
             self.index.append(header.last_offset, position)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self._bytes_since_last_index_entry = 0
-        self._bytes_since_last_index_entry += len(view)
+        self._bytes_since_last_index_entry += size
 
     def read(self, position: int, size: int) -> bytes:
         """``size`` bytes from ``position`` (fewer at the end of the file)."""

@@ -20,43 +20,68 @@ SIZE_BYTES = SIZE.size
 
 
 class FrameDecoder:
+    """Splits a byte stream into frames without copying what it need not copy.
+
+    A frame wholly inside one ``feed`` is returned as a read-only view of the data fed (so
+    ``data`` must not be mutated afterwards: asyncio hands over fresh ``bytes``). The pieces
+    of a frame spanning several feeds are kept as they arrive (memory grows only with what
+    the peer really sent) and joined once when the last one comes: each byte is copied once.
+    """
+
     def __init__(self, max_frame_bytes: int) -> None:
         self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray()
+        self._head = bytearray()  # the first bytes of a size prefix split across feeds
+        self._parts: list[memoryview] = []  # pieces of a frame being gathered (no prefix)
+        self._missing = 0  # bytes that frame still lacks
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return len(self._head) + sum(map(len, self._parts)) + (SIZE_BYTES if self._parts else 0)
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+    def _size(self, size: int) -> int:
+        if size < 0 or size > self.max_frame_bytes:
+            raise FrameTooLargeError(size, self.max_frame_bytes)
+        return size
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | memoryview]:
         """Add ``data``; return every frame now complete. Raises ``FrameTooLargeError``."""
-        buf = self._buf
-        if not buf:
-            frames = self._split(data)
-            return frames
-        buf += data
-        frames = self._split(buf)
-        return frames
-
-    def _split(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        frames: list[bytes] = []
+        frames: list[bytes | memoryview] = []
+        mv = memoryview(data).toreadonly()
+        end = len(mv)
         pos = 0
-        end = len(data)
-        mv = memoryview(data)
-        try:
-            while end - pos >= SIZE_BYTES:
-                (size,) = SIZE.unpack_from(mv, pos)
-                if size < 0 or size > self.max_frame_bytes:
-                    raise FrameTooLargeError(size, self.max_frame_bytes)
-                if end - pos - SIZE_BYTES < size:
-                    break
-                start = pos + SIZE_BYTES
-                frames.append(bytes(mv[start : start + size]))
-                pos = start + size
-            rest = bytes(mv[pos:])
-        finally:
-            mv.release()
-        self._buf = bytearray(rest)
+        if self._head:
+            take = min(SIZE_BYTES - len(self._head), end)
+            self._head += mv[:take]
+            pos = take
+            if len(self._head) < SIZE_BYTES:
+                return frames
+            (size,) = SIZE.unpack(self._head)
+            self._head.clear()
+            if self._size(size) == 0:
+                frames.append(b"")
+            else:
+                self._parts.append(mv[pos:pos])
+                self._missing = size
+        if self._parts:
+            take = min(self._missing, end - pos)
+            self._parts.append(mv[pos : pos + take])
+            self._missing -= take
+            pos += take
+            if self._missing:
+                return frames
+            frames.append(b"".join(self._parts))
+            self._parts = []
+        while end - pos >= SIZE_BYTES:
+            size = self._size(SIZE.unpack_from(mv, pos)[0])
+            start = pos + SIZE_BYTES
+            if end - start < size:
+                self._parts = [mv[start:end]]
+                self._missing = size - (end - start)
+                return frames
+            frames.append(mv[start : start + size])
+            pos = start + size
+        if pos < end:
+            self._head += mv[pos:end]
         return frames
 
 
