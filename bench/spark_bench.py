@@ -135,9 +135,9 @@ def run_throughput(spark: Any, broker: BrokerProcess, args: argparse.Namespace,
     write_parquet(parquet_dir, topic, values, args.partitions)
     del values
 
-    def headrace_batch() -> int:
+    def headrace_batch(reader: str = "wire") -> int:
         df = (spark.read.format("headrace").option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", topic).load())
+              .option("subscribe", topic).option("reader", reader).load())
         df.write.format("noop").mode("overwrite").save()
         return int(args.rows)
 
@@ -161,11 +161,13 @@ def run_throughput(spark: Any, broker: BrokerProcess, args: argparse.Namespace,
 
     cases: list[tuple[str, Callable[[], int]]] = [
         ("headrace → noop (batch read)", headrace_batch),
+        ("headrace → noop (batch read, reader=confluent)", lambda: headrace_batch("confluent")),
         ("headrace → noop (stream, availableNow)", headrace_stream),
         ("Parquet → noop (ceiling)", parquet),
     ]
     # Warm-up: JVM, Python workers, the first job (not measured).
     headrace_batch()
+    headrace_batch("confluent")
     parquet()
     results: dict[str, list[tuple[float, Meter]]] = {name: [] for name, _ in cases}
     for rep in range(args.reps):

@@ -124,6 +124,9 @@ def close_all() -> None:
     for p in _producers.values():
         p.flush(10)
     _producers.clear()
+    from headrace.spark import wire
+
+    wire.drop()
 
 
 # --- metadata and offsets (driver) --------------------------------------------------------
@@ -219,6 +222,12 @@ class ReadSettings:
     fail_on_data_loss: bool
     poll_timeout_ms: int
     batch_rows: int = 65536
+    reader: str = "wire"
+    """``wire``: Fetch requests decoded in bulk (:mod:`headrace.spark.wire_read`);
+    ``confluent``: confluent-kafka's consumer (:func:`read_range_confluent`)."""
+
+
+READERS = ("wire", "confluent")
 
 
 def _watermarks(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
@@ -229,7 +238,18 @@ def _watermarks(consumer: Consumer, topic: str, partition: int) -> tuple[int, in
 
 
 def read_range(r: OffsetRange, settings: ReadSettings) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``r`` in offset order as Arrow record batches.
+    """Yield the records of ``r`` in offset order as Arrow record batches, with the reader
+    ``settings.reader`` names (the confluent-kafka one where the wire reader cannot connect:
+    TLS, SASL)."""
+    from headrace.spark import wire_read
+
+    if settings.reader == "wire" and wire_read.supports(dict(settings.config)):
+        return wire_read.read_range(r, settings)
+    return read_range_confluent(r, settings)
+
+
+def read_range_confluent(r: OffsetRange, settings: ReadSettings) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``r`` in offset order as Arrow record batches (confluent-kafka).
 
     Columns are built from each fetched chunk at once (see :func:`_to_arrow`). Records
     removed by retention are data loss: with ``failOnDataLoss`` the task fails with

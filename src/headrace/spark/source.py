@@ -9,7 +9,8 @@ Schema, options and semantics follow Spark's own Kafka connector (``spark-sql-ka
 see ``offsets.py`` for the planning rules. Additions: after each completed micro-batch the
 offsets are committed to a consumer group (``kafka.group.id``, or ``groupIdPrefix`` plus a run
 id kept in the checkpoint) so ordinary lag tools see the pipeline's progress; the checkpoint
-stays the source of truth.
+stays the source of truth. Option ``reader``: ``wire`` (default; Fetch requests decoded in bulk,
+``wire_read.py``) or ``confluent`` (confluent-kafka's consumer).
 
 Where things run: the DataSource and its stream reader's ``initialOffset``/``latestOffset``/
 ``partitions``/``commit`` run in a long-lived Python process beside the driver; ``read`` and the
@@ -87,6 +88,7 @@ class SourceOptions:
     commit_to_group: bool
     poll_timeout_ms: int
     timeout_s: float
+    reader: str = "wire"
 
     @classmethod
     def parse(cls, options: Mapping[str, str], default_starting: str) -> SourceOptions:
@@ -108,7 +110,12 @@ class SourceOptions:
         else:
             starting = parse_offset_spec(opts.get("startingoffsets"), "startingOffsets",
                                          default_starting)
+        reader = opts.get("reader", "wire").strip().lower()
+        if reader not in kafka_io.READERS:
+            raise OptionError(f"option 'reader' must be one of {', '.join(kafka_io.READERS)}, "
+                              f"got {opts['reader']!r}")
         return cls(
+            reader=reader,
             kafka=kafka,
             subscription=parse_subscription(opts),
             starting=starting,
@@ -130,6 +137,7 @@ class SourceOptions:
             include_headers=self.include_headers,
             fail_on_data_loss=self.fail_on_data_loss,
             poll_timeout_ms=self.poll_timeout_ms,
+            reader=self.reader,
         )
 
 

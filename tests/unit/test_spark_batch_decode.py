@@ -1,0 +1,111 @@
+"""The bulk record-batch decoder of the Spark source's wire reader, against tests/batches.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tests.batches import Record, make_batch
+
+from headrace.protocol.records import InvalidRecordError
+from headrace.spark.batch_decode import decode_fetched
+from headrace.spark.kafka_io import arrow_schema
+
+CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
+
+
+def decode(blob: bytes, start: int = 0, until: int = 1 << 62,
+           headers: bool = True) -> tuple[list[dict[str, Any]], int]:
+    batch, nxt = decode_fetched(blob, start, until, "t", 3, arrow_schema(headers), headers)
+    return ([] if batch is None else batch.to_pylist()), nxt
+
+
+def expected(records: list[Record], base: int, headers: bool = True) -> list[dict[str, Any]]:
+    out = []
+    for i, (k, v, _ts, hs) in enumerate(records):
+        row: dict[str, Any] = {"key": k, "value": v, "topic": "t", "partition": 3,
+                               "offset": base + i, "timestampType": 0}
+        if headers:
+            row["headers"] = [{"key": hk, "value": hv} for hk, hv in hs]
+        out.append(row)
+    return out
+
+
+def ms(row: dict[str, Any]) -> int:
+    return round(float(row["timestamp"].timestamp()) * 1000)
+
+
+def strip_ts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != "timestamp"} for r in rows]
+
+
+MIXED: list[Record] = [
+    (b"k1", b"v" * 300, 1_000, []),
+    (None, b"short", 1_005, [("h", b"x"), ("empty", None)]),
+    (b"a-longer-key-than-twelve", None, 999, []),
+    (None, None, 1_010, []),
+    (b"", b"", 1_011, [("u\u00e9", b"")]),
+    (b"k" * 12, b"v" * 13, 1_012, []),
+]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_every_codec_keys_values_headers_nulls(codec: str | None) -> None:
+    blob = make_batch(MIXED, base_offset=40, compression=codec)
+    rows, nxt = decode(blob)
+    assert strip_ts(rows) == expected(MIXED, 40)
+    assert [ms(r) for r in rows] == [r[2] for r in MIXED]
+    assert nxt == 40 + len(MIXED)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_uniform_records_many_batches_and_range_cut(codec: str | None) -> None:
+    recs: list[Record] = [(None, b"%06d" % i + b"x" * 94, 5_000 + i, []) for i in range(300)]
+    blob = b"".join(make_batch(recs[i:i + 100], base_offset=i, compression=codec)
+                    for i in range(0, 300, 100))
+    rows, nxt = decode(blob, headers=False)
+    assert strip_ts(rows) == expected(recs, 0, headers=False)
+    rows, nxt = decode(blob, start=150, until=250, headers=False)
+    assert [r["offset"] for r in rows] == list(range(150, 250))
+    assert rows[0]["value"] == recs[150][1]
+    assert nxt == 250
+
+
+def test_without_headers_column_and_all_null_keys() -> None:
+    recs: list[Record] = [(None, b"v%d" % i, 7, [("h", b"1")]) for i in range(5)]
+    rows, _ = decode(make_batch(recs), headers=False)
+    assert rows == [{**r, "timestamp": rows[0]["timestamp"]} for r in expected(recs, 0, False)]
+
+
+def test_torn_last_batch_and_batches_before_the_start() -> None:
+    a = make_batch([(None, b"a", 1, [])] * 3, base_offset=0)
+    b = make_batch([(None, b"b", 1, [])] * 3, base_offset=3)
+    rows, nxt = decode(a + b[:-5], start=1)
+    assert [r["offset"] for r in rows] == [1, 2] and nxt == 3
+    rows, nxt = decode(a + b, start=3)
+    assert [r["offset"] for r in rows] == [3, 4, 5] and nxt == 6
+    assert decode(b"", start=9) == ([], 9)
+
+
+def test_control_batch_is_skipped_but_counted() -> None:
+    ctrl = bytearray(make_batch([(b"\x00\x00\x00\x00", b"\x00" * 6, 1, [])], base_offset=2))
+    ctrl[22] |= 0x20  # attributes low byte: control bit (CRC is not checked here)
+    data = make_batch([(None, b"x", 1, [])] * 2, base_offset=0) + bytes(ctrl)
+    rows, nxt = decode(data)
+    assert [r["offset"] for r in rows] == [0, 1] and nxt == 3
+    assert decode(bytes(ctrl), start=2) == ([], 3)
+
+
+def test_log_append_time() -> None:
+    blob = bytearray(make_batch([(None, b"x", 1, []), (None, b"y", 2, [])]))
+    blob[22] |= 0x08
+    rows, _ = decode(bytes(blob))
+    assert [r["timestampType"] for r in rows] == [1, 1]
+    assert [ms(r) for r in rows] == [2, 2]  # maxTimestamp
+
+
+def test_corrupt_records_raise() -> None:
+    blob = bytearray(make_batch([(None, b"abcdef", 1, [])] * 3))
+    blob[61] = 0x7E  # first record length: far too long
+    with pytest.raises(InvalidRecordError):
+        decode(bytes(blob))
