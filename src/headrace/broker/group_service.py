@@ -29,11 +29,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from headrace.broker.replica_manager import TopicPartition
+from headrace.broker.replica_manager import Partition, TopicPartition
 from headrace.broker.topics import TopicError
 from headrace.config import BrokerConfig
 from headrace.group.classic import Completion, GroupTimeouts, JoinResult, SyncResult
@@ -56,6 +57,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_SEGMENT_BYTES = 100 * 1024 * 1024
 TICK_S = 0.1
 LOAD_READ_BYTES = 8 * 1024 * 1024
+PLACEMENT_CACHE_MAX = 100_000
 
 
 class GroupService:
@@ -72,6 +74,10 @@ class GroupService:
         self._waiters: dict[tuple[str, int], asyncio.Future[Completion]] = {}
         self._sync_tickets: set[tuple[str, int]] = set()
         self._closed = False
+        # group id -> its __consumer_offsets partition, for the partition count it was
+        # computed with (every commit needs it several times; the hash is per character)
+        self._placement: dict[str, int] = {}
+        self._placement_n = 0
 
     # ------------------------------------------------------------------ placement
     def now_ms(self) -> int:
@@ -84,7 +90,16 @@ class GroupService:
         return int(self.config["offsets.topic.num.partitions"])
 
     def partition_for(self, group_id: str) -> int:
-        return offsets_partition_for(group_id, self.num_partitions())
+        n = self.num_partitions()
+        if n != self._placement_n:
+            self._placement.clear()
+            self._placement_n = n
+        p = self._placement.get(group_id)
+        if p is None:
+            if len(self._placement) >= PLACEMENT_CACHE_MAX:
+                self._placement.clear()
+            p = self._placement[group_id] = offsets_partition_for(group_id, n)
+        return p
 
     def coordinator_node(self, group_id: str) -> int | None:
         """The node leading the group's partition (creating the topic); None if none."""
@@ -170,34 +185,36 @@ class GroupService:
             self.loading.discard(index)
 
     # ------------------------------------------------------------------ writes
-    def _append_now(self, group_id: str,
-                    records: list[tuple[bytes, bytes | None]]) -> tuple[ErrorCode, int]:
-        """Append one batch as leader; (error, offset the high watermark must reach)."""
+    def _append_now(
+        self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]
+    ) -> tuple[ErrorCode, int, Partition | None]:
+        """Append one batch as leader; (error, offset the high watermark must reach,
+        the partition appended to)."""
         tp = TopicPartition(OFFSETS_TOPIC, self.partition_for(group_id))
         partition = self.broker.replicas.get(tp)
         if partition is None or not partition.is_leader(self.broker.node_id):
-            return ErrorCode.not_coordinator, 0
+            return ErrorCode.not_coordinator, 0, None
         batch = build_batch([(k, v) for k, v in records], self.now_ms())
         try:
-            res = partition.append_as_leader(batch)
+            res = partition.append_own_batch(batch)
         except (InvalidRecordError, LogError) as e:
             log.error("append to %s failed: %s", tp, e)
-            return ErrorCode.coordinator_not_available, 0
+            return ErrorCode.coordinator_not_available, 0, None
         self.broker.replicas.wake(tp)
-        return ErrorCode.none, res.last_offset + 1
+        return ErrorCode.none, res.last_offset + 1, partition
 
     async def append_group_records(
-        self, group_id: str, records: list[tuple[bytes, bytes | None]]
+        self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]
     ) -> ErrorCode:
         """Append to the group's partition and wait for the high watermark (acks=all)."""
         if not records:
             return ErrorCode.none
-        err, end = self._append_now(group_id, records)
+        err, end, partition = self._append_now(group_id, records)
         if err is not ErrorCode.none:
             return err
-        tp = TopicPartition(OFFSETS_TOPIC, self.partition_for(group_id))
-        partition = self.broker.replicas.get(tp)
         assert partition is not None
+        if partition.log.high_watermark >= end:  # single node: committed by the append
+            return ErrorCode.none
         timeout_s = int(self.config["request.timeout.ms"]) / 1000
         if not await partition.wait_for_hw(end, timeout_s):
             return ErrorCode.request_timed_out
@@ -205,7 +222,7 @@ class GroupService:
 
     async def write(self, w: OffsetWrite) -> ErrorCode:
         """Append an ``OffsetWrite`` and, once it is committed, apply it."""
-        err = await self.append_group_records(w.group_id, list(w.records))
+        err = await self.append_group_records(w.group_id, w.records)
         if err is ErrorCode.none:
             self.coordinator.apply(w)
             self.flush()

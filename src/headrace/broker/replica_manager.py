@@ -60,6 +60,12 @@ class Partition:
         self._advance_hw()
         return result
 
+    def append_own_batch(self, batch: bytes) -> AppendResult:
+        """``append_as_leader`` of one batch built by the broker (``PartitionLog``)."""
+        result = self.log.append_own_batch(batch, self.state.leader_epoch)
+        self._advance_hw()
+        return result
+
     def _advance_hw(self) -> None:
         leo = self.log.log_end_offset
         others = [self.follower_leo.get(r, 0) for r in self.state.isr if r != self.state.leader]

@@ -34,16 +34,31 @@ def _identity(v: Any) -> Any:
     return v
 
 
+@cache
+def _ms32(ms: int) -> Any:
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=ms))
+
+
+@cache
+def _ms64(ms: int) -> Any:
+    return i64Timedelta.parse(datetime.timedelta(milliseconds=ms))
+
+
 def _timedelta32(v: Any) -> Any:
     if isinstance(v, datetime.timedelta):
         return i32Timedelta.parse(v)
-    return i32Timedelta.parse(datetime.timedelta(milliseconds=int(v)))
+    ms = int(v)
+    # kio's phantom-type parse is slow; throttle times and the like repeat (mostly 0)
+    return _ms32(ms) if 0 <= ms < 65536 else i32Timedelta.parse(
+        datetime.timedelta(milliseconds=ms))
 
 
 def _timedelta64(v: Any) -> Any:
     if isinstance(v, datetime.timedelta):
         return i64Timedelta.parse(v)
-    return i64Timedelta.parse(datetime.timedelta(milliseconds=int(v)))
+    ms = int(v)
+    return _ms64(ms) if 0 <= ms < 65536 else i64Timedelta.parse(
+        datetime.timedelta(milliseconds=ms))
 
 
 def _error_code(v: Any) -> Any:

@@ -360,9 +360,11 @@ def _swap_next_offset(path: Path) -> int | None:
 def complete_swaps(directory: Path) -> None:
     """Crash recovery, before the log's segments are opened: discard ``.cleaned`` files
     and finish every ``.swap`` (see the module docstring)."""
+    changed = False
     for p in directory.glob(f"*{CLEANED_SUFFIX}"):
         log.info("removing unfinished cleaner output %s", p)
         p.unlink(missing_ok=True)
+        changed = True
     for swap in sorted(directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
         stem = swap.name.removesuffix(f"{LOG_SUFFIX}{SWAP_SUFFIX}")
         if not stem.isdigit():
@@ -378,4 +380,6 @@ def complete_swaps(directory: Path) -> None:
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             (directory / f"{base:020d}{suffix}").unlink(missing_ok=True)
         os.replace(swap, directory / f"{base:020d}{LOG_SUFFIX}")
-    _fsync_dir(directory)
+        changed = True
+    if changed:  # nothing removed or renamed: no directory entry to make durable
+        _fsync_dir(directory)

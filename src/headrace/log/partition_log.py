@@ -44,7 +44,6 @@ Thread-safety: none. Everything runs on the broker's event-loop thread.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import shutil
@@ -72,6 +71,7 @@ from headrace.protocol.records import (
     TIMESTAMP_TYPE_BIT,
     BatchHeader,
     InvalidRecordError,
+    read_header,
     record_timestamps,
     set_base_offset,
     set_log_append_time,
@@ -132,9 +132,25 @@ class PartitionLog:
     # ------------------------------------------------------------------ open / recovery
     @classmethod
     def open(cls, dir: Path, config: LogConfig, clock: Clock) -> PartitionLog:
-        """Open (creating if needed) and recover the log in ``dir``."""
-        dir.mkdir(parents=True, exist_ok=True)
+        """Open (creating if needed) and recover the log in ``dir``.
+
+        A directory that does not exist yet gets one empty segment and nothing else: there
+        is nothing to recover, and nothing is fsynced (an empty partition lost in a crash
+        is recreated, empty, by the next open), so creating a topic of many partitions
+        (``__consumer_offsets``) does not stall the event loop.
+        """
         now = clock.wall_ms()
+        try:
+            dir.mkdir(parents=True)
+        except FileExistsError:
+            pass
+        else:
+            plog = cls(dir, config, clock, [LogSegment.create(
+                dir, 0, index_interval_bytes=config.index_interval_bytes,
+                max_index_bytes=config.segment_index_bytes, now_ms=now)])
+            plog._write_leader_epochs()
+            log.info("created log %s", dir)
+            return plog
         for tmp in dir.glob("*.tmp"):
             tmp.unlink(missing_ok=True)
         cleaner.complete_swaps(dir)
@@ -287,6 +303,32 @@ class PartitionLog:
             return AppendResult(duplicate.first_offset, duplicate.last_offset,
                                 duplicate.timestamp if log_append else -1, self.log_start_offset)
 
+        return self._append_headers(records, headers, leader_epoch, log_append)
+
+    def append_own_batch(self, batch: bytes, leader_epoch: int) -> AppendResult:
+        """Append one batch the broker built itself (``build_batch``: v2, uncompressed, no
+        producer id, CRC computed from these bytes), e.g. to ``__consumer_offsets``.
+
+        Skips what ``append_as_leader`` checks for untrusted client input (the CRC over
+        the whole batch, producer sequences, transactional/control flags) but keeps the
+        size limit; the bytes are written and flushed exactly as a produced batch is.
+        """
+        header = read_header(batch, 0)
+        if (header.size != len(batch) or header.base_offset != 0 or header.producer_id != -1
+                or header.is_control or header.is_transactional):
+            return self.append_as_leader(batch, leader_epoch)  # not what we build: check it
+        if header.size > self.config.max_message_bytes:
+            raise InvalidRecordError(
+                ErrorCode.message_too_large,
+                f"batch of {header.size} bytes exceeds "
+                f"max.message.bytes={self.config.max_message_bytes}",
+            )
+        log_append = self.config.message_timestamp_type == LOG_APPEND_TIME
+        return self._append_headers(batch, [header], leader_epoch, log_append)
+
+    def _append_headers(self, records: bytes | memoryview, headers: list[BatchHeader],
+                        leader_epoch: int, log_append: bool) -> AppendResult:
+        """Assign offsets to validated batches and write them (``append_as_leader``)."""
         first_offset = self.log_end_offset
         now = self.clock.wall_ms()
         # LogAppendTime changes bytes under the CRC: rewrite a copy. Otherwise only the base
@@ -297,15 +339,18 @@ class PartitionLog:
         stored: list[BatchHeader] = []
         next_offset = first_offset
         for h in headers:
-            changes: dict[str, int] = {"base_offset": next_offset,
-                                       "partition_leader_epoch": leader_epoch}
+            attributes, max_timestamp = h.attributes, h.max_timestamp
             if buf is not None:
                 set_base_offset(buf, h, next_offset)
                 set_partition_leader_epoch(buf, h, leader_epoch)
                 set_log_append_time(buf, h, now)
-                changes["attributes"] = h.attributes | TIMESTAMP_TYPE_BIT
-                changes["max_timestamp"] = now
-            stored.append(dataclasses.replace(h, **changes))
+                attributes |= TIMESTAMP_TYPE_BIT
+                max_timestamp = now
+            # what dataclasses.replace would give, without its per-call overhead
+            stored.append(BatchHeader(
+                next_offset, h.batch_length, leader_epoch, h.magic, h.crc, attributes,
+                h.last_offset_delta, h.base_timestamp, max_timestamp, h.producer_id,
+                h.producer_epoch, h.base_sequence, h.records_count, h.position))
             next_offset += h.last_offset_delta + 1
         last_offset = next_offset - 1
 
