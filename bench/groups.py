@@ -40,22 +40,18 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import confluent_kafka
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 from harness import workloads
 from harness.brokers import (
     BROKER_NAMES,
-    HOST,
     QUIET_LOGGER,
     BrokerProcess,
     BrokerStartError,
-    free_port,
-    headrace_command,
     start_broker,
     tansu_binary,
-    wait_ready,
 )
 from harness.group_member import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 
@@ -530,32 +526,6 @@ def _failures(failed: int, ok: int, first: str | None) -> str | None:
 # -- brokers ------------------------------------------------------------------------------------
 
 
-def start_headrace(overrides: dict[str, str], data_root: Path | None) -> BrokerProcess:
-    """headrace as ``start_broker`` starts it, plus ``-o key=value`` broker overrides."""
-    workdir = tempfile.TemporaryDirectory(prefix="bench-headrace-", dir=data_root)
-    root = Path(workdir.name)
-    port = free_port()
-    argv = [*headrace_command(), "broker", "--data-dir", str(root / "data"), "--host", HOST,
-            "--port", str(port), "--log-level", "WARNING"]
-    for key, value in overrides.items():
-        argv += ["-o", f"{key}={value}"]
-    log_path = root / "headrace.log"
-    log_file: IO[bytes] = log_path.open("wb")
-    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file,
-                               stderr=subprocess.STDOUT, start_new_session=True)
-    broker = BrokerProcess("headrace", port, process, log_path, workdir, root / "data", log_file)
-    try:
-        wait_ready(broker)
-    except BrokerStartError as e:
-        tail = broker.log_tail()
-        broker.stop()
-        raise BrokerStartError(f"{e}; its log ends:\n{tail}" if tail else str(e)) from None
-    except BaseException:
-        broker.stop()
-        raise
-    return broker
-
-
 def broker_version(name: str) -> str:
     try:
         if name == "headrace":
@@ -577,8 +547,7 @@ def run_broker(name: str, args: argparse.Namespace, workdir: Path) -> BrokerResu
         label = name + (f" ({DELAY_KEY}=0)" if overrides else "")
         log(f"[{label}] starting {result.version}")
         try:
-            broker = (start_headrace(overrides, args.data_root) if overrides
-                      else start_broker(name, args.data_root))
+            broker = start_broker(name, args.data_root, overrides)
         except (BrokerStartError, OSError) as e:
             result.error = f"{label} could not start: {e}"
             log(f"[{label}] could not start: {e}")

@@ -132,8 +132,11 @@ class BrokerProcess:
         self.workdir.cleanup()
 
 
-def start_broker(name: str, data_root: Path | None = None) -> BrokerProcess:
-    """Start broker ``name`` (headrace or tansu) on a free port and wait until it answers."""
+def start_broker(name: str, data_root: Path | None = None,
+                 overrides: dict[str, str] | None = None) -> BrokerProcess:
+    """Start broker ``name`` (headrace or tansu) on a free port and wait until it answers.
+
+    ``overrides`` are headrace broker configs (``-o key=value``); Tansu takes none."""
     workdir = tempfile.TemporaryDirectory(prefix=f"bench-{name}-", dir=data_root)
     root = Path(workdir.name)
     port = free_port()
@@ -142,6 +145,8 @@ def start_broker(name: str, data_root: Path | None = None) -> BrokerProcess:
         data_dir = root / "data"
         argv = [*headrace_command(), "broker", "--data-dir", str(data_dir),
                 "--host", HOST, "--port", str(port), "--log-level", "WARNING"]
+        for key, value in (overrides or {}).items():
+            argv += ["-o", f"{key}={value}"]
     elif name == "tansu":
         url = f"tcp://{HOST}:{port}"
         argv = [str(tansu_binary()), "broker", "--listener-url", url,
