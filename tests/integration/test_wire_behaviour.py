@@ -350,10 +350,10 @@ def test_retention_advances_log_start_and_fetch_below_is_out_of_range(
         boundaries.append(len(values))
         values += [r[1] for r in fresh]
         assert produce(wc, topic, make_batch(fresh)).error_code == ErrorCode.none
-        assert earliest_latest(wc, topic) == (0, len(values))
+        # the retention task runs every 200 ms, so it may already have moved the log start:
+        # only the log end is certain here
+        assert earliest_latest(wc, topic)[1] == len(values)
         part_dir = wb.data_dir / f"{topic}-0"
-        segments_before = sorted(part_dir.glob("*.log"))
-        assert len(segments_before) >= 3, [p.name for p in segments_before]
 
         start = wait_until(lambda: earliest_latest(wc, topic)[0], 15,
                            interval_s=0.05, what="the log start offset to pass 0")
@@ -361,7 +361,7 @@ def test_retention_advances_log_start_and_fetch_below_is_out_of_range(
         assert start in boundaries, f"log start {start} is not a batch boundary"
         assert earliest_latest(wc, topic) == (start, len(values))
         segments_after = sorted(part_dir.glob("*.log"))
-        assert len(segments_after) < len(segments_before)
+        # the old segments are gone from disk: the first one left starts at the log start
         assert int(segments_after[0].name.split(".")[0]) == start
 
         below = fetch(wc, topic, 0, 0, min_bytes=0)
