@@ -2,7 +2,7 @@
 
 Real clients hide what the broker answered on the wire; tests of error codes, long polls,
 duplicate batches and bad input need to see it. Requests are built with kio's generated
-classes (through ``headrace.broker.responses.build``, which fills defaults from dicts).
+classes (through ``headrace.protocol.entities.build``, which fills defaults from dicts).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.serial import entity_reader, entity_writer
 
-from headrace.broker.responses import build
+from headrace.protocol.entities import build
 
 
 class WireClient:

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from headrace.broker.responses import build
 from headrace.protocol.codec import (
     EncodedBody,
     FetchPartition,
@@ -17,6 +16,7 @@ from headrace.protocol.codec import (
     encode_response_chunks,
     response_class,
 )
+from headrace.protocol.entities import build
 
 TOPIC_ID = uuid.UUID("0123456789abcdef0123456789abcdef")
 

@@ -15,13 +15,13 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequestTopic
 from kio.serial import entity_writer
 
-from headrace.broker.responses import build
 from headrace.protocol.codec import (
     decode_request,
     encode_api_versions_fallback,
     encode_response,
     response_class,
 )
+from headrace.protocol.entities import build
 from headrace.protocol.errors import FrameTooLargeError, ProtocolError, UnknownApiError
 from headrace.protocol.framing import FrameDecoder, frame
 

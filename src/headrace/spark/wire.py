@@ -23,7 +23,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
-from headrace.broker.responses import build
+from headrace.protocol.entities import build
 
 FETCH, METADATA = 1, 3
 FETCH_VERSION, METADATA_VERSION = 12, 12

@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from headrace.broker.responses import build
 from headrace.protocol.codec import RequestHeaderInfo, response_class
+from headrace.protocol.entities import build
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker

@@ -1,11 +1,12 @@
-"""Build kio response entities for any version from plain values.
+"""PURE: build kio request and response entities for any version from plain values.
 
 kio generates one frozen dataclass per message version, and the fields differ between
 versions (``log_start_offset`` appears in Fetch v5, ``topic_id`` in v13, ...). Handlers
-describe a response once, as nested dicts with Kafka's field names, and ``build`` turns that
-into the class of the negotiated version: fields the version lacks are dropped, fields the
-handler did not give take their schema default, nested entities are built recursively.
-Conversions: ``int`` milliseconds for ``timedelta_*`` fields, ``int`` for error codes.
+(and clients: the Spark fetch client, tests) describe a message once, as nested dicts with
+Kafka's field names, and ``build`` turns that into the class of the negotiated version:
+fields the version lacks are dropped, fields not given take their schema default, nested
+entities are built recursively. Conversions: ``int`` milliseconds for ``timedelta_*``
+fields, ``int`` for error codes.
 """
 
 from __future__ import annotations
