@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from tests.brokerproc import BrokerProcess, wait_until
 from tests.clients import create_topic
@@ -85,3 +85,27 @@ def test_compacted_topic_keeps_latest_value_per_key(compacting_broker: BrokerPro
     assert all(latest[k] == v for k, v in cleaned.items())
     assert active_base > 0 and all(o >= active_base for o, k, _ in records
                                    if k not in cleaned)
+
+
+def test_compacted_topic_refuses_keyless_records(compacting_broker: BrokerProcess,
+                                                 topic_name: str) -> None:
+    """R-LOG-6, R-PROTO-4: a compacted topic refuses a record without a key with
+    INVALID_RECORD (Kafka's rule), as a delivery error to the producer; keyed records before
+    and after it are stored and read back, nothing else is."""
+    bs = compacting_broker.bootstrap
+    create_topic("confluent", bs, topic_name, 1, {"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": bs, "linger.ms": 0, "retries": 0})
+    reports: list[tuple[bytes | None, str | None]] = []
+
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        reports.append((msg.key(), None if err is None else err.name()))
+
+    producer.produce(topic_name, key=b"k1", value=b"one", on_delivery=on_delivery)
+    producer.flush(10)
+    producer.produce(topic_name, value=b"no key", on_delivery=on_delivery)
+    producer.flush(10)
+    producer.produce(topic_name, key=b"k2", value=b"two", on_delivery=on_delivery)
+    assert producer.flush(10) == 0
+    assert reports == [(b"k1", None), (None, "INVALID_RECORD"), (b"k2", None)]
+    assert [(k, v) for _, k, v in _consume_all(bs, topic_name)] == [(b"k1", b"one"),
+                                                                   (b"k2", b"two")]

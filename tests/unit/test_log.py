@@ -18,7 +18,7 @@ from aiokafka.record.default_records import (  # type: ignore[import-untyped]
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
-from tests.batches import simple_batch
+from tests.batches import make_batch, simple_batch
 
 from headrace.clock import ManualClock
 from headrace.config import LogConfig
@@ -372,10 +372,32 @@ def test_retention_by_size(tmp_path: Path, clock: ManualClock) -> None:
 def test_retention_only_with_cleanup_policy_delete(tmp_path: Path, clock: ManualClock) -> None:
     cfg = small_config(retention_bytes=0, cleanup_policy="compact")
     log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
-    for _ in range(20):
-        append(log, 2, value_size=50)
+    for i in range(20):
+        log.append_as_leader(make_batch([(b"k%d" % j, b"v" * 50, T0 + i, []) for j in range(2)]),
+                             leader_epoch=0)
     assert log.delete_old_segments() == 0
     log.close()
+
+
+@pytest.mark.parametrize("codec", [None, "gzip", "zstd"])
+def test_compacted_log_refuses_records_without_a_key(tmp_path: Path, clock: ManualClock,
+                                                     codec: str | None) -> None:
+    """R-LOG-6 with Kafka's LogValidator rule: a compacted topic accepts only keyed records;
+    a batch with one keyless record among keyed ones is refused whole (INVALID_RECORD) and
+    nothing of the request is appended. A delete-policy topic takes keyless records."""
+    log = PartitionLog.open(tmp_path / "t-0", small_config(cleanup_policy="compact"), clock)
+    good = make_batch([(b"a", b"1", T0, []), (b"b", b"2", T0, [])], compression=codec)
+    bad = make_batch([(b"a", b"1", T0, []), (None, b"2", T0, [])], compression=codec)
+    assert log.append_as_leader(good, leader_epoch=0).first_offset == 0
+    with pytest.raises(InvalidRecordError) as err:
+        log.append_as_leader(good + bad, leader_epoch=0)
+    assert err.value.error_code == ErrorCode.invalid_record
+    assert "without key" in str(err.value)
+    assert log.log_end_offset == 2
+    log.close()
+    plain = PartitionLog.open(tmp_path / "u-0", small_config(), clock)
+    assert plain.append_as_leader(bad, leader_epoch=0).last_offset == 1
+    plain.close()
 
 
 # ---------------------------------------------------------------------- timestamps

@@ -71,6 +71,7 @@ from headrace.protocol.records import (
     TIMESTAMP_TYPE_BIT,
     BatchHeader,
     InvalidRecordError,
+    decode_records,
     read_header,
     record_timestamps,
     set_base_offset,
@@ -297,6 +298,8 @@ class PartitionLog:
                     ErrorCode.invalid_record,
                     "control and transactional batches are not supported",
                 )
+        if self.config.compact:
+            _reject_keyless(records, headers)
         log_append = self.config.message_timestamp_type == LOG_APPEND_TIME
         duplicate = self.producer_state.check_append(headers)
         if duplicate is not None:
@@ -655,6 +658,20 @@ class PartitionLog:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _reject_keyless(records: bytes | memoryview, headers: list[BatchHeader]) -> None:
+    """A compacted topic refuses records without a key (Kafka's LogValidator: INVALID_RECORD),
+    since the cleaner could only drop them. Decodes the records: compacted topics only."""
+    view = memoryview(records)
+    for h in headers:
+        for rec in decode_records(view[h.position:h.position + h.size]):
+            if rec.key is None:
+                raise InvalidRecordError(
+                    ErrorCode.invalid_record,
+                    "Compacted topic cannot accept message without key "
+                    f"(record at offset delta {rec.offset - h.base_offset})",
+                )
 
 
 def _largest_timestamp(seg: LogSegment) -> int:
