@@ -326,3 +326,62 @@ def test_killed_member_partitions_move_after_the_session_timeout(
             proc.kill()
             proc.wait(10)
         survivor.close()
+
+
+# ---------------------------------------------------------------------- restarts
+
+
+def described_members(bootstrap: str, group: str) -> dict[str, tuple[int, list[int]]] | None:
+    """ConsumerGroupDescribe on the wire: member id → (member epoch, assigned partitions);
+    None unless the group is Stable."""
+    with WireClient.to(bootstrap) as wc:
+        d = describe(wc, group)
+    if d.error_code != ErrorCode.none or d.group_state != "Stable":
+        return None
+    return {m.member_id: (m.member_epoch, sorted(p for tp in m.assignment.topic_partitions
+                                                 for p in tp.partitions))
+            for m in d.members}
+
+
+@pytest.mark.parametrize("graceful", [True, False], ids=["sigterm", "kill-9"])
+def test_consumer_group_survives_a_broker_restart(tmp_path: Path, graceful: bool) -> None:
+    """R-GRP-6/7: the KIP-848 group's state is in __consumer_offsets, so after a restart
+    (graceful or kill -9) the same member carries on with its member id, epoch and
+    assignment, and every record before and after is consumed exactly once."""
+    overrides = {"num.partitions": "1",
+                 **{k: v for k, v in FAST.items() if k in BROKER_CONFIGS},
+                 # long enough for the consumer to reconnect after the restart
+                 "group.consumer.session.timeout.ms": "30000"}
+    overrides = {k: v for k, v in overrides.items()
+                 if k in BROKER_CONFIGS or k == "num.partitions"}
+    with BrokerProcess(tmp_path / "data", overrides) as b:
+        topic = create_topic(b.bootstrap, 3)
+        group = f"g-{uuid.uuid4().hex[:6]}"
+        produced = produce(b.bootstrap, topic, 3, 20)
+        c = consumer(b.bootstrap, group, topic, **{"reconnect.backoff.max.ms": 500})
+        got: list[bytes] = []
+        try:
+            wait_polling([c], lambda: len(got) >= len(produced), REBALANCE_S,
+                         "the records produced before the restart", got)
+            before = wait_until(lambda: described_members(b.bootstrap, group), 10,
+                                what="a Stable group")
+            (member_id,) = before
+            assert c.memberid() == member_id and before[member_id][1] == [0, 1, 2]
+            assert partitions_of(c) == {0, 1, 2}
+
+            b.restart(graceful=graceful)
+            # loaded from __consumer_offsets: the same member, epoch and assignment
+            assert described_members(b.bootstrap, group) == before
+
+            produced |= produce(b.bootstrap, topic, 3, 20, first=20)
+            wait_polling([c], lambda: len(got) >= len(produced), 60,
+                         "the records produced after the restart", got)
+            poll_all([c], got)
+            assert len(got) == len(set(got)) and set(got) == produced
+            # the consumer heartbeated since: still the same member, no rebalance
+            assert described_members(b.bootstrap, group) == before
+            assert c.memberid() == member_id and partitions_of(c) == {0, 1, 2}
+        finally:
+            c.close()
+        failures = [line for line in b.stderr_lines if "Traceback" in line]
+        assert not failures, "".join(b.stderr_lines)

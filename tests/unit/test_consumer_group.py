@@ -1,14 +1,17 @@
-"""The pure KIP-848 consumer group (issue 3 item 3): epochs, reconciliation, timers, fencing."""
+"""The pure KIP-848 consumer group (issue 3 item 3): epochs, reconciliation, timers, fencing,
+and its ``__consumer_offsets`` records (R-GRP-6/7): what each event writes, and a group
+restored from them equals the original."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
@@ -17,11 +20,25 @@ from headrace.group.base import Group
 from headrace.group.consumer_group import (
     TRANSITIONS,
     ConsumerGroup,
+    ConsumerGroupSnapshot,
     Event,
     GroupState,
     HeartbeatResult,
     IllegalGroupEvent,
     MemberState,
+)
+from headrace.group.records import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    GroupKey,
+    decode_key,
+    decode_value,
 )
 
 A = uuid.UUID(int=0xA)
@@ -580,3 +597,224 @@ def _assert_single_owner(g: ConsumerGroup) -> None:
                 for t, ps in src.items() for p in ps}
         assert not (seen & mine)
         seen |= mine
+
+
+
+# ---------------------------------------------------------------------- persistence
+
+Log = list[tuple[bytes, bytes | None]]
+
+
+def decoded(records: Log) -> list[tuple[GroupKey, object]]:
+    out: list[tuple[GroupKey, object]] = []
+    for k, v in records:
+        key = decode_key(k)
+        assert key is not None
+        out.append((key, decode_value(key, v)))
+    return out
+
+
+def restored(log: Log, now_ms: int, **kw: Any) -> ConsumerGroup:
+    snapshot = ConsumerGroupSnapshot()
+    for key, value in decoded(log):
+        assert not isinstance(key, ConsumerGroupMetadataKey) or value is not None
+        snapshot.replay(key, value)  # type: ignore[arg-type]
+    g = new_group(**kw)
+    g.restore(snapshot, now_ms)
+    return g
+
+
+def _norm(parts_: Any) -> dict[uuid.UUID, frozenset[int]]:
+    return {t: frozenset(ps) for t, ps in parts_.items() if ps}
+
+
+def persisted_state(g: ConsumerGroup) -> tuple[Any, ...]:
+    """Everything Kafka persists of a group (no session deadlines)."""
+    return (
+        g.group_epoch, g.assignment_epoch, g.subscribed_topics, g.assignor_name, g.state,
+        {mid: (m.instance_id, m.rack_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+               m.subscribed_topic_names, m.subscribed_topic_regex, m.server_assignor,
+               m.member_epoch, m.previous_member_epoch, m.state, _norm(m.assigned),
+               _norm(m.pending_revocation), m.revocation_deadline_ms is not None)
+         for mid, m in g.members.items()},
+        {mid: _norm(t) for mid, t in g.target.items() if mid in g.members},
+    )
+
+
+def test_join_writes_kafkas_records_in_kafkas_order() -> None:
+    g = new_group()
+    md = topics(a=2)
+    c1 = Client(g, "m1", client_id="cid", client_host="/1.2.3.4")
+    c1.beat(md, 0)
+    records = decoded(g.take_records())
+    assert [type(k) for k, _ in records] == [
+        ConsumerGroupMemberMetadataKey, ConsumerGroupPartitionMetadataKey,
+        ConsumerGroupMetadataKey, ConsumerGroupTargetAssignmentMemberKey,
+        ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupCurrentMemberAssignmentKey]
+    assert records[2][1] == ConsumerGroupMetadataValue(1)
+    assert records[5][1] == ConsumerGroupCurrentMemberAssignmentValue(
+        1, 0, 0, ((A, (0, 1)),), ())
+    # a heartbeat that changes nothing writes nothing
+    c1.beat(md, 100)
+    assert g.take_records() == []
+
+
+def test_member_removal_writes_tombstones_and_the_new_epoch() -> None:
+    g = new_group()
+    md = topics(a=4)
+    c1, c2 = Client(g, "m1"), Client(g, "m2")
+    c1.beat(md, 0)
+    c2.beat(md, 0)
+    settle([c1, c2], md, 1)
+    g.take_records()
+    g.heartbeat(member_id="m2", member_epoch=-1, topics=md, now_ms=5)
+    records = decoded(g.take_records())
+    keys = [k for k, _ in records]
+    assert keys[:3] == [ConsumerGroupCurrentMemberAssignmentKey("g", "m2"),
+                        ConsumerGroupTargetAssignmentMemberKey("g", "m2"),
+                        ConsumerGroupMemberMetadataKey("g", "m2")]
+    assert all(v is None for _, v in records[:3])
+    assert (ConsumerGroupMetadataKey("g"), ConsumerGroupMetadataValue(g.group_epoch)) in records
+    assert ConsumerGroupTargetAssignmentMemberKey("g", "m1") in keys
+    # the session timeout removes the last member the same way
+    g.tick(10**9)
+    keys = [k for k, _ in decoded(g.take_records())]
+    assert ConsumerGroupMemberMetadataKey("g", "m1") in keys and g.state is GroupState.EMPTY
+
+
+def test_restore_equals_original_and_members_carry_on_without_rebalance() -> None:
+    g = new_group(session_timeout_ms=1000)
+    md = topics(a=6, b=2)
+    log: Log = []
+    clients = [Client(g, "m1", names=["a", "b"], rack_id="r1"), Client(g, "m2"),
+               Client(g, "m3", instance_id="i3", server_assignor="range")]
+    for c in clients:
+        c.beat(md, 0)
+        log += g.take_records()
+    clients[0].beat(md, 1)  # m1 is told to revoke: UNREVOKED_PARTITIONS at load
+    log += g.take_records()
+    assert g.members["m1"].state is MemberState.UNREVOKED_PARTITIONS
+    loaded = restored(log, 50_000, session_timeout_ms=1000)
+    assert persisted_state(loaded) == persisted_state(g)
+    # sessions restart at the load; the revoking member gets a fresh rebalance timeout
+    assert {m.session_deadline_ms for m in loaded.members.values()} == {51_000}
+    assert loaded.members["m1"].revocation_deadline_ms == 50_000 + REBALANCE
+    # every member heartbeats with its old id and epoch: the restored group answers as the
+    # original would have, and reaches the same state
+    twins = [copy.copy(c) for c in clients]
+    for c in twins:
+        c.group = loaded
+        c.owned = set(c.owned)
+    for now in (50_001, 50_002, 50_003):
+        for c, twin in zip(clients, twins, strict=True):
+            assert twin.beat(md, now) == c.beat(md, now)
+    assert persisted_state(loaded) == persisted_state(g)
+    assert loaded.state is GroupState.STABLE
+    assert_disjoint_cover(twins, md)
+    # a stable member's heartbeat after a restore: no epoch bump, nothing to write
+    loaded.take_records()
+    again = restored(log + g.take_records(), 60_000, session_timeout_ms=1000)
+    for c in twins:
+        c.group = again
+        r = c.beat(md, 60_001)
+        assert r.error_code is ErrorCode.none and r.member_epoch == g.group_epoch
+    assert again.group_epoch == g.group_epoch and again.take_records() == []
+
+
+def test_static_leave_and_takeover_are_restored() -> None:
+    g = new_group()
+    md = topics(a=4)
+    log: Log = []
+    c1, c2 = Client(g, "m1", instance_id="i1"), Client(g, "m2", instance_id="i2")
+    for c in (c1, c2, c1, c2):
+        c.beat(md, 0)
+        log += g.take_records()
+    g.heartbeat(member_id="m2", member_epoch=-2, instance_id="i2", topics=md, now_ms=10)
+    log += g.take_records()
+    loaded = restored(log, 20)
+    assert persisted_state(loaded) == persisted_state(g)
+    assert loaded.members["m2"].member_epoch == -2
+    r = g.heartbeat(member_id="m2b", member_epoch=0, instance_id="i2", topics=md, now_ms=20,
+                    rebalance_timeout_ms=1, subscribed_topic_names=["a"], topic_partitions=[])
+    assert r.error_code is ErrorCode.none
+    records = g.take_records()
+    keys = [k for k, _ in decoded(records)]
+    assert ConsumerGroupMemberMetadataKey("g", "m2") in keys  # the old id's tombstone
+    log += records
+    assert persisted_state(restored(log, 30)) == persisted_state(g)
+
+
+def test_failed_write_rewrites_the_whole_group_next_time() -> None:
+    g = new_group()
+    md = topics(a=4)
+    log: Log = []
+    c1, c2 = Client(g, "m1"), Client(g, "m2")
+    c1.beat(md, 0)
+    log += g.take_records()
+    c2.beat(md, 0)
+    log += g.take_records()
+    g.heartbeat(member_id="m2", member_epoch=-1, topics=md, now_ms=5)
+    g.take_records()  # lost: the append failed
+    g.forget_written()
+    c1.beat(md, 6)
+    log += g.take_records()  # rewrites everything, with m2's tombstones
+    loaded = restored(log, 10)
+    assert set(loaded.members) == {"m1"}
+    assert persisted_state(loaded) == persisted_state(g)
+
+
+def test_tombstone_records_cover_every_key() -> None:
+    g = new_group()
+    md = topics(a=2)
+    log: Log = []
+    Client(g, "m1").beat(md, 0)
+    log += g.take_records()
+    tombstones = g.tombstone_records()
+    assert all(v is None for _, v in tombstones)
+    assert {k for k, _ in log} == {k for k, _ in tombstones}
+    assert decode_key(tombstones[-1][0]) == ConsumerGroupMetadataKey("g")
+
+
+@settings(max_examples=200, deadline=None)
+@example([("join", 0), ("join", 1), ("beat", 0), ("static-leave", 0), ("beat", 1),
+          ("beat", 0), ("tick", 0)], "uniform")
+@given(st.lists(st.tuples(st.sampled_from(["join", "leave", "static-leave", "beat", "ack-late",
+                                           "grow", "tick"]),
+                          st.integers(0, 4)), max_size=30),
+       st.sampled_from(["uniform", "range"]))
+def test_random_histories_restore_to_the_same_group(
+    ops: list[tuple[str, int]], assignor: str,
+) -> None:
+    """After any history, the group rebuilt from the records it produced (one batch per
+    event) equals the group: members, epochs, target and current assignments."""
+    g = new_group(session_timeout_ms=10_000, assignors=assignor)
+    md = topics(a=5, b=3)
+    clients: dict[int, Client] = {}
+    log: Log = []
+    now = 0
+    for op, i in ops:
+        now += 100
+        c = clients.get(i)
+        if op == "join" and c is None:
+            clients[i] = Client(g, f"m{i}", names=["a", "b"] if i % 2 else ["a"],
+                                instance_id=f"i{i}" if i % 3 == 0 else None)
+            clients[i].beat(md, now)
+        elif op == "leave" and c is not None:
+            g.heartbeat(member_id=c.member_id, member_epoch=-1, topics=md, now_ms=now)
+            del clients[i]
+        elif op == "static-leave" and c is not None and i % 3 == 0:
+            g.heartbeat(member_id=c.member_id, member_epoch=-2, instance_id=f"i{i}",
+                        topics=md, now_ms=now)
+            c.epoch = 0
+        elif op == "beat" and c is not None:
+            c.beat(md, now)
+        elif op == "ack-late" and c is not None:
+            c.beat(md, now, topic_partitions=[(t, [p]) for t, p in c.owned])
+        elif op == "grow":
+            md = {**md, "a": TopicInfo(A, md["a"].num_partitions + 1)}
+        elif op == "tick":
+            now += 20_000
+            g.tick(now)
+            clients = {k: v for k, v in clients.items() if v.member_id in g.members}
+        log += g.take_records()
+        assert persisted_state(restored(log, now, assignors=assignor)) == persisted_state(g)

@@ -1,12 +1,19 @@
-"""The pure coordinator: commits → __consumer_offsets records → load (R-GRP-6/7)."""
+"""The pure coordinator: commits and group state → __consumer_offsets records → load
+(R-GRP-6/7), for classic and KIP-848 consumer groups."""
 
 from __future__ import annotations
 
+import uuid
+from typing import Any
+
 from kio.schema.errors import ErrorCode as E
 
+from headrace.group.assignors import TopicInfo
 from headrace.group.classic import ClassicGroup, GroupState, GroupTimeouts, JoinRequest
+from headrace.group.consumer_group import ConsumerGroup, HeartbeatResult
 from headrace.group.coordinator import CommitEntry, GroupCoordinator, subscribed_topics
 from headrace.group.records import (
+    ConsumerGroupMetadataKey,
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -137,3 +144,160 @@ def test_subscribed_topics() -> None:
     sub = b"\x00\x00" + b"\x00\x00\x00\x02" + b"\x00\x01a" + b"\x00\x02bc"
     assert subscribed_topics(sub) == {"a", "bc"}
     assert subscribed_topics(b"\x00") == set()
+
+
+
+# ---------------------------------------------------------------------- KIP-848 groups
+
+TOPIC_ID = uuid.UUID(int=0x7)
+MD = {"t": TopicInfo(TOPIC_ID, 4)}
+Log = list[tuple[bytes, bytes | None]]
+
+
+def cg_heartbeat(c: GroupCoordinator, log: Log, group_id: str, member_id: str, epoch: int,
+                 now_ms: int, owned: list[int] | None = None, **kw: Any) -> HeartbeatResult:
+    """What the ConsumerGroupHeartbeat handler does with the pure coordinator: find or
+    make the group, heartbeat, queue the group's records; the shell's append is ``log``."""
+    existing = c.groups.get(group_id)
+    group = existing if isinstance(existing, ConsumerGroup) else c.consumer_group_factory(
+        group_id)
+    if epoch == 0:
+        kw = {"rebalance_timeout_ms": 10_000, "subscribed_topic_names": ["t"], **kw}
+    r = group.heartbeat(member_id=member_id, member_epoch=epoch, topics=MD, now_ms=now_ms,
+                        topic_partitions=[] if epoch == 0 else [(TOPIC_ID, owned or [])],
+                        **kw)
+    if r.error_code is E.none:
+        if group is existing:
+            c.collect_consumer_group(group)
+        else:
+            c.add_consumer_group(group)
+    log.extend(kv for gid, kv in c.take_group_records() if gid == group_id)
+    return r
+
+
+def consumer_state(g: Any) -> tuple[Any, ...]:
+    assert isinstance(g, ConsumerGroup)
+    return (g.group_epoch, g.assignment_epoch, g.state_name, g.assignor_name,
+            g.subscribed_topics,
+            {mid: (m.member_epoch, m.previous_member_epoch, m.state, m.assigned,
+                   m.pending_revocation, m.subscribed_topic_names, m.client_id)
+             for mid, m in g.members.items()},
+            {mid: t for mid, t in g.target.items()})
+
+
+def stable_pair(c: GroupCoordinator, log: Log) -> dict[str, tuple[int, list[int]]]:
+    """Two members settled over four partitions: member id → (epoch, partitions)."""
+    state: dict[str, tuple[int, list[int]]] = {}
+    for m in ("m1", "m2"):
+        r = cg_heartbeat(c, log, "cg", m, 0, T0, client_id=m)
+        state[m] = (r.member_epoch, sorted(p for _, ps in r.assignment or () for p in ps))
+    for _ in range(4):
+        for m, (epoch, owned) in list(state.items()):
+            r = cg_heartbeat(c, log, "cg", m, epoch, T0 + 1, owned)
+            assert r.error_code is E.none
+            got = owned if r.assignment is None else sorted(
+                p for _, ps in r.assignment for p in ps)
+            state[m] = (r.member_epoch, got)
+    assert c.groups["cg"].state_name == "Stable"
+    return state
+
+
+def test_consumer_group_is_rebuilt_from_its_records() -> None:
+    c = GroupCoordinator()
+    log: Log = []
+    state = stable_pair(c, log)
+    commit_log: Log = []
+    assert c.validate_commit("cg", "m1", state["m1"][0], None, T0) == E.none
+    write, _ = c.commit_write("cg", [CommitEntry("t", 0, 3, -1, "")], T0)
+    commit_log.extend(write.records)
+    c.apply(write)
+    made: list[str] = []
+
+    def factory(group_id: str) -> ConsumerGroup:
+        made.append(group_id)
+        return ConsumerGroup(group_id, session_timeout_ms=7_000)
+
+    loaded = GroupCoordinator(consumer_group_factory=factory)
+    loaded.load(log + commit_log, T0 + 100_000)
+    assert made == ["cg"]  # the broker's configs apply to loaded groups
+    g = loaded.groups["cg"]
+    assert consumer_state(g) == consumer_state(c.groups["cg"])
+    assert isinstance(g, ConsumerGroup)
+    assert {m.session_deadline_ms for m in g.members.values()} == {T0 + 107_000}
+    assert loaded.fetch_offsets("cg", [("t", 0)])[("t", 0)].offset == 3
+    assert [(x.group_id, x.state, x.group_type) for x in loaded.list_groups()] == [
+        ("cg", "Stable", "consumer")]
+    # the members carry on with their old ids and epochs: no rebalance, nothing written
+    for m, (epoch, owned) in state.items():
+        r = cg_heartbeat(loaded, log, "cg", m, epoch, T0 + 100_001, owned)
+        assert (r.error_code, r.member_epoch) == (E.none, epoch)
+        assert loaded.validate_commit("cg", m, epoch, None, T0) == E.none
+    assert loaded.take_group_records() == [] and g.group_epoch == c.groups["cg"].group_epoch
+    # members that never come back expire; their tombstones come out of tick
+    loaded.tick(T0 + 200_000)
+    expired = loaded.take_group_records()
+    assert {gid for gid, _ in expired} == {"cg"} and g.is_empty()
+    again = GroupCoordinator()
+    again.load(log + commit_log + [kv for _, kv in expired], T0)
+    assert again.groups["cg"].state_name == "Empty"
+    assert consumer_state(again.groups["cg"]) == consumer_state(g)
+
+
+def test_deleted_consumer_group_stays_deleted() -> None:
+    c = GroupCoordinator()
+    log: Log = []
+    state = stable_pair(c, log)
+    for m in state:
+        cg_heartbeat(c, log, "cg", m, -1, T0 + 2)
+    write, _ = c.commit_write("cg", [CommitEntry("t", 1, 9, -1, "")], T0)
+    log.extend(write.records)
+    c.apply(write)
+    err, gwrite = c.delete_group("cg")
+    assert err == E.none and gwrite is not None
+    keys = [decode_key(k) for k, v in gwrite.records if v is None]
+    assert ConsumerGroupMetadataKey("cg") in keys and GroupMetadataKey("cg") not in keys
+    log.extend(gwrite.records)
+    c.apply(gwrite)
+    assert "cg" not in c.groups
+    loaded = replay(log)
+    assert "cg" not in loaded.groups and loaded.offsets == {}
+
+
+def test_empty_consumer_group_turning_classic_and_back() -> None:
+    c = GroupCoordinator(GroupTimeouts(initial_rebalance_delay_ms=3000))
+    log: Log = []
+    r = cg_heartbeat(c, log, "g", "m1", 0, T0)
+    cg_heartbeat(c, log, "g", "m1", -1, T0 + 1)
+    assert r.error_code is E.none and c.groups["g"].is_empty()
+    # a classic join converts the empty consumer group: its tombstones come first
+    _joined_group(c)
+    records = c.take_group_records()
+    assert decode_key(records[-1][1][0]) == GroupMetadataKey("g")
+    assert any(decode_key(k) == ConsumerGroupMetadataKey("g") and v is None
+               for _, (k, v) in records)
+    log.extend(kv for _, kv in records)
+    assert isinstance(replay(log).groups["g"], ClassicGroup)
+    # the classic group empties; a KIP-848 join replaces it (a GroupMetadata tombstone)
+    g = c.groups["g"]
+    assert isinstance(g, ClassicGroup)
+    c.leave_group("g", [(next(iter(g.members)), None)], T0 + 5000)
+    log.extend(kv for _, kv in c.take_group_records())
+    assert isinstance(replay(log).groups["g"], ClassicGroup)
+    r = cg_heartbeat(c, log, "g", "m2", 0, T0 + 6000)
+    assert r.error_code is E.none
+    loaded = replay(log)
+    assert isinstance(loaded.groups["g"], ConsumerGroup)
+    assert consumer_state(loaded.groups["g"]) == consumer_state(c.groups["g"])
+
+
+def test_failed_append_makes_the_group_rewrite_itself() -> None:
+    c = GroupCoordinator()
+    log: Log = []
+    state = stable_pair(c, log)
+    cg_heartbeat(c, [], "cg", "m2", -1, T0 + 2)  # these records were lost
+    c.records_failed("cg")
+    epoch, owned = state["m1"]
+    cg_heartbeat(c, log, "cg", "m1", epoch, T0 + 3, owned)
+    loaded = replay(log)
+    assert consumer_state(loaded.groups["cg"]) == consumer_state(c.groups["cg"])
+    assert set(loaded.groups["cg"].members) == {"m1"}  # type: ignore[attr-defined]

@@ -1,25 +1,42 @@
 """``__consumer_offsets`` keys and values in Kafka's formats (R-GRP-6).
 
 Golden bytes are built here with ``struct`` straight from Kafka's JSON schemas
-(OffsetCommitKey/Value, GroupMetadataKey/Value), independently of the module under test.
+(OffsetCommitKey/Value, GroupMetadataKey/Value, and the KIP-848 ConsumerGroup*Key/Value of
+Kafka 4.0's ``group-coordinator/src/main/resources/common/message``), independently of the
+module under test.
 """
 
 from __future__ import annotations
 
 import contextlib
 import struct
+import uuid
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from headrace.group.records import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
+    GroupKey,
     GroupMetadataKey,
     GroupMetadataValue,
     GroupRecordError,
     MemberMetadata,
     OffsetCommitKey,
     OffsetCommitValue,
+    TopicMetadata,
     decode_key,
     decode_value,
     encode_key,
@@ -162,9 +179,14 @@ def test_tombstones_and_ignored_keys() -> None:
     assert encode_value(None) is None
     assert decode_value(OffsetCommitKey("g", "t", 0), None) is None
     assert decode_value(GroupMetadataKey("g"), None) is None
-    # KIP-848 ConsumerGroupMetadataKey (version 3) and later record kinds
-    assert decode_key(struct.pack(">h", 3) + s16("g")) is None
+    # KIP-848 keys (versions 3..8) are decoded (below); later record kinds (share groups,
+    # streams groups, ...) are ignored
+    assert decode_key(struct.pack(">h", 3) + s16("g")) == ConsumerGroupMetadataKey("g")
+    assert decode_key(struct.pack(">h", 9) + s16("g")) is None
     assert decode_key(struct.pack(">h", 11) + s16("g")) is None
+    for key in (ConsumerGroupMetadataKey("g"), ConsumerGroupMemberMetadataKey("g", "m"),
+                ConsumerGroupCurrentMemberAssignmentKey("g", "m")):
+        assert decode_value(key, None) is None
 
 
 @pytest.mark.parametrize("data", [
@@ -216,7 +238,162 @@ def test_decoding_garbage_raises_only_group_record_error(data: bytes) -> None:
         key = decode_key(data)
     except GroupRecordError:
         return
-    for k in (key, OffsetCommitKey("g", "t", 0), GroupMetadataKey("g")):
+    for k in (key, OffsetCommitKey("g", "t", 0), GroupMetadataKey("g"), *CG_KEYS):
         if k is not None:
             with contextlib.suppress(GroupRecordError):
                 decode_value(k, data)
+
+
+# ---------------------------------------------------------------------- KIP-848 records
+
+T1 = uuid.UUID("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
+T2 = uuid.UUID(int=7)
+NO_TAGS = b"\x00"
+CG_KEYS: tuple[GroupKey, ...] = (
+    ConsumerGroupMetadataKey("g"), ConsumerGroupPartitionMetadataKey("g"),
+    ConsumerGroupMemberMetadataKey("g", "m"), ConsumerGroupTargetAssignmentMetadataKey("g"),
+    ConsumerGroupTargetAssignmentMemberKey("g", "m"),
+    ConsumerGroupCurrentMemberAssignmentKey("g", "m"),
+)
+
+
+def carray(items: list[bytes]) -> bytes:
+    """A compact array: uvarint(count + 1), then the elements."""
+    return uvarint(len(items) + 1) + b"".join(items)
+
+
+def cstr(s: str | None) -> bytes:
+    return compact(None if s is None else s.encode())
+
+
+@pytest.mark.parametrize(("key", "golden"), [
+    (ConsumerGroupMetadataKey("grp"), struct.pack(">h", 3) + s16("grp")),
+    (ConsumerGroupPartitionMetadataKey("grp"), struct.pack(">h", 4) + s16("grp")),
+    (ConsumerGroupMemberMetadataKey("grp", "m-1"), struct.pack(">h", 5) + s16("grp") + s16("m-1")),
+    (ConsumerGroupTargetAssignmentMetadataKey("grp"), struct.pack(">h", 6) + s16("grp")),
+    (ConsumerGroupTargetAssignmentMemberKey("grp", "m-1"),
+     struct.pack(">h", 7) + s16("grp") + s16("m-1")),
+    (ConsumerGroupCurrentMemberAssignmentKey("grp", "m-1"),
+     struct.pack(">h", 8) + s16("grp") + s16("m-1")),
+])
+def test_consumer_group_keys_golden(key: GroupKey, golden: bytes) -> None:
+    assert encode_key(key) == golden
+    assert decode_key(golden) == key
+
+
+def test_consumer_group_metadata_value_golden_and_tagged_metadata_hash() -> None:
+    key = ConsumerGroupMetadataKey("g")
+    golden = struct.pack(">hi", 0, 12) + NO_TAGS
+    assert encode_value(ConsumerGroupMetadataValue(12)) == golden
+    # Kafka 4.1+ adds MetadataHash as tagged field 0 (int64): skipped
+    with_hash = struct.pack(">hi", 0, 12) + uvarint(1) + uvarint(0) + uvarint(8) \
+        + struct.pack(">q", -5)
+    assert decode_value(key, with_hash) == ConsumerGroupMetadataValue(12)
+
+
+def test_current_member_assignment_value_golden() -> None:
+    """Built field by field from ConsumerGroupCurrentMemberAssignmentValue.json (v0,
+    flexible): int32 MemberEpoch, int32 PreviousMemberEpoch, int8 State, then two compact
+    arrays of TopicPartitions {uuid TopicId, []int32 Partitions, tagged fields}, then the
+    value's tagged fields."""
+    golden = (struct.pack(">hiib", 0, 7, 6, 1)
+              + carray([T1.bytes + carray([struct.pack(">i", 0), struct.pack(">i", 2)])
+                        + NO_TAGS])
+              + carray([T2.bytes + carray([struct.pack(">i", 5)]) + NO_TAGS])
+              + NO_TAGS)
+    value = ConsumerGroupCurrentMemberAssignmentValue(7, 6, 1, ((T1, (0, 2)),), ((T2, (5,)),))
+    key = ConsumerGroupCurrentMemberAssignmentKey("g", "m")
+    assert decode_value(key, golden) == value
+    assert encode_value(value) == golden
+    # a newer writer's AssignmentEpochs (tagged field 0 of TopicPartitions) is skipped
+    epochs = carray([struct.pack(">i", 3), struct.pack(">i", 4)])
+    tagged = (struct.pack(">hiib", 0, 7, 6, 1)
+              + carray([T1.bytes + carray([struct.pack(">i", 0), struct.pack(">i", 2)])
+                        + uvarint(1) + uvarint(0) + uvarint(len(epochs)) + epochs])
+              + carray([]) + NO_TAGS)
+    assert decode_value(key, tagged) == ConsumerGroupCurrentMemberAssignmentValue(
+        7, 6, 1, ((T1, (0, 2)),), ())
+
+
+def test_member_metadata_value_golden() -> None:
+    value = ConsumerGroupMemberMetadataValue(
+        instance_id=None, rack_id="r1", client_id="rdkafka", client_host="/127.0.0.1",
+        subscribed_topic_names=("a", "b"), subscribed_topic_regex=None,
+        rebalance_timeout_ms=300000, server_assignor="uniform")
+    golden = (struct.pack(">h", 0) + cstr(None) + cstr("r1") + cstr("rdkafka")
+              + cstr("/127.0.0.1") + carray([cstr("a"), cstr("b")]) + cstr(None)
+              + struct.pack(">i", 300000) + cstr("uniform") + NO_TAGS)
+    assert encode_value(value) == golden
+    assert decode_value(ConsumerGroupMemberMetadataKey("g", "m"), golden) == value
+    # ClassicMemberMetadata (tagged field 0) written by a Kafka with classic members
+    classic = carray([])  # SupportedProtocols, tagged struct's own fields
+    with_tag = golden[:-1] + uvarint(1) + uvarint(0) + uvarint(5 + len(classic)) \
+        + struct.pack(">i", 45000) + classic + NO_TAGS
+    assert decode_value(ConsumerGroupMemberMetadataKey("g", "m"), with_tag) == value
+
+
+def test_partition_and_target_values_golden() -> None:
+    pm = ConsumerGroupPartitionMetadataValue((TopicMetadata(T1, "events", 3),))
+    golden = (struct.pack(">h", 0) + carray([T1.bytes + cstr("events") + struct.pack(">i", 3)
+                                             + carray([]) + NO_TAGS]) + NO_TAGS)
+    assert encode_value(pm) == golden
+    assert decode_value(ConsumerGroupPartitionMetadataKey("g"), golden) == pm
+    tm = ConsumerGroupTargetAssignmentMemberValue(((T1, (1,)),))
+    golden = (struct.pack(">h", 0) + carray([T1.bytes + carray([struct.pack(">i", 1)])
+                                             + NO_TAGS]) + NO_TAGS)
+    assert encode_value(tm) == golden
+    assert decode_value(ConsumerGroupTargetAssignmentMemberKey("g", "m"), golden) == tm
+    golden = struct.pack(">hi", 0, 9) + NO_TAGS
+    assert encode_value(ConsumerGroupTargetAssignmentMetadataValue(9)) == golden
+    assert decode_value(ConsumerGroupTargetAssignmentMetadataKey("g"), golden) \
+        == ConsumerGroupTargetAssignmentMetadataValue(9)
+
+
+def test_malformed_consumer_group_values_raise_group_record_error() -> None:
+    with pytest.raises(GroupRecordError):  # an unknown value version
+        decode_value(ConsumerGroupMetadataKey("g"), struct.pack(">hi", 1, 12) + NO_TAGS)
+    with pytest.raises(GroupRecordError):  # truncated uuid
+        decode_value(ConsumerGroupTargetAssignmentMemberKey("g", "m"),
+                     struct.pack(">h", 0) + carray([T1.bytes[:5]]))
+    with pytest.raises(GroupRecordError):  # null client id
+        decode_value(ConsumerGroupMemberMetadataKey("g", "m"),
+                     struct.pack(">h", 0) + cstr(None) + cstr(None) + cstr(None))
+
+
+uuids = st.uuids()
+tps = st.lists(st.tuples(uuids, st.lists(int32, max_size=5).map(tuple)), max_size=4).map(tuple)
+strings = st.lists(text, max_size=4).map(tuple)
+int8 = st.integers(-128, 127)
+
+
+@given(st.one_of(
+    st.builds(ConsumerGroupMetadataValue, int32),
+    st.builds(ConsumerGroupTargetAssignmentMetadataValue, int32),
+    st.builds(ConsumerGroupPartitionMetadataValue, st.lists(st.builds(
+        TopicMetadata, uuids, text, int32,
+        st.lists(st.tuples(int32, strings), max_size=3).map(tuple)), max_size=3).map(tuple)),
+    st.builds(ConsumerGroupMemberMetadataValue, st.none() | text, st.none() | text, text, text,
+              strings, st.none() | text, int32, st.none() | text),
+    st.builds(ConsumerGroupTargetAssignmentMemberValue, tps),
+    st.builds(ConsumerGroupCurrentMemberAssignmentValue, int32, int32, int8, tps, tps),
+))
+def test_consumer_group_value_round_trip(value: object) -> None:
+    key = {
+        ConsumerGroupMetadataValue: ConsumerGroupMetadataKey("g"),
+        ConsumerGroupTargetAssignmentMetadataValue: ConsumerGroupTargetAssignmentMetadataKey("g"),
+        ConsumerGroupPartitionMetadataValue: ConsumerGroupPartitionMetadataKey("g"),
+        ConsumerGroupMemberMetadataValue: ConsumerGroupMemberMetadataKey("g", "m"),
+        ConsumerGroupTargetAssignmentMemberValue: ConsumerGroupTargetAssignmentMemberKey("g", "m"),
+        ConsumerGroupCurrentMemberAssignmentValue:
+            ConsumerGroupCurrentMemberAssignmentKey("g", "m"),
+    }[type(value)]
+    encoded = encode_value(value)  # type: ignore[arg-type]
+    assert encoded is not None and encoded[:2] == b"\x00\x00"
+    assert decode_value(key, encoded) == value
+
+
+@given(st.sampled_from(CG_KEYS).flatmap(
+    lambda k: st.builds(type(k), text) if not hasattr(k, "member_id")
+    else st.builds(type(k), text, text)))
+def test_consumer_group_key_round_trip(key: GroupKey) -> None:
+    assert decode_key(encode_key(key)) == key

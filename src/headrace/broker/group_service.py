@@ -11,9 +11,15 @@ What it does, and nothing more:
   coordinator. Loading is synchronous, before the listener accepts, so
   COORDINATOR_LOAD_IN_PROGRESS is answered only while ``loading`` is non-empty (a later
   cluster issue loads on leadership change);
+- loads KIP-848 consumer groups too (R-GRP-6/7): the coordinator rebuilds them from their
+  ConsumerGroup* records with groups made by ``new_consumer_group`` (the broker's
+  ``group.consumer.*`` configs), members' sessions restarting at the load time;
 - writes: ``append_group_records`` appends one uncompressed batch to the group's partition
-  and waits for the high watermark (acks=all); group metadata records queued by the
-  coordinator are appended right after each operation (``flush``);
+  and waits for the high watermark (acks=all); group records queued by the coordinator
+  are appended right after each operation (``flush``, one batch per group), and a failed
+  append is reported back (``records_failed``) so a consumer group rewrites itself whole.
+  ConsumerGroupHeartbeat uses ``flush_and_wait(group_id)``: its records are appended and
+  committed before the response, as Kafka writes before it responds;
 - parks: JoinGroup/SyncGroup answers the coordinator defers are futures keyed by
   ``(group_id, ticket)``, completed from ``take_completions()`` after every operation and
   every tick;
@@ -37,7 +43,13 @@ from kio.schema.errors import ErrorCode
 from headrace.broker.replica_manager import Partition, TopicPartition
 from headrace.broker.topics import TopicError
 from headrace.config import BrokerConfig
+from headrace.group.assignors import DEFAULT_ASSIGNORS, Assignor, assignors_from_config
 from headrace.group.classic import Completion, GroupTimeouts, JoinResult, SyncResult
+from headrace.group.consumer_group import (
+    DEFAULT_HEARTBEAT_INTERVAL_MS,
+    DEFAULT_SESSION_TIMEOUT_MS,
+    ConsumerGroup,
+)
 from headrace.group.coordinator import GroupCoordinator, OffsetWrite
 from headrace.group.hashing import offsets_partition_for
 from headrace.log.errors import LogError
@@ -58,6 +70,9 @@ OFFSETS_SEGMENT_BYTES = 100 * 1024 * 1024
 TICK_S = 0.1
 LOAD_READ_BYTES = 8 * 1024 * 1024
 PLACEMENT_CACHE_MAX = 100_000
+ASSIGNORS_CONFIG = "group.consumer.assignors"
+SESSION_TIMEOUT_CONFIG = "group.consumer.session.timeout.ms"
+HEARTBEAT_INTERVAL_CONFIG = "group.consumer.heartbeat.interval.ms"
 
 
 class GroupService:
@@ -70,6 +85,7 @@ class GroupService:
             max_session_timeout_ms=int(self.config["group.max.session.timeout.ms"]),
             max_size=int(self.config["group.max.size"]),
         ))
+        self.coordinator.consumer_group_factory = self.new_consumer_group
         self.loading: set[int] = set()
         self._waiters: dict[tuple[str, int], asyncio.Future[Completion]] = {}
         self._sync_tickets: set[tuple[str, int]] = set()
@@ -78,6 +94,28 @@ class GroupService:
         # computed with (every commit needs it several times; the hash is per character)
         self._placement: dict[str, int] = {}
         self._placement_n = 0
+
+    # ------------------------------------------------------------------ consumer groups
+    def configured_assignors(self) -> tuple[Assignor, ...]:
+        raw = self.config.values.get(ASSIGNORS_CONFIG, DEFAULT_ASSIGNORS)
+        try:
+            return assignors_from_config(str(raw))
+        except ValueError as e:
+            log.error("%s; using %s", e, DEFAULT_ASSIGNORS)
+            return assignors_from_config(DEFAULT_ASSIGNORS)
+
+    def new_consumer_group(self, group_id: str) -> ConsumerGroup:
+        """An empty KIP-848 group with the broker's ``group.consumer.*`` configs (read with
+        fallbacks to Kafka's defaults)."""
+        values = self.config.values
+        return ConsumerGroup(
+            group_id,
+            assignors=self.configured_assignors(),
+            session_timeout_ms=int(values.get(SESSION_TIMEOUT_CONFIG,
+                                              DEFAULT_SESSION_TIMEOUT_MS)),
+            heartbeat_interval_ms=int(values.get(HEARTBEAT_INTERVAL_CONFIG,
+                                                 DEFAULT_HEARTBEAT_INTERVAL_MS)),
+        )
 
     # ------------------------------------------------------------------ placement
     def now_ms(self) -> int:
@@ -203,13 +241,9 @@ class GroupService:
         self.broker.replicas.wake(tp)
         return ErrorCode.none, res.last_offset + 1, partition
 
-    async def append_group_records(
-        self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]
-    ) -> ErrorCode:
-        """Append to the group's partition and wait for the high watermark (acks=all)."""
-        if not records:
-            return ErrorCode.none
-        err, end, partition = self._append_now(group_id, records)
+    async def _committed(self, err: ErrorCode, end: int, partition: Partition | None
+                         ) -> ErrorCode:
+        """Wait until an append (``_append_now``'s result) is committed (acks=all)."""
         if err is not ErrorCode.none:
             return err
         assert partition is not None
@@ -220,6 +254,14 @@ class GroupService:
             return ErrorCode.request_timed_out
         return ErrorCode.none
 
+    async def append_group_records(
+        self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]
+    ) -> ErrorCode:
+        """Append to the group's partition and wait for the high watermark (acks=all)."""
+        if not records:
+            return ErrorCode.none
+        return await self._committed(*self._append_now(group_id, records))
+
     async def write(self, w: OffsetWrite) -> ErrorCode:
         """Append an ``OffsetWrite`` and, once it is committed, apply it."""
         err = await self.append_group_records(w.group_id, w.records)
@@ -228,13 +270,36 @@ class GroupService:
             self.flush()
         return err
 
-    def flush(self) -> None:
-        """Append queued group metadata records; complete parked requests."""
+    def _append_queued(self) -> dict[str, tuple[ErrorCode, int, Partition | None]]:
+        """Append the coordinator's queued group records, one batch per group."""
         by_group: dict[str, list[tuple[bytes, bytes | None]]] = {}
         for group_id, kv in self.coordinator.take_group_records():
             by_group.setdefault(group_id, []).append(kv)
+        results = {}
         for group_id, records in by_group.items():
-            self._append_now(group_id, records)
+            results[group_id] = result = self._append_now(group_id, records)
+            if result[0] is not ErrorCode.none:
+                self.coordinator.records_failed(group_id)
+        return results
+
+    async def flush_and_wait(self, group_id: str) -> ErrorCode:
+        """``flush``, then wait until ``group_id``'s records are committed (acks=all)."""
+        result = self._append_queued()
+        self._complete_parked()
+        appended = result.get(group_id)
+        if appended is None:
+            return ErrorCode.none
+        err = await self._committed(*appended)
+        if err is not ErrorCode.none:
+            self.coordinator.records_failed(group_id)
+        return err
+
+    def flush(self) -> None:
+        """Append queued group records; complete parked requests."""
+        self._append_queued()
+        self._complete_parked()
+
+    def _complete_parked(self) -> None:
         for group_id, completion in self.coordinator.take_completions():
             fut = self._waiters.pop((group_id, completion.ticket), None)
             self._sync_tickets.discard((group_id, completion.ticket))

@@ -63,6 +63,29 @@ Reconciling (some member not STABLE at the assignment epoch) / Stable; Dead afte
 ``mark_dead`` (DeleteGroups of an empty group). Every event on a Dead group, and ``mark_dead``
 on a group with members, raises ``IllegalGroupEvent`` and changes nothing.
 
+## Persistence (R-GRP-6, R-GRP-7: a subscribe() group survives a coordinator restart)
+
+The group's state lives in ``__consumer_offsets`` as Kafka 4.0 writes it
+(``headrace.group.records``, key versions 3..8): the group epoch (ConsumerGroupMetadata),
+the subscribed topics' metadata (ConsumerGroupPartitionMetadata), per member its
+subscription and client (ConsumerGroupMemberMetadata), the target assignment
+(ConsumerGroupTargetAssignmentMember per member, ConsumerGroupTargetAssignmentMetadata for
+its epoch) and the member's epochs, state and current assignment
+(ConsumerGroupCurrentMemberAssignment). A removed member gets tombstones for its three
+records; a deleted group (``tombstone_records``) for all of them.
+
+No I/O here: every event marks what it touched, and ``take_records()`` returns the records
+of what changed since the last call (compared with what was handed out before), so a
+heartbeat that changes nothing writes nothing. The shell appends one call's records as one
+batch. If that append fails, ``forget_written()`` makes the next call rewrite the whole
+group. ``restore(snapshot, now_ms)`` rebuilds a group from its replayed records
+(``ConsumerGroupSnapshot``): members, epochs, target and current assignments come back as
+they were; sessions (and the rebalance timeout of a member revoking partitions, unless it
+left temporarily) restart at ``now_ms``. A member that heartbeats with its old id and epoch
+carries on without a rebalance. Deadlines and the assignor name (derived from the members)
+are not persisted, as in Kafka; neither is 4.1's MetadataHash (we write 4.0's
+ConsumerGroupPartitionMetadata instead) nor rack information.
+
 ## Offsets (Kafka's ``ConsumerGroup.validateOffsetCommit`` / ``validateOffsetFetch``)
 
 A commit with a negative epoch is accepted only while the group has no members (admin
@@ -91,6 +114,29 @@ from headrace.group.assignors import (
     assignors_from_config,
 )
 from headrace.group.base import GROUP_TYPE_CONSUMER
+from headrace.group.records import (
+    MEMBER_STATE_STABLE,
+    MEMBER_STATE_UNRELEASED_PARTITIONS,
+    MEMBER_STATE_UNREVOKED_PARTITIONS,
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupKey,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
+    ConsumerGroupValue,
+    TopicMetadata,
+    TopicPartitions,
+    encode_key,
+    encode_value,
+)
 
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
@@ -101,6 +147,7 @@ INTERNAL_TOPIC_PREFIX = "__"
 
 Partitions = Mapping[uuid.UUID, frozenset[int]]
 TopicPartition = tuple[uuid.UUID, int]
+KeyValue = tuple[bytes, bytes | None]
 
 
 class GroupState(enum.Enum):
@@ -115,6 +162,15 @@ class MemberState(enum.Enum):
     STABLE = "stable"
     UNREVOKED_PARTITIONS = "unrevoked_partitions"
     UNRELEASED_PARTITIONS = "unreleased_partitions"
+
+
+# the int8 ``State`` of ConsumerGroupCurrentMemberAssignmentValue (Kafka's MemberState)
+_STATE_CODES = {
+    MemberState.STABLE: MEMBER_STATE_STABLE,
+    MemberState.UNREVOKED_PARTITIONS: MEMBER_STATE_UNREVOKED_PARTITIONS,
+    MemberState.UNRELEASED_PARTITIONS: MEMBER_STATE_UNRELEASED_PARTITIONS,
+}
+_STATES_BY_CODE = {code: state for state, code in _STATE_CODES.items()}
 
 
 class Event(enum.Enum):
@@ -213,6 +269,65 @@ def _wire(partitions: Partitions) -> tuple[tuple[uuid.UUID, tuple[int, ...]], ..
                  if ps)
 
 
+def _unwire(tps: TopicPartitions) -> dict[uuid.UUID, frozenset[int]]:
+    return {t: frozenset(ps) for t, ps in tps if ps}
+
+
+@dataclass(slots=True)
+class _Written:
+    """The values of one member's three records last handed out by ``take_records``
+    (None: not written, or unknown after a failed write)."""
+
+    metadata: ConsumerGroupMemberMetadataValue | None = None
+    target: ConsumerGroupTargetAssignmentMemberValue | None = None
+    current: ConsumerGroupCurrentMemberAssignmentValue | None = None
+
+
+@dataclass
+class ConsumerGroupSnapshot:
+    """One group's KIP-848 records replayed from ``__consumer_offsets`` (a later record for
+    a key wins, a tombstone deletes): the input of ``ConsumerGroup.restore``."""
+
+    epoch: int | None = None
+    topics: tuple[TopicMetadata, ...] = ()
+    assignment_epoch: int = 0
+    members: dict[str, ConsumerGroupMemberMetadataValue] = field(default_factory=dict)
+    targets: dict[str, TopicPartitions] = field(default_factory=dict)
+    current: dict[str, ConsumerGroupCurrentMemberAssignmentValue] = field(
+        default_factory=dict)
+
+    def replay(self, key: ConsumerGroupKey, value: ConsumerGroupValue | None) -> None:
+        """One record (``value`` None: a tombstone). A ConsumerGroupMetadata tombstone
+        deletes the whole group: the caller drops the snapshot."""
+        if isinstance(key, ConsumerGroupMetadataKey):
+            self.epoch = value.epoch if isinstance(value, ConsumerGroupMetadataValue) else None
+        elif isinstance(key, ConsumerGroupPartitionMetadataKey):
+            self.topics = (value.topics if isinstance(value, ConsumerGroupPartitionMetadataValue)
+                           else ())
+        elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
+            self.assignment_epoch = (
+                value.assignment_epoch
+                if isinstance(value, ConsumerGroupTargetAssignmentMetadataValue) else 0)
+        elif isinstance(key, ConsumerGroupMemberMetadataKey):
+            if isinstance(value, ConsumerGroupMemberMetadataValue):
+                self.members[key.member_id] = value
+            else:
+                self.members.pop(key.member_id, None)
+        elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
+            if isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
+                self.targets[key.member_id] = value.topic_partitions
+            else:
+                self.targets.pop(key.member_id, None)
+        elif isinstance(value, ConsumerGroupCurrentMemberAssignmentValue):
+            self.current[key.member_id] = value
+        else:
+            self.current.pop(key.member_id, None)
+
+    def is_empty(self) -> bool:
+        """Nothing left: no epoch record and no member."""
+        return self.epoch is None and not self.members
+
+
 class ConsumerGroup:
     """One KIP-848 consumer group (see the module docstring for every rule)."""
 
@@ -242,6 +357,15 @@ class ConsumerGroup:
         self.subscribed_topics: dict[str, TopicInfo] = {}
         self.assignor_name = self.assignors[0].name
         self._dead = False
+        # persistence (R-GRP-6): members whose records may have changed since the last
+        # ``take_records``, and what the records handed out so far say
+        self._dirty: set[str] = set()
+        self._all_dirty = False
+        self._written_epoch = 0
+        self._written_topics: dict[str, TopicInfo] | None = {}
+        self._written_assignment_epoch = 0
+        self._written_members: dict[str, _Written] = {}
+        self._last_removed: dict[str, _Written] = {}
 
     # ------------------------------------------------------------------ Group protocol
     @property
@@ -441,6 +565,7 @@ class ConsumerGroup:
             member = found
         if member_epoch == STATIC_LEAVE_EPOCH:
             with self._transition(Event.STATIC_LEAVE):
+                self._dirty.add(member.member_id)
                 # keeps its assignment (and ownership) until the session expires
                 member.previous_member_epoch = member.member_epoch
                 member.member_epoch = STATIC_LEAVE_EPOCH
@@ -460,6 +585,7 @@ class ConsumerGroup:
                                   f"{instance_id} is still active.")
                 # the instance rejoins under a new member id: it takes over the assignment
                 new_id = member_id or self._new_member_id()
+                self._dirty.update((existing.member_id, new_id))
                 del self.members[existing.member_id]
                 self.target[new_id] = self.target.pop(existing.member_id, {})
                 existing.member_id = new_id
@@ -469,6 +595,7 @@ class ConsumerGroup:
             if existing is not None:
                 if existing.member_epoch == STATIC_LEAVE_EPOCH:
                     existing.member_epoch = existing.previous_member_epoch
+                    self._dirty.add(existing.member_id)
                 return existing, False
         if member_id and member_id in self.members:
             found = self.members[member_id]
@@ -506,6 +633,7 @@ class ConsumerGroup:
         owned: Partitions | None, client_id: str, client_host: str,
     ) -> HeartbeatResult:
         before = member.subscription_key()
+        self._dirty.add(member.member_id)
         if rack_id is not None:
             member.rack_id = rack_id
         if rebalance_timeout_ms >= 0:
@@ -582,6 +710,7 @@ class ConsumerGroup:
         }
         self.target = chosen.assign(subscriptions, self.subscribed_topics, self.target)
         self.assignment_epoch = self.group_epoch
+        self._all_dirty = True  # every member's target assignment record may change
 
     # ------------------------------------------------------------------ reconciliation
     def _owners(self, exclude: str) -> dict[TopicPartition, str]:
@@ -640,6 +769,7 @@ class ConsumerGroup:
             member.member_epoch = new_epoch
 
     def _remove(self, member_id: str) -> None:
+        self._dirty.add(member_id)
         del self.members[member_id]
         self.target.pop(member_id, None)
         self.group_epoch += 1
@@ -650,6 +780,156 @@ class ConsumerGroup:
             still |= self._member_topics(m, names)
         self.subscribed_topics = {n: i for n, i in self.subscribed_topics.items() if n in still}
         self._maybe_compute_target()
+
+    # ------------------------------------------------------------------ persistence
+    def _member_values(self, m: Member) -> _Written:
+        return _Written(
+            ConsumerGroupMemberMetadataValue(
+                instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id,
+                client_host=m.client_host,
+                subscribed_topic_names=tuple(sorted(m.subscribed_topic_names)),
+                subscribed_topic_regex=m.subscribed_topic_regex,
+                rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor,
+            ),
+            ConsumerGroupTargetAssignmentMemberValue(_wire(self.target.get(m.member_id, {}))),
+            ConsumerGroupCurrentMemberAssignmentValue(
+                member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch,
+                state=_STATE_CODES[m.state], assigned_partitions=_wire(m.assigned),
+                partitions_pending_revocation=_wire(m.pending_revocation),
+            ),
+        )
+
+    def _partition_metadata(self) -> ConsumerGroupPartitionMetadataValue:
+        return ConsumerGroupPartitionMetadataValue(tuple(
+            TopicMetadata(info.topic_id, name, info.num_partitions)
+            for name, info in sorted(self.subscribed_topics.items())))
+
+    def take_records(self) -> list[KeyValue]:
+        """The ``__consumer_offsets`` records of every change since the last call, in
+        Kafka's order (removed members' tombstones; member metadata; partition metadata;
+        group epoch; target assignment members; target assignment epoch; current member
+        assignments). Only what changed is written; a plain heartbeat writes nothing."""
+        if self._dead:
+            self._dirty.clear()
+            self._all_dirty = False
+            return []
+        ids = (set(self.members) | set(self._written_members) if self._all_dirty
+               else set(self._dirty))
+        self._dirty.clear()
+        self._all_dirty = False
+        gid = self.group_id
+        out: list[KeyValue] = []
+        self._last_removed = {}
+        for mid in sorted(ids - set(self.members)):
+            gone = self._written_members.pop(mid, None)
+            if gone is None:
+                continue
+            self._last_removed[mid] = gone
+            out += [(encode_key(ConsumerGroupCurrentMemberAssignmentKey(gid, mid)), None),
+                    (encode_key(ConsumerGroupTargetAssignmentMemberKey(gid, mid)), None),
+                    (encode_key(ConsumerGroupMemberMetadataKey(gid, mid)), None)]
+        present = sorted(ids & set(self.members))
+        now = {mid: self._member_values(self.members[mid]) for mid in present}
+        was = {mid: self._written_members.setdefault(mid, _Written()) for mid in present}
+        for mid in present:
+            if now[mid].metadata != was[mid].metadata:
+                was[mid].metadata = now[mid].metadata
+                out.append((encode_key(ConsumerGroupMemberMetadataKey(gid, mid)),
+                            encode_value(now[mid].metadata)))
+        if self.subscribed_topics != self._written_topics:
+            self._written_topics = dict(self.subscribed_topics)
+            out.append((encode_key(ConsumerGroupPartitionMetadataKey(gid)),
+                        encode_value(self._partition_metadata())))
+        if self.group_epoch != self._written_epoch:
+            self._written_epoch = self.group_epoch
+            out.append((encode_key(ConsumerGroupMetadataKey(gid)),
+                        encode_value(ConsumerGroupMetadataValue(self.group_epoch))))
+        for mid in present:
+            if now[mid].target != was[mid].target:
+                was[mid].target = now[mid].target
+                out.append((encode_key(ConsumerGroupTargetAssignmentMemberKey(gid, mid)),
+                            encode_value(now[mid].target)))
+        if self.assignment_epoch != self._written_assignment_epoch:
+            self._written_assignment_epoch = self.assignment_epoch
+            out.append((encode_key(ConsumerGroupTargetAssignmentMetadataKey(gid)),
+                        encode_value(ConsumerGroupTargetAssignmentMetadataValue(
+                            self.assignment_epoch))))
+        for mid in present:
+            if now[mid].current != was[mid].current:
+                was[mid].current = now[mid].current
+                out.append((encode_key(ConsumerGroupCurrentMemberAssignmentKey(gid, mid)),
+                            encode_value(now[mid].current)))
+        return out
+
+    def forget_written(self) -> None:
+        """The records of the last ``take_records`` did not reach the log: the next call
+        rewrites the whole group (and the tombstones of the members it removed)."""
+        self._written_members.update(self._last_removed)
+        self._last_removed = {}
+        for mid in self._written_members:
+            self._written_members[mid] = _Written()
+        self._written_epoch = -1
+        self._written_assignment_epoch = -1
+        self._written_topics = None
+        self._all_dirty = True
+
+    def tombstone_records(self) -> list[KeyValue]:
+        """Tombstones for every record of the group (DeleteGroups, or an empty group
+        turning classic), in Kafka's order: per member current assignment, target
+        assignment and member metadata; then target assignment metadata, partition
+        metadata and the group epoch. Changes nothing."""
+        gid = self.group_id
+        out: list[KeyValue] = []
+        for mid in sorted(set(self.members) | set(self._written_members)):
+            out += [(encode_key(ConsumerGroupCurrentMemberAssignmentKey(gid, mid)), None),
+                    (encode_key(ConsumerGroupTargetAssignmentMemberKey(gid, mid)), None),
+                    (encode_key(ConsumerGroupMemberMetadataKey(gid, mid)), None)]
+        out += [(encode_key(ConsumerGroupTargetAssignmentMetadataKey(gid)), None),
+                (encode_key(ConsumerGroupPartitionMetadataKey(gid)), None),
+                (encode_key(ConsumerGroupMetadataKey(gid)), None)]
+        return out
+
+    def restore(self, snapshot: ConsumerGroupSnapshot, now_ms: int) -> None:
+        """Rebuild this (new) group from its replayed records. Sessions restart at
+        ``now_ms`` (as Kafka's coordinator does when it loads a partition), and a member
+        that was revoking partitions gets a fresh rebalance timeout."""
+        self.group_epoch = snapshot.epoch or 0
+        self.assignment_epoch = snapshot.assignment_epoch
+        self.subscribed_topics = {t.topic_name: TopicInfo(t.topic_id, t.num_partitions)
+                                  for t in snapshot.topics}
+        self.members = {}
+        self.target = {}
+        for mid, md in snapshot.members.items():
+            cur = snapshot.current.get(mid)
+            member = Member(
+                mid, instance_id=md.instance_id, rack_id=md.rack_id, client_id=md.client_id,
+                client_host=md.client_host, rebalance_timeout_ms=md.rebalance_timeout_ms,
+                subscribed_topic_names=frozenset(md.subscribed_topic_names),
+                subscribed_topic_regex=md.subscribed_topic_regex,
+                server_assignor=md.server_assignor,
+                session_deadline_ms=now_ms + self.session_timeout_ms,
+            )
+            if cur is not None:
+                member.member_epoch = cur.member_epoch
+                member.previous_member_epoch = cur.previous_member_epoch
+                # a state a later Kafka may add: recompute the member's next assignment
+                member.state = _STATES_BY_CODE.get(cur.state,
+                                                   MemberState.UNRELEASED_PARTITIONS)
+                member.assigned = _unwire(cur.assigned_partitions)
+                member.pending_revocation = _unwire(cur.partitions_pending_revocation)
+                if (member.state is MemberState.UNREVOKED_PARTITIONS
+                        and member.member_epoch != STATIC_LEAVE_EPOCH):
+                    member.revocation_deadline_ms = now_ms + member.rebalance_timeout_ms
+            self.members[mid] = member
+            self.target[mid] = _unwire(snapshot.targets.get(mid, ()))
+        self.assignor_name = self._preferred_assignor().name
+        self._dirty.clear()
+        self._all_dirty = False
+        self._written_epoch = self.group_epoch
+        self._written_topics = dict(self.subscribed_topics)
+        self._written_assignment_epoch = self.assignment_epoch
+        self._written_members = {mid: self._member_values(m) for mid, m in self.members.items()}
+        self._last_removed = {}
 
     # ------------------------------------------------------------------ transitions
     def _transition(self, event: Event) -> _TransitionGuard:
@@ -718,5 +998,5 @@ class _TransitionGuard:
         assert state in results, f"{self.event.value} led to {state.value}"
 
 
-__all__ = ["ASSIGNORS", "ConsumerGroup", "GroupState", "HeartbeatResult", "IllegalGroupEvent",
-           "Member", "MemberState", "TopicInfo"]
+__all__ = ["ASSIGNORS", "ConsumerGroup", "ConsumerGroupSnapshot", "GroupState",
+           "HeartbeatResult", "IllegalGroupEvent", "Member", "MemberState", "TopicInfo"]

@@ -6,15 +6,25 @@ loading) and KIP-848 consumer groups (``ConsumerGroup``, put here by the
 ConsumerGroupHeartbeat handler). Every object satisfies ``headrace.group.base.Group``.
 
 Committed offsets are kept here, per group: ``offsets[group][(topic, partition)] ->
-OffsetCommitValue``. They live in ``__consumer_offsets`` in Kafka's own key/value schemas
-(``headrace.group.records``): ``load`` replays a partition's records in offset order (a
-later record for a key wins; a null value is a tombstone) and rebuilds groups and offsets.
+OffsetCommitValue``. They and the groups' state live in ``__consumer_offsets`` in Kafka's
+own key/value schemas (``headrace.group.records``, R-GRP-6): ``load`` replays a partition's
+records in offset order (a later record for a key wins; a null value is a tombstone) and
+rebuilds offsets, classic groups (GroupMetadata) and KIP-848 consumer groups (the
+ConsumerGroup* records: epochs, members, target and current assignments, R-GRP-7), whose
+sessions restart at the load time. A group that has only offsets comes back as an empty
+classic group. When both kinds were written for one group id, the later kind wins (an
+empty group changing protocol writes tombstones for the other kind first, as Kafka does).
 
 Effects, never I/O:
 
-- a state change that Kafka persists (a classic group's metadata, after a completed
-  rebalance, a leave that empties it, ...) queues a ``GroupMetadataKey`` record, taken by
-  ``take_group_records()``; the shell appends it to the group's partition;
+- a state change that Kafka persists queues records, taken by ``take_group_records()`` as
+  ``(group_id, (key, value))``; the shell appends each group's records as one batch to the
+  group's partition. Classic groups: a ``GroupMetadataKey`` record (after a completed
+  rebalance, a leave that empties it, ...). Consumer groups: whatever
+  ``ConsumerGroup.take_records()`` returns, collected after a heartbeat
+  (``collect_consumer_group``, ``add_consumer_group``) and after every ``tick``; if an
+  append fails the shell calls ``records_failed(group_id)`` so the group is rewritten whole
+  next time;
 - commits, OffsetDelete and DeleteGroups return an ``OffsetWrite``: the shell appends its
   records (acks=all) and only then calls ``apply(write)`` so memory never runs ahead of the
   log;
@@ -43,7 +53,9 @@ from headrace.group.classic import (
     Parked,
     SyncResult,
 )
+from headrace.group.consumer_group import ConsumerGroup, ConsumerGroupSnapshot
 from headrace.group.records import (
+    ConsumerGroupMetadataKey,
     GroupMetadataKey,
     GroupMetadataValue,
     GroupRecordError,
@@ -103,6 +115,8 @@ class GroupListing:
 class GroupCoordinator:
     timeouts: GroupTimeouts = field(default_factory=GroupTimeouts)
     member_id_factory: Callable[[str], str] | None = None
+    # makes an empty KIP-848 group with the broker's group.consumer.* configs (loading)
+    consumer_group_factory: Callable[[str], ConsumerGroup] = ConsumerGroup
     groups: dict[str, Group] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartitionKey, OffsetCommitValue]] = field(default_factory=dict)
     _group_records: list[tuple[str, KeyValue]] = field(default_factory=list)
@@ -113,6 +127,8 @@ class GroupCoordinator:
     def load(self, records: Iterable[tuple[bytes | None, bytes | None]], now_ms: int) -> None:
         """Replay one ``__consumer_offsets`` partition's (key, value) records in order."""
         metadata: dict[str, GroupMetadataValue | None] = {}
+        snapshots: dict[str, ConsumerGroupSnapshot] = {}
+        deleted: set[str] = set()  # consumer groups whose epoch record was tombstoned
         for raw_key, raw_value in records:
             if raw_key is None:
                 continue
@@ -134,14 +150,36 @@ class GroupCoordinator:
                         group_offsets.pop(tp, None)
                         if not group_offsets:
                             del self.offsets[key.group]
+            elif isinstance(key, GroupMetadataKey):
+                if isinstance(value, GroupMetadataValue):
+                    metadata[key.group] = value
+                    snapshots.pop(key.group, None)  # a classic group replaced it
+                else:
+                    metadata[key.group] = None
+            elif isinstance(key, ConsumerGroupMetadataKey) and value is None:
+                snapshots.pop(key.group, None)
+                deleted.add(key.group)
             else:
-                metadata[key.group] = value if isinstance(value, GroupMetadataValue) else None
+                if value is not None and metadata.get(key.group) is not None:
+                    metadata[key.group] = None  # a consumer group replaced the classic one
+                assert not isinstance(value, (OffsetCommitValue, GroupMetadataValue))
+                snapshots.setdefault(key.group, ConsumerGroupSnapshot()).replay(key, value)
+                deleted.discard(key.group)
         for group_id, gm in metadata.items():
             if gm is None:
                 if isinstance(self.groups.get(group_id), ClassicGroup):
                     del self.groups[group_id]
                 continue
             self.groups[group_id] = self._group_from_metadata(group_id, gm, now_ms)
+        for group_id in deleted:
+            if isinstance(self.groups.get(group_id), ConsumerGroup):
+                del self.groups[group_id]
+        for group_id, snapshot in snapshots.items():
+            if snapshot.is_empty():
+                continue
+            cg = self.consumer_group_factory(group_id)
+            cg.restore(snapshot, now_ms)
+            self.groups[group_id] = cg
         for group_id in self.offsets:
             if group_id not in self.groups:
                 self.groups[group_id] = self._new_classic(group_id)
@@ -218,7 +256,33 @@ class GroupCoordinator:
                 changed = True
             if isinstance(group, ClassicGroup):
                 self._collect(group, now_ms)
+            elif isinstance(group, ConsumerGroup):
+                self.collect_consumer_group(group)
         return changed
+
+    # ------------------------------------------------------------------ consumer groups
+    def collect_consumer_group(self, group: ConsumerGroup) -> None:
+        """Queue the records of what changed in ``group`` (after a heartbeat)."""
+        for kv in group.take_records():
+            self._group_records.append((group.group_id, kv))
+
+    def add_consumer_group(self, group: ConsumerGroup) -> None:
+        """Register a group just created by a successful join and queue its records; an
+        empty classic group it replaces gets a GroupMetadata tombstone first (Kafka's
+        ``maybeDeleteEmptyClassicGroup``); its committed offsets stay."""
+        if isinstance(self.groups.get(group.group_id), ClassicGroup):
+            self._group_records.append(
+                (group.group_id, (encode_key(GroupMetadataKey(group.group_id)), None)))
+        self.groups[group.group_id] = group
+        self.collect_consumer_group(group)
+
+    def records_failed(self, group_id: str) -> None:
+        """Appending ``group_id``'s queued records failed: a consumer group rewrites its
+        whole state with its next records (a classic group's next metadata record is
+        complete anyway)."""
+        g = self.groups.get(group_id)
+        if isinstance(g, ConsumerGroup):
+            g.forget_written()
 
     # ------------------------------------------------------------------ classic protocol
     def _classic(self, group_id: str) -> ClassicGroup | None:
@@ -235,7 +299,11 @@ class GroupCoordinator:
         if existing is not None and not isinstance(existing, ClassicGroup):
             if not existing.is_empty():
                 return JoinResult(0, ErrorCode.inconsistent_group_protocol, req.member_id)
-            existing = None  # an empty KIP-848 group turns classic, as Kafka converts it
+            # an empty KIP-848 group turns classic, as Kafka converts it: tombstones first
+            if isinstance(existing, ConsumerGroup):
+                for kv in existing.tombstone_records():
+                    self._group_records.append((group_id, kv))
+            existing = None
         if existing is None:
             if req.member_id:
                 return JoinResult(0, ErrorCode.unknown_member_id, req.member_id)
@@ -337,10 +405,19 @@ class GroupCoordinator:
         if not group_offsets or write.delete_group:
             self.offsets.pop(write.group_id, None)
         if write.delete_group:
-            g = self.groups.pop(write.group_id, None)
+            g = self.groups.get(write.group_id)
+            if isinstance(g, ConsumerGroup) and not g.is_empty():
+                # a member joined while the tombstones were written: keep the group and
+                # write it again whole after them
+                g.forget_written()
+                self.collect_consumer_group(g)
+                return
+            self.groups.pop(write.group_id, None)
             if isinstance(g, ClassicGroup) and g.state is not GroupState.DEAD:
                 g.mark_dead(0)
                 self._collect(g, 0)
+            elif isinstance(g, ConsumerGroup) and g.state_name != "Dead":
+                g.mark_dead()
 
     def fetch_offsets(
         self, group_id: str, partitions: list[TopicPartitionKey] | None
@@ -388,7 +465,8 @@ class GroupCoordinator:
                                                    deletions=tuple(deletions))
 
     def delete_group(self, group_id: str) -> tuple[ErrorCode, OffsetWrite | None]:
-        """DeleteGroups for one group: tombstones for its offsets and metadata."""
+        """DeleteGroups for one group: tombstones for its offsets and metadata (a
+        consumer group's: every ConsumerGroup* record)."""
         g = self.groups.get(group_id)
         if g is None or g.state_name == "Dead":
             return ErrorCode.group_id_not_found, None
@@ -398,7 +476,10 @@ class GroupCoordinator:
             (encode_key(OffsetCommitKey(group_id, t, p)), None)
             for t, p in sorted(self.offsets.get(group_id, {}))
         ]
-        records.append((encode_key(GroupMetadataKey(group_id)), None))
+        if isinstance(g, ConsumerGroup):
+            records += g.tombstone_records()
+        else:
+            records.append((encode_key(GroupMetadataKey(group_id)), None))
         return ErrorCode.none, OffsetWrite(group_id, tuple(records), delete_group=True)
 
     # ------------------------------------------------------------------ admin

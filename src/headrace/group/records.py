@@ -1,10 +1,13 @@
 """PURE: the keys and values of ``__consumer_offsets`` records, in Kafka's own formats.
 
-Kafka's group coordinator stores two record kinds in ``__consumer_offsets`` (R-GRP-6), each
-key and value starting with an int16 version. We write exactly what Kafka 2.3+ writes
-(offset commit key v1 / value v3, group metadata key v2 / value v3), so tools that read
-the topic (Burrow, ``kafka-console-consumer --formatter ...GroupMetadataManager$...``)
-decode them; we read every version Kafka has ever written (values v0..v4).
+Kafka's group coordinator stores offsets and group state in ``__consumer_offsets``
+(R-GRP-6), each key and value starting with an int16 version: committed offsets, classic
+groups' metadata, and the state of KIP-848 consumer groups (the group-managed
+``subscribe()`` of R-GRP-7: members, epochs, target and current assignments). We write
+exactly what Kafka writes (offset commit key v1 / value v3, group metadata key v2 / value
+v3 as Kafka 2.3+; the KIP-848 records as Kafka 4.0), so tools that read the topic
+(Burrow, ``kafka-console-consumer --formatter ...GroupMetadataManager$...``) decode them;
+we read every version Kafka has ever written (classic values v0..v4, KIP-848 values v0).
 
 Primitive types (big-endian), as in Kafka's non-flexible schemas::
 
@@ -27,8 +30,8 @@ Keys (the record key; the version says which record this is)::
       string  topic
       int32   partition
 
-Versions >= 3 are KIP-848 / share-group / transaction records: ``decode_key`` returns None
-for them (the classic coordinator ignores them).
+Versions 3..8 are KIP-848 consumer-group records (below); ``decode_key`` returns None for
+every later version (share groups, streams groups, transactions), which we ignore.
 
 OffsetCommitValue (the record value; a null value is a tombstone: offset deleted)::
 
@@ -64,6 +67,46 @@ GroupMetadataValue (a null value is a tombstone: group deleted)::
     bytes assignment                  x   x   x   x   x
     tagged fields                                     x
 
+KIP-848 consumer groups (``group.protocol=consumer``; Kafka's
+``group-coordinator/src/main/resources/common/message/ConsumerGroup*.json``, as Kafka 4.0
+writes them). Keys are non-flexible (int16 version, then int16-length strings); each value
+is an int16 version (0: the only one) followed by a flexible struct: compact strings and
+arrays, a ``uuid`` is 16 bytes, ``int8`` one byte, and every struct (array elements too)
+ends with tagged fields. We write no tagged fields and skip any we read (4.1's
+``MetadataHash``, ``ClassicMemberMetadata``, KIP-1251's ``AssignmentEpochs``, ...)::
+
+    key  record                              key fields           value fields (v0)
+    3    ConsumerGroupMetadata               group                int32 epoch
+    4    ConsumerGroupPartitionMetadata      group                []TopicMetadata
+                                                                    (uuid topicId, string
+                                                                    topicName, int32
+                                                                    numPartitions,
+                                                                    []PartitionMetadata
+                                                                    (int32 partition,
+                                                                    []string racks))
+    5    ConsumerGroupMemberMetadata         group, member id     nullable string instanceId,
+                                                                  nullable string rackId,
+                                                                  string clientId,
+                                                                  string clientHost,
+                                                                  []string subscribedTopicNames,
+                                                                  nullable string
+                                                                  subscribedTopicRegex,
+                                                                  int32 rebalanceTimeoutMs,
+                                                                  nullable string serverAssignor
+    6    ConsumerGroupTargetAssignmentMetadata  group             int32 assignmentEpoch
+    7    ConsumerGroupTargetAssignmentMember group, member id     []TopicPartitions
+    8    ConsumerGroupCurrentMemberAssignment group, member id    int32 memberEpoch,
+                                                                  int32 previousMemberEpoch,
+                                                                  int8 state (0 stable,
+                                                                  1 unrevoked, 2 unreleased
+                                                                  partitions), []TopicPartitions
+                                                                  assigned, []TopicPartitions
+                                                                  pendingRevocation
+
+    TopicPartitions: uuid topicId, []int32 partitions
+
+A null value is a tombstone (the member, the target, the group is gone).
+
 Trailing bytes after the fields are ignored (Kafka's readers do the same for fields added
 later). Errors: malformed bytes (someone else's, or a corrupt log) raise ``GroupRecordError``;
 encoding values out of their type's range raises ``ValueError`` (our misuse).
@@ -72,6 +115,7 @@ encoding values out of their type's range raises ``ValueError`` (our misuse).
 from __future__ import annotations
 
 import struct
+import uuid
 from dataclasses import dataclass
 
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -80,6 +124,7 @@ OFFSET_COMMIT_VALUE_VERSION = 3
 GROUP_METADATA_VALUE_VERSION = 3
 MAX_VALUE_VERSION = 4
 
+_INT8 = struct.Struct(">b")
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
@@ -131,8 +176,130 @@ class GroupMetadataValue:
     members: tuple[MemberMetadata, ...]
 
 
-GroupKey = OffsetCommitKey | GroupMetadataKey
-GroupValue = OffsetCommitValue | GroupMetadataValue
+# ---------------------------------------------------------------------- KIP-848 records
+
+CONSUMER_GROUP_METADATA_KEY_VERSION = 3
+CONSUMER_GROUP_PARTITION_METADATA_KEY_VERSION = 4
+CONSUMER_GROUP_MEMBER_METADATA_KEY_VERSION = 5
+CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_KEY_VERSION = 6
+CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_KEY_VERSION = 7
+CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY_VERSION = 8
+CONSUMER_GROUP_VALUE_VERSION = 0
+
+# Kafka's org.apache.kafka.coordinator.group.modern.MemberState values
+MEMBER_STATE_STABLE = 0
+MEMBER_STATE_UNREVOKED_PARTITIONS = 1
+MEMBER_STATE_UNRELEASED_PARTITIONS = 2
+
+# (topic id, partitions), as the TopicPartitions structs carry them
+TopicPartitions = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMetadataKey:
+    group: str
+
+
+@dataclass(frozen=True)
+class ConsumerGroupPartitionMetadataKey:
+    group: str
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMemberMetadataKey:
+    group: str
+    member_id: str
+
+
+@dataclass(frozen=True)
+class ConsumerGroupTargetAssignmentMetadataKey:
+    group: str
+
+
+@dataclass(frozen=True)
+class ConsumerGroupTargetAssignmentMemberKey:
+    group: str
+    member_id: str
+
+
+@dataclass(frozen=True)
+class ConsumerGroupCurrentMemberAssignmentKey:
+    group: str
+    member_id: str
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMetadataValue:
+    epoch: int
+
+
+@dataclass(frozen=True)
+class TopicMetadata:
+    topic_id: uuid.UUID
+    topic_name: str
+    num_partitions: int
+    # (partition, racks); Kafka 4.0 writes an empty list without rack information
+    partition_racks: tuple[tuple[int, tuple[str, ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class ConsumerGroupPartitionMetadataValue:
+    topics: tuple[TopicMetadata, ...]
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMemberMetadataValue:
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+
+
+@dataclass(frozen=True)
+class ConsumerGroupTargetAssignmentMetadataValue:
+    assignment_epoch: int
+
+
+@dataclass(frozen=True)
+class ConsumerGroupTargetAssignmentMemberValue:
+    topic_partitions: TopicPartitions
+
+
+@dataclass(frozen=True)
+class ConsumerGroupCurrentMemberAssignmentValue:
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned_partitions: TopicPartitions
+    partitions_pending_revocation: TopicPartitions
+
+
+ConsumerGroupKey = (ConsumerGroupMetadataKey | ConsumerGroupPartitionMetadataKey
+                    | ConsumerGroupMemberMetadataKey | ConsumerGroupTargetAssignmentMetadataKey
+                    | ConsumerGroupTargetAssignmentMemberKey
+                    | ConsumerGroupCurrentMemberAssignmentKey)
+ConsumerGroupValue = (ConsumerGroupMetadataValue | ConsumerGroupPartitionMetadataValue
+                      | ConsumerGroupMemberMetadataValue
+                      | ConsumerGroupTargetAssignmentMetadataValue
+                      | ConsumerGroupTargetAssignmentMemberValue
+                      | ConsumerGroupCurrentMemberAssignmentValue)
+GroupKey = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey
+GroupValue = OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue
+
+_KEY_VERSIONS: dict[type, int] = {
+    ConsumerGroupMetadataKey: CONSUMER_GROUP_METADATA_KEY_VERSION,
+    ConsumerGroupPartitionMetadataKey: CONSUMER_GROUP_PARTITION_METADATA_KEY_VERSION,
+    ConsumerGroupMemberMetadataKey: CONSUMER_GROUP_MEMBER_METADATA_KEY_VERSION,
+    ConsumerGroupTargetAssignmentMetadataKey:
+        CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_KEY_VERSION,
+    ConsumerGroupTargetAssignmentMemberKey: CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_KEY_VERSION,
+    ConsumerGroupCurrentMemberAssignmentKey:
+        CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY_VERSION,
+}
 
 
 # ---------------------------------------------------------------------- encoding
@@ -151,12 +318,88 @@ def _bytes(b: bytes) -> bytes:
     return _INT32.pack(len(b)) + b
 
 
-def encode_key(key: OffsetCommitKey | GroupMetadataKey) -> bytes:
-    """The record key: offset commit key v1 or group metadata key v2."""
+def encode_key(key: GroupKey) -> bytes:
+    """The record key: offset commit key v1, group metadata key v2, or a KIP-848 key
+    (versions 3..8)."""
     if isinstance(key, OffsetCommitKey):
         return (_INT16.pack(OFFSET_COMMIT_KEY_VERSION) + _string(key.group)
                 + _string(key.topic) + _INT32.pack(key.partition))
-    return _INT16.pack(GROUP_METADATA_KEY_VERSION) + _string(key.group)
+    if isinstance(key, GroupMetadataKey):
+        return _INT16.pack(GROUP_METADATA_KEY_VERSION) + _string(key.group)
+    out = _INT16.pack(_KEY_VERSIONS[type(key)]) + _string(key.group)
+    if isinstance(key, (ConsumerGroupMemberMetadataKey, ConsumerGroupTargetAssignmentMemberKey,
+                        ConsumerGroupCurrentMemberAssignmentKey)):
+        out += _string(key.member_id)
+    return out
+
+
+def _uvarint(n: int) -> bytes:
+    if n < 0:
+        raise ValueError(f"negative unsigned varint {n}")
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_NO_TAGS = b"\x00"  # an empty tagged-field section
+
+
+def _compact_string(s: str | None) -> bytes:
+    if s is None:
+        return b"\x00"
+    data = s.encode("utf-8")
+    if len(data) > 0x7FFF:
+        raise ValueError(f"string of {len(data)} bytes is too long")
+    return _uvarint(len(data) + 1) + data
+
+
+def _compact_array(items: list[bytes]) -> bytes:
+    return _uvarint(len(items) + 1) + b"".join(items)
+
+
+def _int32s(values: tuple[int, ...]) -> bytes:
+    return _compact_array([_INT32.pack(v) for v in values])
+
+
+def _topic_partitions(tps: TopicPartitions) -> bytes:
+    return _compact_array([t.bytes + _int32s(ps) + _NO_TAGS for t, ps in tps])
+
+
+def _consumer_group_value(value: ConsumerGroupValue) -> bytes:
+    """The flexible v0 struct of a KIP-848 value (without the version prefix)."""
+    if isinstance(value, ConsumerGroupMetadataValue):
+        body = _INT32.pack(value.epoch)
+    elif isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
+        body = _INT32.pack(value.assignment_epoch)
+    elif isinstance(value, ConsumerGroupPartitionMetadataValue):
+        body = _compact_array([
+            t.topic_id.bytes + _compact_string(t.topic_name) + _INT32.pack(t.num_partitions)
+            + _compact_array([
+                _INT32.pack(p) + _compact_array([_compact_string(r) for r in racks]) + _NO_TAGS
+                for p, racks in t.partition_racks
+            ]) + _NO_TAGS
+            for t in value.topics
+        ])
+    elif isinstance(value, ConsumerGroupMemberMetadataValue):
+        body = b"".join((
+            _compact_string(value.instance_id), _compact_string(value.rack_id),
+            _compact_string(value.client_id), _compact_string(value.client_host),
+            _compact_array([_compact_string(n) for n in value.subscribed_topic_names]),
+            _compact_string(value.subscribed_topic_regex),
+            _INT32.pack(value.rebalance_timeout_ms), _compact_string(value.server_assignor),
+        ))
+    elif isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
+        body = _topic_partitions(value.topic_partitions)
+    else:
+        body = b"".join((
+            _INT32.pack(value.member_epoch), _INT32.pack(value.previous_member_epoch),
+            _INT8.pack(value.state), _topic_partitions(value.assigned_partitions),
+            _topic_partitions(value.partitions_pending_revocation),
+        ))
+    return _INT16.pack(CONSUMER_GROUP_VALUE_VERSION) + body + _NO_TAGS
 
 
 def _member(m: MemberMetadata) -> bytes:
@@ -167,11 +410,13 @@ def _member(m: MemberMetadata) -> bytes:
     ))
 
 
-def encode_value(value: OffsetCommitValue | GroupMetadataValue | None) -> bytes | None:
-    """The record value: offset commit value v3 or group metadata value v3; None (a
-    tombstone) for None."""
+def encode_value(value: GroupValue | None) -> bytes | None:
+    """The record value: offset commit value v3, group metadata value v3 or a KIP-848
+    value v0; None (a tombstone) for None."""
     if value is None:
         return None
+    if not isinstance(value, (OffsetCommitValue, GroupMetadataValue)):
+        return _consumer_group_value(value)
     if isinstance(value, OffsetCommitValue):
         return (_INT16.pack(OFFSET_COMMIT_VALUE_VERSION) + _INT64.pack(value.offset)
                 + _INT32.pack(value.leader_epoch) + _string(value.metadata)
@@ -202,6 +447,9 @@ class _Reader:
         out = self.data[self.pos : self.pos + n]
         self.pos += n
         return out
+
+    def int8(self) -> int:
+        return int(_INT8.unpack(self._take(1))[0])
 
     def int16(self) -> int:
         return int(_INT16.unpack(self._take(2))[0])
@@ -258,6 +506,9 @@ class _Reader:
             raise GroupRecordError(f"bad array count {n}")
         return n
 
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=self._take(16))
+
     def tagged_fields(self) -> None:
         if self.flexible:
             for _ in range(self.uvarint()):
@@ -265,34 +516,118 @@ class _Reader:
                 self._take(self.uvarint())
 
 
-def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
+_MEMBER_KEYS: dict[int, type[ConsumerGroupMemberMetadataKey]
+                  | type[ConsumerGroupTargetAssignmentMemberKey]
+                  | type[ConsumerGroupCurrentMemberAssignmentKey]] = {
+    CONSUMER_GROUP_MEMBER_METADATA_KEY_VERSION: ConsumerGroupMemberMetadataKey,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_KEY_VERSION: ConsumerGroupTargetAssignmentMemberKey,
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY_VERSION:
+        ConsumerGroupCurrentMemberAssignmentKey,
+}
+_GROUP_KEYS: dict[int, type[ConsumerGroupMetadataKey]
+                 | type[ConsumerGroupPartitionMetadataKey]
+                 | type[ConsumerGroupTargetAssignmentMetadataKey]] = {
+    CONSUMER_GROUP_METADATA_KEY_VERSION: ConsumerGroupMetadataKey,
+    CONSUMER_GROUP_PARTITION_METADATA_KEY_VERSION: ConsumerGroupPartitionMetadataKey,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_KEY_VERSION:
+        ConsumerGroupTargetAssignmentMetadataKey,
+}
+
+
+def decode_key(data: bytes) -> GroupKey | None:
     """The key of a ``__consumer_offsets`` record; None for a record kind we ignore
-    (version >= 3: KIP-848 and other coordinators' records)."""
+    (versions >= 9: share groups, streams groups and other coordinators' records)."""
     r = _Reader(bytes(data))
     version = r.int16()
     if version in (0, 1):
         return OffsetCommitKey(r.string(), r.string(), r.int32())
     if version == 2:
         return GroupMetadataKey(r.string())
+    group_key = _GROUP_KEYS.get(version)
+    if group_key is not None:
+        return group_key(r.string())
+    member_key = _MEMBER_KEYS.get(version)
+    if member_key is not None:
+        return member_key(r.string(), r.string())
     if version < 0:
         raise GroupRecordError(f"negative key version {version}")
     return None
 
 
-def decode_value(
-    key: OffsetCommitKey | GroupMetadataKey, data: bytes | None
-) -> OffsetCommitValue | GroupMetadataValue | None:
+def decode_value(key: GroupKey, data: bytes | None) -> GroupValue | None:
     """The value for ``key``'s record kind; None for a tombstone (null value)."""
     if data is None:
         return None
     r = _Reader(bytes(data))
     version = r.int16()
+    if not isinstance(key, (OffsetCommitKey, GroupMetadataKey)):
+        if version != CONSUMER_GROUP_VALUE_VERSION:
+            raise GroupRecordError(
+                f"unknown value version {version} for {type(key).__name__}")
+        r.flexible = True
+        return _consumer_group_value_of(key, r)
     if not 0 <= version <= MAX_VALUE_VERSION:
         raise GroupRecordError(f"unknown value version {version} for {type(key).__name__}")
     r.flexible = version >= 4
     if isinstance(key, OffsetCommitKey):
         return _offset_commit_value(r, version)
     return _group_metadata_value(r, version)
+
+
+def _int32_array(r: _Reader) -> tuple[int, ...]:
+    return tuple(r.int32() for _ in range(r.array_count()))
+
+
+def _read_topic_partitions(r: _Reader) -> TopicPartitions:
+    out = []
+    for _ in range(r.array_count()):
+        topic_id = r.uuid()
+        partitions = _int32_array(r)
+        r.tagged_fields()
+        out.append((topic_id, partitions))
+    return tuple(out)
+
+
+def _topic_metadata(r: _Reader) -> TopicMetadata:
+    topic_id = r.uuid()
+    name = r.string()
+    num_partitions = r.int32()
+    racks = []
+    for _ in range(r.array_count()):
+        partition = r.int32()
+        racks.append((partition, tuple(r.string() for _ in range(r.array_count()))))
+        r.tagged_fields()
+    r.tagged_fields()
+    return TopicMetadata(topic_id, name, num_partitions, tuple(racks))
+
+
+def _consumer_group_value_of(key: ConsumerGroupKey, r: _Reader) -> ConsumerGroupValue:
+    value: ConsumerGroupValue
+    if isinstance(key, ConsumerGroupMetadataKey):
+        value = ConsumerGroupMetadataValue(r.int32())
+    elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
+        value = ConsumerGroupTargetAssignmentMetadataValue(r.int32())
+    elif isinstance(key, ConsumerGroupPartitionMetadataKey):
+        value = ConsumerGroupPartitionMetadataValue(
+            tuple(_topic_metadata(r) for _ in range(r.array_count())))
+    elif isinstance(key, ConsumerGroupMemberMetadataKey):
+        value = ConsumerGroupMemberMetadataValue(
+            instance_id=r.nullable_string(), rack_id=r.nullable_string(),
+            client_id=r.string(), client_host=r.string(),
+            subscribed_topic_names=tuple(r.string() for _ in range(r.array_count())),
+            subscribed_topic_regex=r.nullable_string(), rebalance_timeout_ms=r.int32(),
+            server_assignor=r.nullable_string(),
+        )
+    elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
+        value = ConsumerGroupTargetAssignmentMemberValue(_read_topic_partitions(r))
+    else:
+        value = ConsumerGroupCurrentMemberAssignmentValue(
+            member_epoch=r.int32(), previous_member_epoch=r.int32(), state=r.int8(),
+            assigned_partitions=_read_topic_partitions(r),
+            partitions_pending_revocation=_read_topic_partitions(r),
+        )
+    r.tagged_fields()
+    return value
 
 
 def _offset_commit_value(r: _Reader, version: int) -> OffsetCommitValue:

@@ -8,65 +8,42 @@ and the time. Kafka's rules for the registry:
 - a classic group with members under the same id → GROUP_ID_NOT_FOUND; an empty classic
   group (e.g. one that only holds committed offsets) is replaced on a join;
 - no group: a join (epoch 0) creates one, kept only if the join succeeds; any other epoch →
-  UNKNOWN_MEMBER_ID so the member rejoins (groups are not persisted across restarts yet;
-  Kafka answers GROUP_ID_NOT_FOUND for a group it never had);
+  UNKNOWN_MEMBER_ID so the member rejoins (Kafka answers GROUP_ID_NOT_FOUND for a group it
+  never had; a member whose group's records did not survive a crash rejoins this way);
 - subscribed topics that do not exist are not created (Kafka neither).
 
-Configs (read with fallbacks until they are in ``headrace.config``):
-``group.consumer.assignors`` (``uniform,range``), ``group.consumer.session.timeout.ms``
-(45000), ``group.consumer.heartbeat.interval.ms`` (5000). A group takes them when created.
+Persistence (R-GRP-6/7): the group's state lives in ``__consumer_offsets`` (the
+ConsumerGroup* records, see ``headrace.group.consumer_group``) and comes back when the
+broker restarts, so a member carries on with its member id, epoch and assignment. The
+records a heartbeat produces are appended as one batch and committed before the response
+(``flush_and_wait``), as Kafka writes before it responds; if that fails the member gets
+NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE (the in-memory change is kept, not rolled back
+as Kafka's timeline structures are; the group's next records rewrite it whole, and a
+retry with the previous epoch is accepted as a lost response if the member owns nothing
+beyond its new assignment, else it is fenced and rejoins).
+
+Configs (read by ``GroupService.new_consumer_group`` with fallbacks until they are in
+``headrace.config``): ``group.consumer.assignors`` (``uniform,range``),
+``group.consumer.session.timeout.ms`` (45000), ``group.consumer.heartbeat.interval.ms``
+(5000). A group takes them when created or loaded.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler, ms
-from headrace.group.assignors import (
-    DEFAULT_ASSIGNORS,
-    Assignor,
-    TopicInfo,
-    assignors_from_config,
-)
-from headrace.group.consumer_group import (
-    DEFAULT_HEARTBEAT_INTERVAL_MS,
-    DEFAULT_SESSION_TIMEOUT_MS,
-    ConsumerGroup,
-    GroupState,
-    HeartbeatResult,
-)
+from headrace.group.assignors import TopicInfo
+from headrace.group.consumer_group import ConsumerGroup, GroupState, HeartbeatResult
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
 
-log = logging.getLogger("headrace.groups")
-
-ASSIGNORS_CONFIG = "group.consumer.assignors"
-SESSION_TIMEOUT_CONFIG = "group.consumer.session.timeout.ms"
-HEARTBEAT_INTERVAL_CONFIG = "group.consumer.heartbeat.interval.ms"
-
-
-def configured_assignors(broker: Broker) -> tuple[Assignor, ...]:
-    raw = broker.config.values.get(ASSIGNORS_CONFIG, DEFAULT_ASSIGNORS)
-    try:
-        return assignors_from_config(str(raw))
-    except ValueError as e:
-        log.error("%s; using %s", e, DEFAULT_ASSIGNORS)
-        return assignors_from_config(DEFAULT_ASSIGNORS)
-
 
 def new_consumer_group(broker: Broker, group_id: str) -> ConsumerGroup:
-    values = broker.config.values
-    return ConsumerGroup(
-        group_id,
-        assignors=configured_assignors(broker),
-        session_timeout_ms=int(values.get(SESSION_TIMEOUT_CONFIG, DEFAULT_SESSION_TIMEOUT_MS)),
-        heartbeat_interval_ms=int(values.get(HEARTBEAT_INTERVAL_CONFIG,
-                                             DEFAULT_HEARTBEAT_INTERVAL_MS)),
-    )
+    return broker.groups.new_consumer_group(group_id)
 
 
 def topic_infos(broker: Broker) -> dict[str, TopicInfo]:
@@ -140,6 +117,15 @@ async def handle_consumer_group_heartbeat(broker: Broker, ctx: RequestContext, r
         client_id=ctx.header.client_id or "",
         client_host="/" + ctx.peer.rsplit(":", 1)[0],
     )
-    if create and result.error_code is ErrorCode.none:
-        groups[group_id] = group
+    if result.error_code is not ErrorCode.none:
+        return _response(ctx, result)
+    if create:
+        broker.groups.coordinator.add_consumer_group(group)
+    else:
+        broker.groups.coordinator.collect_consumer_group(group)
+    err = await broker.groups.flush_and_wait(group_id)
+    if err is not ErrorCode.none:
+        if err is not ErrorCode.not_coordinator:
+            err = ErrorCode.coordinator_not_available
+        return _error(ctx, err)
     return _response(ctx, result)
