@@ -455,6 +455,11 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
                 q.stop()
         if spark is not None:
             spark.stop()
+        # the driver's cached clients (metadata, offsets) close before the broker goes, or
+        # librdkafka logs "connection refused" as it tries to reconnect
+        from headrace.spark import kafka_io
+
+        kafka_io.close_all()
         if broker is not None:
             broker.stop()
 
