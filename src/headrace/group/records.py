@@ -118,6 +118,8 @@ import struct
 import uuid
 from dataclasses import dataclass
 
+from headrace.protocol.records import encode_uvarint
+
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
 OFFSET_COMMIT_VALUE_VERSION = 3
@@ -333,17 +335,6 @@ def encode_key(key: GroupKey) -> bytes:
     return out
 
 
-def _uvarint(n: int) -> bytes:
-    if n < 0:
-        raise ValueError(f"negative unsigned varint {n}")
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 _NO_TAGS = b"\x00"  # an empty tagged-field section
 
 
@@ -353,11 +344,11 @@ def _compact_string(s: str | None) -> bytes:
     data = s.encode("utf-8")
     if len(data) > 0x7FFF:
         raise ValueError(f"string of {len(data)} bytes is too long")
-    return _uvarint(len(data) + 1) + data
+    return encode_uvarint(len(data) + 1) + data
 
 
 def _compact_array(items: list[bytes]) -> bytes:
-    return _uvarint(len(items) + 1) + b"".join(items)
+    return encode_uvarint(len(items) + 1) + b"".join(items)
 
 
 def _int32s(values: tuple[int, ...]) -> bytes:

@@ -473,15 +473,21 @@ def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
     return out
 
 
+def encode_uvarint(n: int) -> bytes:
+    """Unsigned varint (LEB128), as flexible-version lengths and tag counts use."""
+    if n < 0:
+        raise ValueError(f"negative unsigned varint {n}")
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 def encode_varint(value: int) -> bytes:
     """Zigzag varint (64-bit), as records use."""
-    z = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
+    return encode_uvarint((value << 1) ^ (value >> 63))
 
 
 def _nullable(data: bytes | None) -> bytes:
