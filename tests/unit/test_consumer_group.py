@@ -556,18 +556,46 @@ def test_random_histories_never_double_own_and_converge(
     """Whatever members do, no partition is ever owned by two members, and once everybody
     heartbeats well the group is Stable with a disjoint covering assignment."""
     g = new_group(session_timeout_ms=10_000, assignors=f"{assignor}")
-    md = topics(a=5, b=3)
-    clients: dict[int, Client] = {}
-    now = 0
+    h = History(g, topics(a=5, b=3))
     for op, i in ops:
-        now += 100
-        c = clients.get(i)
+        h.step(op, i)
+        _assert_single_owner(g)
+    for c in h.clients.values():
+        c.epoch = c.epoch if c.member_id in g.members else 0
+    live = list(h.clients.values())
+    if live:
+        settle(live, h.md, h.now + 1, rounds=12)
+        assert_disjoint_cover(live, h.md)
+    _assert_single_owner(g)
+
+
+class History:
+    """Random member behaviour applied to a group one operation at a time (the property
+    tests): join, leave, static-leave (only members with an instance id, i % 3 == 0, when
+    ``static``), beat, ack-late, grow (topic a gains a partition), tick (sessions expire)."""
+
+    def __init__(self, g: ConsumerGroup, md: dict[str, TopicInfo], static: bool = False) -> None:
+        self.g, self.md, self.static = g, md, static
+        self.clients: dict[int, Client] = {}
+        self.now = 0
+
+    def step(self, op: str, i: int) -> None:
+        g, md = self.g, self.md
+        self.now += 100
+        now = self.now
+        c = self.clients.get(i)
         if op == "join" and c is None:
-            clients[i] = Client(g, f"m{i}", names=["a", "b"] if i % 2 else ["a"])
-            clients[i].beat(md, now)
+            self.clients[i] = Client(g, f"m{i}", names=["a", "b"] if i % 2 else ["a"],
+                                     instance_id=f"i{i}" if self.static and i % 3 == 0
+                                     else None)
+            self.clients[i].beat(md, now)
         elif op == "leave" and c is not None:
             g.heartbeat(member_id=c.member_id, member_epoch=-1, topics=md, now_ms=now)
-            del clients[i]
+            del self.clients[i]
+        elif op == "static-leave" and c is not None and c.join_kw.get("instance_id"):
+            g.heartbeat(member_id=c.member_id, member_epoch=-2,
+                        instance_id=c.join_kw["instance_id"], topics=md, now_ms=now)
+            c.epoch = 0
         elif op == "beat" and c is not None:
             c.beat(md, now)
         elif op == "ack-late" and c is not None:
@@ -575,19 +603,11 @@ def test_random_histories_never_double_own_and_converge(
             # response, as a real consumer does, and releases on a later heartbeat)
             c.beat(md, now, topic_partitions=[(t, [p]) for t, p in c.owned])
         elif op == "grow":
-            md = {**md, "a": TopicInfo(A, md["a"].num_partitions + 1)}
+            self.md = {**md, "a": TopicInfo(A, md["a"].num_partitions + 1)}
         elif op == "tick":
-            now += 20_000
-            g.tick(now)
-            clients = {k: v for k, v in clients.items() if v.member_id in g.members}
-        _assert_single_owner(g)
-    for c in clients.values():
-        c.epoch = c.epoch if c.member_id in g.members else 0
-    live = list(clients.values())
-    if live:
-        settle(live, md, now + 1, rounds=12)
-        assert_disjoint_cover(live, md)
-    _assert_single_owner(g)
+            self.now += 20_000
+            g.tick(self.now)
+            self.clients = {k: v for k, v in self.clients.items() if v.member_id in g.members}
 
 
 def _assert_single_owner(g: ConsumerGroup) -> None:
@@ -788,33 +808,9 @@ def test_random_histories_restore_to_the_same_group(
     """After any history, the group rebuilt from the records it produced (one batch per
     event) equals the group: members, epochs, target and current assignments."""
     g = new_group(session_timeout_ms=10_000, assignors=assignor)
-    md = topics(a=5, b=3)
-    clients: dict[int, Client] = {}
+    h = History(g, topics(a=5, b=3), static=True)
     log: Log = []
-    now = 0
     for op, i in ops:
-        now += 100
-        c = clients.get(i)
-        if op == "join" and c is None:
-            clients[i] = Client(g, f"m{i}", names=["a", "b"] if i % 2 else ["a"],
-                                instance_id=f"i{i}" if i % 3 == 0 else None)
-            clients[i].beat(md, now)
-        elif op == "leave" and c is not None:
-            g.heartbeat(member_id=c.member_id, member_epoch=-1, topics=md, now_ms=now)
-            del clients[i]
-        elif op == "static-leave" and c is not None and i % 3 == 0:
-            g.heartbeat(member_id=c.member_id, member_epoch=-2, instance_id=f"i{i}",
-                        topics=md, now_ms=now)
-            c.epoch = 0
-        elif op == "beat" and c is not None:
-            c.beat(md, now)
-        elif op == "ack-late" and c is not None:
-            c.beat(md, now, topic_partitions=[(t, [p]) for t, p in c.owned])
-        elif op == "grow":
-            md = {**md, "a": TopicInfo(A, md["a"].num_partitions + 1)}
-        elif op == "tick":
-            now += 20_000
-            g.tick(now)
-            clients = {k: v for k, v in clients.items() if v.member_id in g.members}
+        h.step(op, i)
         log += g.take_records()
-        assert persisted_state(restored(log, now, assignors=assignor)) == persisted_state(g)
+        assert persisted_state(restored(log, h.now, assignors=assignor)) == persisted_state(g)
