@@ -50,8 +50,8 @@ from harness.brokers import (
     QUIET_LOGGER,
     BrokerProcess,
     BrokerStartError,
+    broker_version,
     start_broker,
-    tansu_binary,
 )
 from harness.group_member import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS
 
@@ -524,18 +524,6 @@ def _failures(failed: int, ok: int, first: str | None) -> str | None:
 
 
 # -- brokers ------------------------------------------------------------------------------------
-
-
-def broker_version(name: str) -> str:
-    try:
-        if name == "headrace":
-            return "headrace " + importlib.metadata.version("headrace")
-        out = subprocess.run([str(tansu_binary()), "--version"], capture_output=True,
-                             text=True, timeout=10, check=False)
-        lines = out.stdout.strip().splitlines()
-        return lines[0] if lines else "tansu (unknown version)"
-    except Exception as e:
-        return f"{name} (version unknown: {e})"
 
 
 def run_broker(name: str, args: argparse.Namespace, workdir: Path) -> BrokerResult:

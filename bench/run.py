@@ -15,7 +15,6 @@ import argparse
 import importlib.metadata
 import os
 import platform
-import subprocess
 import sys
 import time
 import traceback
@@ -30,8 +29,8 @@ from harness.brokers import (
     BROKER_NAMES,
     BrokerProcess,
     BrokerStartError,
+    broker_version,
     start_broker,
-    tansu_binary,
 )
 from harness.report import BrokerRun, RunReport, markdown, write_json
 from harness.workloads import ThroughputResult
@@ -167,17 +166,6 @@ def run_broker(name: str, plan: Plan, data_root: Path | None) -> BrokerRun:
     finally:
         broker.stop()
     return run
-
-
-def broker_version(name: str) -> str:
-    try:
-        if name == "headrace":
-            return "headrace " + importlib.metadata.version("headrace")
-        out = subprocess.run([str(tansu_binary()), "--version"], capture_output=True,
-                             text=True, timeout=10, check=False)
-        return out.stdout.strip() or "tansu (unknown version)"
-    except Exception as e:
-        return f"{name} (version unknown: {e})"
 
 
 def environment(plan: Plan) -> dict[str, Any]:

@@ -9,6 +9,7 @@ then SIGKILL after a grace period) reaches nothing else.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import importlib.resources
 import logging
 import os
@@ -68,6 +69,19 @@ def tansu_binary() -> Path:
     if not os.access(path, os.X_OK):
         path.chmod(path.stat().st_mode | 0o111)
     return path
+
+
+def broker_version(name: str) -> str:
+    """``headrace X.Y.Z`` or the first line of ``tansu --version``; never raises."""
+    try:
+        if name == "headrace":
+            return "headrace " + importlib.metadata.version("headrace")
+        out = subprocess.run([str(tansu_binary()), "--version"], capture_output=True,
+                             text=True, timeout=10, check=False)
+        lines = out.stdout.strip().splitlines()
+        return lines[0] if lines else "tansu (unknown version)"
+    except Exception as e:
+        return f"{name} (version unknown: {e})"
 
 
 def headrace_command() -> list[str]:

@@ -62,6 +62,7 @@ import crc32c
 from kio.schema.errors import ErrorCode
 
 from headrace.config import LogConfig
+from headrace.fsutil import fsync_dir
 from headrace.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 from headrace.protocol.records import (
     ATTRIBUTES_POS,
@@ -292,12 +293,6 @@ def clean(
 # ---------------------------------------------------------------------- files
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _swap_path(directory: Path, base_offset: int) -> Path:
@@ -320,7 +315,7 @@ def _replace_group(group: list[_CleanedSegment], config: LogConfig) -> LogSegmen
         os.close(fd)
     swap = _swap_path(directory, base)
     os.replace(cleaned_path, swap)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     # the point of no return: from here on, open completes the swap
     created_ms = min(c.segment.created_ms for c in group)
     for c in group[1:]:
@@ -329,7 +324,7 @@ def _replace_group(group: list[_CleanedSegment], config: LogConfig) -> LogSegmen
     first.index.delete()
     first.time_index.delete()
     os.replace(swap, first.log_path)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     seg = LogSegment(directory, base, index_interval_bytes=config.index_interval_bytes,
                      max_index_bytes=config.segment_index_bytes, created_ms=created_ms)
     seg.recover()
@@ -382,4 +377,4 @@ def complete_swaps(directory: Path) -> None:
         os.replace(swap, directory / f"{base:020d}{LOG_SUFFIX}")
         changed = True
     if changed:  # nothing removed or renamed: no directory entry to make durable
-        _fsync_dir(directory)
+        fsync_dir(directory)

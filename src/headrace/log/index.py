@@ -35,6 +35,8 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
+from headrace.fsutil import write_atomically
+
 log = logging.getLogger("headrace.log")
 
 _OFFSET_ENTRY = struct.Struct(">II")
@@ -52,16 +54,6 @@ def _be_array(typecode: str, data: bytes) -> array[int]:
 
 def _strictly_increasing(values: array[int]) -> bool:
     return all(a < b for a, b in itertools.pairwise(values))
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
 
 
 class _IndexFile:
@@ -160,9 +152,10 @@ class OffsetIndex(_IndexFile):
         self.close()
         self._offsets = array("q", (o for o, _ in entries))
         self._positions = array("q", (p for _, p in entries))
-        _write_atomically(
+        write_atomically(
             self.path,
             b"".join(_OFFSET_ENTRY.pack(o - self.base_offset, p) for o, p in entries),
+            fsync=False,  # an index is rebuilt from its log if it is lost
         )
 
     @property
@@ -239,9 +232,10 @@ class TimeIndex(_IndexFile):
         self.close()
         self._timestamps = array("q", (t for t, _ in entries))
         self._offsets = array("q", (o for _, o in entries))
-        _write_atomically(
+        write_atomically(
             self.path,
             b"".join(_TIME_ENTRY.pack(t, o - self.base_offset) for t, o in entries),
+            fsync=False,  # an index is rebuilt from its log if it is lost
         )
 
     @property

@@ -57,6 +57,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.clock import Clock
 from headrace.config import LogConfig
+from headrace.fsutil import write_atomically
 from headrace.log import cleaner
 from headrace.log.errors import CorruptLogError, LogError, OffsetOutOfRangeError
 from headrace.log.producer_state import ProducerStateManager
@@ -222,7 +223,7 @@ class PartitionLog:
         stall the event loop on every new partition and first append)."""
         lines = [str(_CHECKPOINT_VERSION), str(len(self.leader_epochs))]
         lines += [f"{epoch} {offset}" for epoch, offset in self.leader_epochs]
-        _write_atomically(self.dir / LEADER_EPOCH_CHECKPOINT, ("\n".join(lines) + "\n").encode(),
+        write_atomically(self.dir / LEADER_EPOCH_CHECKPOINT, ("\n".join(lines) + "\n").encode(),
                           fsync=False)
 
     # ------------------------------------------------------------------ properties
@@ -705,14 +706,3 @@ def _read_checkpoint(path: Path) -> list[tuple[int, int]] | None:
         return None
 
 
-def _write_atomically(path: Path, data: bytes, *, fsync: bool = True) -> None:
-    """Write a temporary file, fsync it (unless told not to) and rename it over ``path``."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)

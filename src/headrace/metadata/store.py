@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from headrace.fsutil import fsync_dir
+
 
 @dataclass(slots=True)
 class PartitionState:
@@ -170,11 +172,7 @@ class LocalMetadataStore:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self._path)
-        dir_fd = os.open(self._path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_dir(self._path.parent)
 
     @property
     def cluster_id(self) -> str:

@@ -25,6 +25,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from headrace.fsutil import fsync_dir
+
 
 def batch_dir(table: Path | str, batch_id: int) -> Path:
     return Path(table) / f"batch_id={batch_id}"
@@ -45,18 +47,12 @@ def write_batch(df: Any, batch_id: int, table: Path | str) -> bool:
         shutil.rmtree(stale, ignore_errors=True)
     staging = staging_root / f"batch_id={batch_id}.{uuid.uuid4().hex}"
     df.write.mode("errorifexists").parquet(str(staging))
-    _fsync_dir(staging)
+    fsync_dir(staging)
     os.rename(staging, final)
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
     return True
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_table(spark: Any, table: Path | str) -> Any:
