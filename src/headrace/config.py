@@ -181,6 +181,33 @@ BROKER_CONFIGS = _defs(
     ConfigDef("request.timeout.ms", "int", 30_000, "Upper bound of purgatory waits.",
               at_least=0),
     ConfigDef("cluster.id", "string", "", "Cluster id (default: generated once, persisted)."),
+    # ---- resource bounds (R-NF-1): no client can exhaust memory, connections or files
+    ConfigDef("queued.max.requests", "int", 500,
+              "Requests received but not yet handled, across all connections; past it "
+              "connections stop being read.", at_least=1),
+    ConfigDef("queued.max.request.bytes", "long", 268_435_456,
+              "Memory pool for request frames being received or queued, shared by all "
+              "connections (-1: no limit); a connection whose next frame does not fit waits.",
+              at_least=-1),
+    ConfigDef("fetch.max.bytes", "int", 57_671_680,
+              "Largest Fetch response the broker builds (caps the request's max_bytes).",
+              at_least=1024),
+    ConfigDef("connections.max.idle.ms", "long", 600_000,
+              "Close connections idle (or stuck mid-request) for this long.", at_least=1),
+    ConfigDef("max.connections", "int", 10_000, "Most open client connections.",
+              at_least=1),
+    ConfigDef("max.connections.per.ip", "int", INT_MAX,
+              "Most open connections from one address.", at_least=1),
+    ConfigDef("sasl.server.max.receive.size", "int", 524_288,
+              "Largest request accepted before a connection has authenticated.", at_least=1),
+    ConfigDef("max.broker.partitions", "int", 100_000,
+              "Most partitions this broker hosts (KIP-578); CreateTopics and "
+              "CreatePartitions past it are refused whole.", at_least=1),
+    ConfigDef("log.message.timestamp.before.max.ms", "long", LONG_MAX,
+              "Largest allowed age of a record's CreateTime at append (KIP-937).", at_least=0),
+    ConfigDef("log.message.timestamp.after.max.ms", "long", 3_600_000,
+              "Largest allowed lead of a record's CreateTime over the broker's clock "
+              "(KIP-937; Kafka 4.0's default).", at_least=0),
 )
 
 # Topic-level configs: name, and the broker config that gives the default.
@@ -218,6 +245,12 @@ TOPIC_CONFIGS = _defs(
     ConfigDef("unclean.leader.election.enable", "bool", False,
               "Allow an out-of-sync replica to become leader.",
               broker_name="unclean.leader.election.enable"),
+    ConfigDef("message.timestamp.before.max.ms", "long", LONG_MAX,
+              "Largest allowed age of a record's CreateTime at append.", at_least=0,
+              broker_name="log.message.timestamp.before.max.ms"),
+    ConfigDef("message.timestamp.after.max.ms", "long", 3_600_000,
+              "Largest allowed lead of a record's CreateTime over the broker's clock.",
+              at_least=0, broker_name="log.message.timestamp.after.max.ms"),
 )
 
 
@@ -297,6 +330,8 @@ class LogConfig:
     delete_retention_ms: int = DAY_MS
     message_timestamp_type: str = "CreateTime"
     min_insync_replicas: int = 1
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 3_600_000
 
     @property
     def compact(self) -> bool:

@@ -164,7 +164,7 @@ class ReplicaManager:
         return self.partitions.get(tp)
 
     # ---------------------------------------------------------------- retention
-    def run_retention(self) -> int:
+    async def run_retention(self) -> int:
         """Delete segments past retention (cleanup.policy delete) and compact logs
         (cleanup.policy compact, R-LOG-6); returns the number of segments deleted."""
         deleted = 0

@@ -27,6 +27,7 @@ from headrace.broker.replica_manager import ReplicaManager
 from headrace.broker.topics import TopicAdmin
 from headrace.clock import SYSTEM_CLOCK, Clock
 from headrace.config import BrokerConfig
+from headrace.log.log_dir import DataDirError, prepare_data_dir
 from headrace.metadata.store import BrokerInfo, LocalMetadataStore, MetadataStore
 from headrace.protocol.codec import (
     decode_request,
@@ -256,23 +257,10 @@ class Broker:
         self.groups = GroupService(self)
 
     def _prepare_data_dir(self) -> None:
-        d = self.data_dir
         try:
-            d.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
-            raise StartupError(f"data dir {d} exists and is not a directory") from None
-        except OSError as e:
-            raise StartupError(f"cannot create data dir {d}: {e.strerror}") from None
-        if not d.is_dir():
-            raise StartupError(f"data dir {d} is not a directory")
-        if not os.access(d, os.R_OK | os.W_OK | os.X_OK):
-            raise StartupError(f"data dir {d} is not readable and writable")
-        probe = d / ".headrace-write-probe"
-        try:
-            probe.write_bytes(b"ok")
-            probe.unlink()
-        except OSError as e:
-            raise StartupError(f"data dir {d} is not writable: {e.strerror}") from None
+            prepare_data_dir(self.data_dir)
+        except DataDirError as e:
+            raise StartupError(str(e)) from None
 
     def advertised_brokers(self) -> list[BrokerInfo]:
         host = str(self.config["advertised.host"]) or self.host
@@ -335,7 +323,7 @@ class Broker:
                 await asyncio.wait_for(self._stopped.wait(), interval)
             if self.stopping:
                 return
-            self.replicas.run_retention()
+            await self.replicas.run_retention()
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         if self.stopping:

@@ -67,12 +67,12 @@ from headrace.log.segment import (
     TIME_INDEX_SUFFIX,
     LogSegment,
 )
+from headrace.log.validator import validate_batches
 from headrace.protocol.records import (
     INT32_MAX,
     TIMESTAMP_TYPE_BIT,
     BatchHeader,
     InvalidRecordError,
-    decode_records,
     read_header,
     record_timestamps,
     set_base_offset,
@@ -299,8 +299,7 @@ class PartitionLog:
                     ErrorCode.invalid_record,
                     "control and transactional batches are not supported",
                 )
-        if self.config.compact:
-            _reject_keyless(records, headers)
+        validate_batches(records, headers, self.config, self.clock.wall_ms())
         log_append = self.config.message_timestamp_type == LOG_APPEND_TIME
         duplicate = self.producer_state.check_append(headers)
         if duplicate is not None:
@@ -659,20 +658,6 @@ class PartitionLog:
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def _reject_keyless(records: bytes | memoryview, headers: list[BatchHeader]) -> None:
-    """A compacted topic refuses records without a key (Kafka's LogValidator: INVALID_RECORD),
-    since the cleaner could only drop them. Decodes the records: compacted topics only."""
-    view = memoryview(records)
-    for h in headers:
-        for rec in decode_records(view[h.position:h.position + h.size]):
-            if rec.key is None:
-                raise InvalidRecordError(
-                    ErrorCode.invalid_record,
-                    "Compacted topic cannot accept message without key "
-                    f"(record at offset delta {rec.offset - h.base_offset})",
-                )
 
 
 def _largest_timestamp(seg: LogSegment) -> int:
