@@ -247,10 +247,14 @@ class Broker:
         self.host = str(config["host"])
         self.port = int(config["port"])
         self._prepare_data_dir()
-        self.metadata: MetadataStore = LocalMetadataStore(
-            self.data_dir, BrokerInfo(self.node_id, self.host, self.port),
-            str(config["cluster.id"]),
-        )
+        try:
+            self.metadata: MetadataStore = LocalMetadataStore(
+                self.data_dir, BrokerInfo(self.node_id, self.host, self.port),
+                str(config["cluster.id"]),
+            )
+        except BaseException:
+            self._dir_lock.release()
+            raise
         self.replicas = ReplicaManager(self.data_dir, config, self.metadata, clock)
         self.topics = TopicAdmin(config, self.metadata, self.replicas)
         self.producer_ids = ProducerIdAllocator(self.metadata)
@@ -258,7 +262,7 @@ class Broker:
 
     def _prepare_data_dir(self) -> None:
         try:
-            prepare_data_dir(self.data_dir)
+            self._dir_lock = prepare_data_dir(self.data_dir)
         except DataDirError as e:
             raise StartupError(str(e)) from None
 
@@ -285,6 +289,7 @@ class Broker:
             )
         except OSError as e:
             self.replicas.close()
+            self._dir_lock.release()
             if e.errno == errno.EADDRINUSE:
                 raise StartupError(f"port {self.port} on {self.host} is already in use") from None
             raise StartupError(f"cannot listen on {self.host}:{self.port}: {e.strerror}") from None
@@ -351,6 +356,7 @@ class Broker:
             if c.transport is not None:
                 c.transport.close()
         self.replicas.close()
+        self._dir_lock.release()
         log.info("headrace broker %d stopped", self.node_id)
 
     async def serve_forever(self, stop: asyncio.Event) -> None:

@@ -14,7 +14,18 @@ class DataDirError(Exception):
     """The data directory cannot be used (a clear message for a person)."""
 
 
-def prepare_data_dir(d: Path) -> None:
+class DataDirLock:
+    """The data directory's ``.lock`` held for the broker's lifetime (Kafka's log dir lock)."""
+
+    def __init__(self, d: Path) -> None:
+        self.dir = d
+
+    def release(self) -> None:
+        """Give the lock up (on stop, or when start-up fails after taking it)."""
+
+
+def prepare_data_dir(d: Path) -> DataDirLock:
+    """Check (create if needed) and lock the data directory; ``DataDirError`` if unusable."""
     try:
         d.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
@@ -31,3 +42,4 @@ def prepare_data_dir(d: Path) -> None:
         probe.unlink()
     except OSError as e:
         raise DataDirError(f"data dir {d} is not writable: {e.strerror}") from None
+    return DataDirLock(d)
