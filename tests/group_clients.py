@@ -2,7 +2,9 @@
 
 Each ``GroupMember`` runs one subscribed consumer in its own thread (a client blocks in its
 poll while it rejoins, so members must not share a thread), recording what it consumed and
-its current assignment. ``stop()`` closes the consumer (LeaveGroup) and joins the thread.
+its current assignment. ``stop()`` closes the consumer (LeaveGroup), joins the thread and
+re-raises whatever the member's thread raised; ``check()`` and ``wait_settled`` re-raise it
+while the test is waiting, so a client error fails the test instead of dying in a thread.
 """
 
 from __future__ import annotations
@@ -45,9 +47,17 @@ class GroupMember:
         return self
 
     def stop(self, timeout_s: float = 15.0) -> None:
+        """Close the consumer and join its thread; raise what the thread raised."""
         self._stop.set()
         self._thread.join(timeout_s)
         assert not self._thread.is_alive(), f"{self.client} consumer did not close"
+        self.check()
+
+    def check(self) -> None:
+        """Re-raise, in the test's thread, an error the member's thread died of."""
+        if self.error is not None:
+            raise AssertionError(f"{self.client} member {self.member_id or '?'} failed: "
+                                 f"{self.error!r}") from self.error
 
     def _run(self) -> None:
         try:
@@ -137,6 +147,23 @@ class GroupMember:
             await c.stop()
 
 
+def stop_all(members: list[GroupMember]) -> None:
+    """Stop every member, then raise the first error any of them died of."""
+    errors: list[BaseException] = []
+    for m in members:
+        try:
+            m.stop()
+        except BaseException as e:  # stop the others first
+            errors.append(e)
+    if errors:
+        raise errors[0]
+
+
+def check_all(members: list[GroupMember]) -> None:
+    for m in members:
+        m.check()
+
+
 def settled(members: list[GroupMember], partitions: int) -> bool:
     """Every member has partitions, none shared, all covered."""
     sets = [m.assignment for m in members]
@@ -147,16 +174,20 @@ def settled(members: list[GroupMember], partitions: int) -> bool:
 
 def wait_settled(members: list[GroupMember], partitions: int, timeout_s: float = 30.0,
                  stable_for_s: float = 0.0) -> None:
-    """Wait until ``settled``; with ``stable_for_s``, until it stays so that long."""
-    for m in members:
-        assert m.error is None, m.error
-    wait_until(lambda: settled(members, partitions), timeout_s,
+    """Wait until ``settled``; with ``stable_for_s``, until it stays so that long. A member
+    whose thread died fails the wait at once with its error."""
+    def ok() -> bool:
+        check_all(members)
+        return settled(members, partitions)
+
+    wait_until(ok, timeout_s,
                what=f"{len(members)} members to share {partitions} partitions: "
                f"{[sorted(m.assignment) for m in members]}")
     if stable_for_s:
         snapshot = [m.assignment for m in members]
         deadline = time.monotonic() + stable_for_s
         while time.monotonic() < deadline:
+            check_all(members)
             if [m.assignment for m in members] != snapshot:
                 wait_settled(members, partitions, timeout_s, stable_for_s)
                 return

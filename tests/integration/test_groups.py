@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.brokerproc import BrokerProcess, wait_until
 from tests.clients import CLIENTS, Rec, create_topic, produce
-from tests.group_clients import GroupMember, settled, wait_settled
+from tests.group_clients import GroupMember, settled, stop_all, wait_settled
 from tests.kafka_wire import WireClient
 
 
@@ -28,11 +28,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 def group_name() -> str:
     return f"g-{uuid.uuid4().hex[:8]}"
-
-
-def stop_all(members: list[GroupMember]) -> None:
-    for m in members:
-        m.stop()
 
 
 @pytest.mark.parametrize("client", CLIENTS)
