@@ -16,6 +16,10 @@ receiver must skip them. ``decode_request`` therefore retries such a frame with
 readers that skips unknown tags. It runs only for frames carrying unknown tags, so the
 common path stays native.
 
+Before kio sees a frame, ``prescan`` checks every length and count it claims against the
+bytes it has (kio's native reader allocates from the claimed count: a 22-byte frame could
+abort the process).
+
 Readers and writers are cached per (api key, version): a kio lookup costs microseconds.
 
 Fetch responses are the one hot path encoded by hand (``encode_fetch_body``): kio's writer
@@ -64,6 +68,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32
 
 from headrace.protocol.errors import ProtocolError, UnknownApiError
+from headrace.protocol.prescan import prescanner
 
 API_VERSIONS_KEY = 18
 _HEAD = struct.Struct(">hhi")  # api key, api version, correlation id
@@ -130,8 +135,12 @@ def decode_request(frame: bytes | memoryview) -> Request:
         raise UnknownApiError(api_key, api_version, correlation_id)
     try:
         header_cls, read_header, req_cls, read_body = _readers(api_key, api_version)
+        check_lengths = prescanner(api_key, api_version)
     except Exception:
         raise UnknownApiError(api_key, api_version, correlation_id) from None
+    # kio's native reader allocates from claimed counts before reading (2^32-1 elements:
+    # ~34 GB, then abort): every claimed length is checked first (protocol/prescan.py)
+    check_lengths(frame)
     try:
         try:
             header, n = read_header(frame, 0)
