@@ -28,10 +28,17 @@ def test_random_chunking_gives_the_frames_back(seed: int) -> None:
 
 
 def test_whole_frames_are_read_only_views_of_the_data() -> None:
-    data = frame(b"abc") + frame(b"defg")
-    frames = FrameDecoder(10).feed(data)
-    assert [bytes(f) for f in frames] == [b"abc", b"defg"]
+    data = frame(b"a" * 100) + frame(b"b" * 120)
+    frames = FrameDecoder(1000).feed(data)
+    assert [bytes(f) for f in frames] == [b"a" * 100, b"b" * 120]
     assert all(isinstance(f, memoryview) and f.readonly for f in frames)
+
+
+def test_a_small_frame_in_a_big_read_is_copied_not_a_view_pinning_the_read() -> None:
+    """R-NF-1: a 3-byte frame must not keep a 256 KiB read buffer alive while queued."""
+    data = frame(b"abc") + frame(b"x" * 20_000)[:10_000]
+    frames = FrameDecoder(100_000).feed(data)
+    assert frames == [b"abc"] and isinstance(frames[0], bytes)
 
 
 def test_a_split_prefix_is_still_checked_against_the_limit() -> None:
@@ -48,3 +55,82 @@ def test_buffered_counts_a_partial_frame() -> None:
     assert dec.buffered == 50
     assert [bytes(f) for f in dec.feed(frame(b"x" * 100)[50:])] == [b"x" * 100]
     assert dec.buffered == 0
+
+
+class Pool:
+    """A reservation callback that says yes while its budget lasts."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.asked: list[int] = []
+
+    def __call__(self, size: int) -> bool:
+        self.asked.append(size)
+        if size > self.budget:
+            return False
+        self.budget -= size
+        return True
+
+
+def test_the_reservation_is_asked_for_the_full_size_when_the_prefix_arrives() -> None:
+    """R-NF-1 (queued.max.request.bytes): the frame's size is reserved from its prefix,
+    before any body byte is buffered."""
+    pool = Pool(10_000)
+    dec = FrameDecoder(1_000_000, pool)
+    assert dec.feed(struct.pack(">i", 5000)) == []
+    assert pool.asked == [5000]
+    assert dec.reserved_partial == 5000
+
+
+def test_a_refused_reservation_stops_the_decoder_until_retry() -> None:
+    """A frame that does not fit waits with the bytes after its prefix kept as they are;
+    ``retry`` goes on once memory is free, and nothing is lost or reordered."""
+    pool = Pool(150)
+    dec = FrameDecoder(1000, pool)
+    wire = frame(b"a" * 100) + frame(b"b" * 200) + frame(b"c" * 10)
+    got = dec.feed(wire[:50])
+    assert got == []
+    got = [bytes(f) for f in dec.feed(wire[50:])]
+    assert got == [b"a" * 100]
+    assert dec.waiting == 200
+    assert dec.buffered == len(wire) - 104  # the 200-byte frame's prefix and all after it
+    assert dec.retry() == [] and dec.waiting == 200  # still no memory
+    pool.budget += 1000
+    got = [bytes(f) for f in dec.retry()]
+    assert got == [b"b" * 200, b"c" * 10]
+    assert dec.waiting == 0 and dec.buffered == 0
+
+
+def test_a_frame_spanning_feeds_is_received_into_one_buffer_of_its_size() -> None:
+    """No per-chunk list joined at the end: the pieces land in one preallocated buffer
+    (an anonymous mapping for big frames, returned to the kernel when dropped)."""
+    payload = bytes(range(256)) * 8192  # 2 MiB
+    wire = frame(payload)
+    dec = FrameDecoder(len(payload))
+    out = []
+    for i in range(0, len(wire), 65536):
+        out += dec.feed(wire[i : i + 65536])
+        if not out:
+            assert dec.reserved_partial == len(payload)
+    assert len(out) == 1 and isinstance(out[0], memoryview) and out[0].readonly
+    assert out[0] == payload
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_random_chunking_with_a_stingy_pool(seed: int) -> None:
+    """Frames come back in order whatever the chunking and however often memory is short."""
+    rng = random.Random(seed)
+    payloads = [rng.randbytes(rng.choice([0, 1, 5, 300, 5000])) for _ in range(40)]
+    wire = b"".join(frame(p) for p in payloads)
+    pool = Pool(0)
+    dec = FrameDecoder(100_000, pool)
+    got: list[bytes] = []
+    pos = 0
+    while pos < len(wire) or dec.waiting or dec.buffered:
+        if pos < len(wire):
+            n = rng.choice([1, 3, 4, 64, 4096])
+            got += [bytes(f) for f in dec.feed(wire[pos : pos + n])]
+            pos += n
+        pool.budget += rng.choice([0, 100, 6000])
+        got += [bytes(f) for f in dec.retry()]
+    assert got == payloads
