@@ -17,6 +17,7 @@ from headrace.reliable import (
     TupleTracker,
 )
 from headrace.reliable.acker import AckerEvent
+from headrace.reliable.tuples import random_id
 
 
 def tracker(num_ackers: int = 1, timeout_ms: int = 30_000, seed: int = 1) -> TupleTracker:
@@ -213,28 +214,44 @@ def test_illegal_calls_raise_and_change_nothing() -> None:
     assert acker.update(9, 1) == RootCompleted(9, 0)
 
 
-def test_id_collision_probability() -> None:
-    """Ids are uniform random 64-bit numbers (``random.getrandbits(64)``, zero redrawn).
+def test_ids_are_uniform_nonzero_64_bit_and_a_pending_root_id_is_redrawn(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """R-REL-2: the XOR scheme is safe only if ids are non-zero and uniform over 64 bits.
 
-    - A tree completes early only if its ack_val hits 0 by accident: each update XORs in
-      fresh random bits, so P = 2**-64 per update. At 10,000 acks/s that is one expected
-      mistake per 2**64 / 1e4 s ≈ 58 million years (Storm's "50,000,000 years"), and it
-      loses data only if that tree then really fails.
-    - Two pending roots share an id with probability ≤ n(n-1)/2**65 (birthday bound):
-      1e6 pending roots ≈ 2.7e-8. ``TupleTracker.root`` redraws an id already pending, so
-      a collision costs a redraw, not a wrong ack.
-    - Two edge ids of one tree colliding (which could cancel early) has the same bound with n
-      the tree's size: 1e4 items ≈ 2.7e-12.
+    With uniform 64-bit ids a tree completes early with P = 2**-64 per update (Storm's
+    "50,000,000 years" at 10,000 acks/s) and n pending roots share an id with P <=
+    n(n-1)/2**65. Those bounds hold only for the id source checked here: the default source
+    really is ``random_id`` (64 random bits, zero redrawn), and a drawn root id already
+    pending is redrawn, so a collision costs a redraw instead of a wrong ack.
     """
-    n = 10**6
-    assert n * (n - 1) / 2**65 < 3e-8
-    assert 2**64 / 1e4 / (365.25 * 86400) > 5e7
+    # the tracker's default id source is random_id
+    t = TupleTracker(AckerPool(1))
+    item, root, _ = t.root(("r",), 0, 0)
+    assert 0 < root < 2**64 and 0 < item.anchors_to_ids[root] < 2**64
+
+    # 64 uniform bits: the top bit and the bottom bit are each set about half the time, and
+    # 20,000 draws never repeat (P of a repeat ~ 1e-11)
+    draws = [random_id() for _ in range(20_000)]
+    assert all(0 < d < 2**64 for d in draws)
+    assert len(set(draws)) == len(draws)
+    top = sum(d >> 63 for d in draws)
+    bottom = sum(d & 1 for d in draws)
+    assert 9_000 < top < 11_000 and 9_000 < bottom < 11_000, (top, bottom)
+
+    # zero is redrawn: a 0 id would leave an ack_val unchanged and could complete a tree early
+    sequence = iter([0, 0, 77])
+    monkeypatch.setattr("headrace.reliable.tuples.random.getrandbits",
+                        lambda bits: next(sequence))
+    assert random_id() == 77
+    monkeypatch.undo()
+
     # the redraw: an id source that repeats a pending root id once
     ids = iter([42, 1, 42, 43, 2])
     t = TupleTracker(AckerPool(1), lambda: next(ids))
     _a, ra, _ = t.root(("a",), 0, 0)
     _b, rb, _ = t.root(("b",), 0, 0)
     assert (ra, rb) == (42, 43)
+    assert len(t.ackers) == 2  # two roots tracked, neither overwrote the other
 
 
 # ------------------------------------------------------------------ memory
