@@ -124,16 +124,39 @@ class ReplicaManager:
         for topic in list(self.metadata.topics().values()):
             self.open_topic(topic, range(len(topic.partitions)))
 
-    def open_topic(self, topic: TopicState, indexes: Iterable[int]) -> None:
+    def open_logs(
+        self, topic: TopicState, indexes: Iterable[int]
+    ) -> dict[TopicPartition, PartitionLog]:
+        """Open (creating or recovering) the logs of ``topic``'s partitions ``indexes`` that
+        this broker hosts. Only filesystem work: it touches no ReplicaManager state, so it is
+        safe in a worker thread (CreateTopics runs it off the event loop); ``install`` then
+        makes the logs live. On an error the logs opened so far are closed."""
         cfg = log_config(self.config, topic_overrides(topic))
-        for i in indexes:
-            state = topic.partitions[i]
-            if self.node_id not in state.replicas:
-                continue
-            tp = TopicPartition(topic.name, i)
-            plog = PartitionLog.open(partition_dir(self.data_dir, tp), cfg, self.clock)
+        logs: dict[TopicPartition, PartitionLog] = {}
+        try:
+            for i in indexes:
+                state = topic.partitions[i]
+                if self.node_id not in state.replicas:
+                    continue
+                tp = TopicPartition(topic.name, i)
+                logs[tp] = PartitionLog.open(partition_dir(self.data_dir, tp), cfg, self.clock)
+        except BaseException:
+            for plog in logs.values():
+                try:
+                    plog.close()
+                except Exception:
+                    log.exception("closing log %s failed", plog.dir)
+            raise
+        return logs
+
+    def install(self, topic: TopicState, logs: dict[TopicPartition, PartitionLog]) -> None:
+        """Make logs opened by ``open_logs`` live (on the event loop)."""
+        for tp, plog in logs.items():
             plog.high_watermark = plog.log_end_offset  # single node: ISR == {self}
-            self.partitions[tp] = Partition(tp, plog, state)
+            self.partitions[tp] = Partition(tp, plog, topic.partitions[tp.partition])
+
+    def open_topic(self, topic: TopicState, indexes: Iterable[int]) -> None:
+        self.install(topic, self.open_logs(topic, indexes))
 
     def delete_topic(self, name: str) -> None:
         for tp in [tp for tp in self.partitions if tp.topic == name]:
