@@ -221,6 +221,7 @@ _I16_I32 = struct.Struct(">hi")
 _I64 = struct.Struct(">q")
 _I64_I64 = struct.Struct(">qq")
 _I32_I16_I64_I64 = struct.Struct(">ihqq")
+_ZERO_UUID = bytes(16)
 
 
 def _uvarint(n: int) -> bytes:
@@ -280,7 +281,7 @@ def encode_fetch_body(
     head += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
     for topic, partitions in topics:
         if api_version >= 13:
-            head += topic.bytes
+            head += topic.bytes if topic is not None else _ZERO_UUID  # kio reads 0 as None
         else:
             name = topic.encode()
             head += _uvarint(len(name) + 1) if flexible else _I16.pack(len(name))

@@ -1,6 +1,7 @@
 """Fetch (1): read committed batches, long-polling until enough data (R-PROTO-4).
 
-Per partition: up to ``partition_max_bytes``; per response: up to ``max_bytes``, except that
+Per partition: up to ``partition_max_bytes``; per response: up to ``max_bytes`` capped at the
+broker's ``fetch.max.bytes`` (as Kafka's ``KafkaApis.handleFetchRequest``), except that
 the first batch of the first partition with data is returned whole (KIP-74) so a consumer
 can always make progress. Consumers see data below the high watermark (read_uncommitted) or
 the last stable offset (read_committed). If fewer than ``min_bytes`` are available the request
@@ -45,7 +46,8 @@ class _Plan:
         self.entries: list[tuple[Any, list[tuple[TopicPartition | None, Any, ErrorCode]]]] = []
         for t in req.topics:
             if by_id:
-                topic = broker.metadata.topic_by_id(t.topic_id)
+                # the all-zero id reads as None: no topic has it (Kafka: UNKNOWN_TOPIC_ID)
+                topic = broker.metadata.topic_by_id(t.topic_id) if t.topic_id else None
                 name = topic.name if topic is not None else None
                 missing = ErrorCode.unknown_topic_id
             else:
@@ -127,7 +129,9 @@ def _read_all(
 async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     by_id = ctx.api_version >= 13
     isolation = int(getattr(req, "isolation_level", 0))
-    max_bytes = int(getattr(req, "max_bytes", 2**31 - 1))
+    # Kafka: min(request max_bytes, fetch.max.bytes); the first batch still goes whole (KIP-74)
+    max_bytes = min(int(getattr(req, "max_bytes", 2**31 - 1)),
+                    int(broker.config["fetch.max.bytes"]))
     min_bytes = int(req.min_bytes)
     max_wait_ms = ms(req.max_wait)
     plan = _Plan(broker, req, by_id)
