@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Hashable
+from typing import TypeVar
 
 UNLIMITED = -1
+K = TypeVar("K", bound=Hashable)
 
 
 class MemoryPool:
@@ -179,7 +181,6 @@ class LogPacer:
         return held
 
 
-def idle_connections(now: float, last_activity: dict[Hashable, float],
-                     idle_s: float) -> list[Hashable]:
+def idle_connections(now: float, last_activity: dict[K, float], idle_s: float) -> list[K]:
     """The connections with no activity for at least ``idle_s`` (``connections.max.idle.ms``)."""
     return [c for c, t in last_activity.items() if now - t >= idle_s]

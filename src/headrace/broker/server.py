@@ -23,6 +23,7 @@ from typing import Any
 
 from headrace.broker.group_service import GroupService
 from headrace.broker.handlers import HANDLERS, RequestContext
+from headrace.broker.memory_pool import ConnectionQuotas, LogPacer, MemoryPool, idle_connections
 from headrace.broker.replica_manager import ReplicaManager
 from headrace.broker.topics import TopicAdmin
 from headrace.clock import SYSTEM_CLOCK, Clock
@@ -35,13 +36,14 @@ from headrace.protocol.codec import (
     encode_response_chunks,
 )
 from headrace.protocol.errors import ProtocolError, UnknownApiError
-from headrace.protocol.framing import FrameDecoder
+from headrace.protocol.framing import Frame, FrameDecoder
 
 log = logging.getLogger("headrace.broker")
 
 API_VERSIONS = 18
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 QUEUE_HIGH_WATER = 64
+LOG_PACE_S = 10.0  # at most one line per this many seconds for a repeated event
 FLUSH_SCHEDULER_INTERVAL_MS = 1000  # how often flush.ms is checked between appends
 _IOV_MAX = 1024  # Linux's limit on writev's buffer count
 
@@ -69,69 +71,212 @@ class ProducerIdAllocator:
         return pid
 
 
+_PRODUCE = 0
+_FETCH = 1
+
+
+def _api_key(frame: Frame) -> int:
+    return int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
+
+
 class Connection(asyncio.Protocol):
+    """One client connection: frames in, requests handled one at a time, responses out.
+
+    Reading stops ("muted", as Kafka says) while the next frame waits for its reservation
+    (``waiting``: the broker already holds ``queued.max.requests`` requests, or the memory
+    pool, ``queued.max.request.bytes``, cannot give the frame's size yet) or while this
+    connection has ``QUEUE_HIGH_WATER`` frames queued (``queue``) or while its responses
+    are not being read (``writing``). A connection whose responses
+    are not being read handles nothing more until they drain (R-NF-1)."""
+
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.decoder = FrameDecoder(int(broker.config["socket.request.max.bytes"]))
-        self.frames: collections.deque[bytes | memoryview] = collections.deque()
+        self.pool = broker.memory_pool
+        max_frame = min(int(broker.config["socket.request.max.bytes"]), self.pool.max_single)
+        self.decoder = FrameDecoder(max_frame, self._reserve)
+        self.frames: collections.deque[Frame] = collections.deque()
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.ip = "?"
         self.closed = False
+        self.admitted = False
         self._wakeup = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()
-        self._reading_paused = False
+        self._muted: set[str] = set()
         self._fd = -1
+        self._unsent = 0  # response bytes left in the transport (counted by the broker)
+        self._handling = False
+        self._partial_slots = 0  # request slots taken by frames not yet fully received
+        self.last_activity = broker.now()
+        self._seen_write_buffer = 0
         self.task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.ip = str(peer[0]) if peer else "?"
+        if not self.broker.admit(self):
+            self.closed = True
+            transport.abort()
+            return
+        self.admitted = True
         sock = transport.get_extra_info("socket")
         if sock is not None and transport.get_extra_info("sslcontext") is None:
             self._fd = sock.fileno()
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.task = asyncio.get_running_loop().create_task(self._serve())
         self.broker.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
         try:
             frames = self.decoder.feed(data)
         except ProtocolError as e:
             self._protocol_error(e)
             return
-        if frames:
-            self.frames.extend(frames)
-            self._wakeup.set()
-            if len(self.frames) > QUEUE_HIGH_WATER and not self._reading_paused:
-                assert self.transport is not None
-                self.transport.pause_reading()
-                self._reading_paused = True
+        self._take(frames)
+        if self.decoder.waiting_set:
+            self._mute("waiting")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.admitted:
+            self.admitted = False
+            self.broker.quotas.release(self.ip)
+        self._drop_queued()
         self._writable.set()
-        self._wakeup.set()  # the server task drains fully received frames, then ends
+        self._wakeup.set()  # the server task drains what must still be applied, then ends
 
     def pause_writing(self) -> None:
         self._writable.clear()
+        self._mute("writing")  # a peer not reading its responses sends nothing more in
 
     def resume_writing(self) -> None:
+        self._set_unsent(0)
+        self.last_activity = self.broker.now()
         self._writable.set()
+        self.unmute("writing")
+
+    # ------------------------------------------------------------ flow control
+    def _reserve(self, size: int) -> bool:
+        """The decoder asks for a frame's slot and memory as its size prefix arrives: one
+        of ``queued.max.requests``, then ``size`` bytes of the pool. Refused: the decoder
+        keeps its bytes and the connection is muted until ``resume_decoding``."""
+        broker = self.broker
+        if (broker.queued_requests >= broker.max_queued_requests
+                and (self.frames or self._partial_slots or self._handling)):
+            # every connection may always have one request in (as Kafka, which reads a
+            # connection's next request only once the previous one is answered): a few
+            # clients that pipeline and never read cannot starve the others of slots
+            broker.request_waiting.add(self)
+            return False
+        if not self.pool.try_reserve(size, self):
+            return False
+        broker.queued_requests += 1
+        self._partial_slots += 1
+        return True
+
+    def _take(self, frames: list[Frame]) -> None:
+        if not frames:
+            return
+        self._partial_slots -= len(frames)
+        self.frames.extend(frames)
+        self.last_activity = self.broker.now()
+        self._wakeup.set()
+        if len(self.frames) > QUEUE_HIGH_WATER:
+            self._mute("queue")
+
+    def _mute(self, reason: str) -> None:
+        if self.closed or self.transport is None:
+            return
+        if not self._muted:
+            self.transport.pause_reading()
+        self._muted.add(reason)
+
+    def unmute(self, reason: str) -> None:
+        if reason not in self._muted:
+            return
+        self._muted.discard(reason)
+        if not self._muted and not self.closed and self.transport is not None:
+            self.transport.resume_reading()
+
+    def resume_decoding(self) -> None:
+        """Memory or a request slot came free for the frame this connection waits for."""
+        if self.closed:
+            self.broker.release_memory(self.pool.cancel(self))
+            return
+        if not self.decoder.waiting_set:
+            return
+        self.last_activity = self.broker.now()  # waiting for the broker is not idleness
+        try:
+            frames = self.decoder.retry()
+        except ProtocolError as e:
+            self._protocol_error(e)
+            return
+        self._take(frames)
+        if not self.decoder.waiting_set:
+            self.unmute("waiting")
+
+    def _finished(self, frame: Frame) -> None:
+        """A queued frame was handled or dropped: give back its memory and its slot."""
+        self.broker.queued_requests -= 1
+        if len(frame):
+            self.broker.release_memory(self.pool.release(len(frame)))
+        self.broker.requests_drained()
+
+    def _drop_queued(self) -> None:
+        """The peer is gone: drop its queued requests (their responses could not be sent),
+        except Produce, which is applied as if the peer had stayed (acks=0 producers close
+        right after sending); give back the memory of a frame half received."""
+        keep = [f for f in self.frames if _api_key(f) == _PRODUCE]
+        dropped = [f for f in self.frames if _api_key(f) != _PRODUCE]
+        self.frames = collections.deque(keep)
+        for f in dropped:
+            self._finished(f)
+        partial = self.decoder.reserved_partial
+        self.decoder = FrameDecoder(0)
+        self.broker.queued_requests -= self._partial_slots
+        self._partial_slots = 0
+        self.broker.request_waiting.discard(self)
+        woken = self.pool.cancel(self)
+        if partial:
+            woken += self.pool.release(partial)
+        self.broker.release_memory(woken)
+        self._set_unsent(0)
+
+    def _set_unsent(self, n: int) -> None:
+        if n != self._unsent:
+            self.broker.unsent_changed(n - self._unsent)
+            self._unsent = n
 
     # ------------------------------------------------------------ request loop
     def _protocol_error(self, e: Exception) -> None:
         log.warning("closing connection from %s: %s", self.peer, e)
-        self.frames.clear()
         self.close()
 
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
-        self.closed = True
+        if not self.closed:
+            self.closed = True
+            self._drop_queued()
         self._wakeup.set()
+
+    def idle_check(self, now: float) -> float:
+        """Last activity: a complete request received, or response bytes taken by the peer
+        (progress of a buffered response counts; a handler at work counts as busy)."""
+        if self._handling:
+            self.last_activity = now
+        elif self.transport is not None and self._unsent:
+            size = self.transport.get_write_buffer_size()
+            if size != self._seen_write_buffer:
+                self._seen_write_buffer = size
+                self.last_activity = now
+        return self.last_activity
 
     async def _serve(self) -> None:
         try:
@@ -143,28 +288,43 @@ class Connection(asyncio.Protocol):
                     await self._wakeup.wait()
                     continue
                 frame = self.frames.popleft()
-                if self._reading_paused and len(self.frames) < QUEUE_HIGH_WATER // 2:
-                    self._reading_paused = False
-                    if self.transport is not None and not self.closed:
-                        self.transport.resume_reading()
-                response = await self._handle(frame)
+                if len(self.frames) < QUEUE_HIGH_WATER // 2:
+                    self.unmute("queue")
+                try:
+                    if _api_key(frame) == _FETCH and not self.closed:
+                        await self.broker.response_room()
+                    self._handling = True
+                    response = (None if self.closed and _api_key(frame) != _PRODUCE
+                                else await self._handle(frame))
+                finally:
+                    self._handling = False
+                    self._finished(frame)
+                del frame
                 if response is not None and not self.closed:
                     self._write(response)
+                    del response
+                    self.last_activity = self.broker.now()
                     if not self._writable.is_set():
+                        assert self.transport is not None
+                        self._set_unsent(self.transport.get_write_buffer_size())
                         await self._writable.wait()
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("connection from %s failed; closing it", self.peer)
+        except Exception as e:
+            log.error("connection from %s failed: %s: %s; closing it", self.peer,
+                      type(e).__name__, e)
+            log.debug("traceback of the failure above", exc_info=True)
             self.close()
         finally:
             self.broker.connections.discard(self)
+            while self.frames:  # cancelled at shutdown: give back what is still held
+                self._finished(self.frames.popleft())
 
     def _write(self, chunks: list[bytes | memoryview]) -> None:
         """Write a response given as chunks. When nothing is queued in the transport, the
         chunks go to the socket in one ``writev`` without being joined (a Fetch response's
-        records are never copied in user space); only what the kernel did not take is
-        joined and handed to the transport, which sends it when the socket is writable."""
+        records are never copied in user space); what the kernel did not take is handed to
+        the transport chunk by chunk (never joined into one more copy)."""
         transport = self.transport
         assert transport is not None
         if len(chunks) == 1:
@@ -172,24 +332,27 @@ class Connection(asyncio.Protocol):
             return
         if (self._fd < 0 or transport.is_closing() or transport.get_write_buffer_size()
                 or len(chunks) > _IOV_MAX):
-            transport.write(b"".join(chunks))
+            for chunk in chunks:
+                transport.write(chunk)
             return
         try:
             sent = os.writev(self._fd, chunks)
         except (BlockingIOError, InterruptedError):
             sent = 0
         except OSError:  # let the transport see and report the error
-            transport.write(b"".join(chunks))
+            for chunk in chunks:
+                transport.write(chunk)
             return
         for i, chunk in enumerate(chunks):
             n = len(chunk)
             if sent < n:
-                rest = [memoryview(chunk)[sent:], *chunks[i + 1 :]] if sent else chunks[i:]
-                transport.write(b"".join(rest))
+                transport.write(memoryview(chunk)[sent:] if sent else chunk)
+                for rest in chunks[i + 1 :]:
+                    transport.write(rest)
                 return
             sent -= n
 
-    async def _handle(self, frame: bytes | memoryview) -> list[bytes | memoryview] | None:
+    async def _handle(self, frame: Frame) -> list[bytes | memoryview] | None:
         try:
             request = decode_request(frame)
         except UnknownApiError as e:
@@ -212,12 +375,22 @@ class Connection(asyncio.Protocol):
             )
             return None
         ctx = RequestContext(header, self.peer)
-        body = await h.fn(self.broker, ctx, request.body)
-        if body is None:
+        try:
+            body = await h.fn(self.broker, ctx, request.body)
+            if body is None:
+                return None
+            return encode_response_chunks(
+                header.api_key, header.api_version, header.correlation_id, body
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a handler bug: one line, the connection closed (R-NF-1)
+            log.error("%s v%d request (correlation id %d) from %s failed: %s: %s; closing "
+                      "the connection", h.name, header.api_version, header.correlation_id,
+                      self.peer, type(e).__name__, e)
+            log.debug("traceback of the failure above", exc_info=True)
+            self.close()
             return None
-        return encode_response_chunks(
-            header.api_key, header.api_version, header.correlation_id, body
-        )
 
     def _api_versions_fallback(self, correlation_id: int) -> list[bytes | memoryview]:
         """Kafka answers an ApiVersions version it does not know with a v0 response
@@ -246,6 +419,22 @@ class Broker:
         self._tasks: set[asyncio.Task[None]] = set()
         self.host = str(config["host"])
         self.port = int(config["port"])
+        # R-NF-1: what all connections together may hold
+        self.memory_pool = MemoryPool(int(config["queued.max.request.bytes"]))
+        self.max_queued_requests = int(config["queued.max.requests"])
+        self.queued_requests = 0  # received, not yet handled, across connections
+        self.request_waiting: set[Connection] = set()
+        self.response_budget: int | None = (
+            None if self.memory_pool.unlimited else self.memory_pool.capacity)
+        self.unsent_bytes = 0  # response bytes waiting in transports
+        self._room = asyncio.Event()
+        self._room.set()
+        self.quotas = ConnectionQuotas(int(config["max.connections"]),
+                                       int(config["max.connections.per.ip"]))
+        self.idle_s = int(config["connections.max.idle.ms"]) / 1000
+        self._refused_log = LogPacer(LOG_PACE_S)
+        self._accept_log = LogPacer(LOG_PACE_S)
+        self._previous_exception_handler: Any = None
         self._prepare_data_dir()
         try:
             self.metadata: MetadataStore = LocalMetadataStore(
@@ -266,6 +455,79 @@ class Broker:
         except DataDirError as e:
             raise StartupError(str(e)) from None
 
+    # ------------------------------------------------------------ resource bounds (R-NF-1)
+    def now(self) -> float:
+        return self.clock.monotonic_ms() / 1000
+
+    def admit(self, conn: Connection) -> bool:
+        """``max.connections`` / ``max.connections.per.ip``: refused connections are closed
+        at once, with at most one log line per interval."""
+        why = self.quotas.admit(conn.ip) if not self.stopping else "the broker is stopping"
+        if why is None:
+            return True
+        held = self._refused_log.ready(self.now())
+        if held is not None:
+            log.warning("refusing connections: %s (refused from %s%s)", why, conn.peer,
+                        f", and {held} more since the last line" if held else "")
+        return False
+
+    def release_memory(self, woken: list[Any]) -> None:
+        """Memory went back to the pool: wake the connections it was granted to."""
+        for conn in woken:
+            conn.resume_decoding()
+
+    def requests_drained(self) -> None:
+        """A request slot came free: let connections waiting for one decode on."""
+        while self.request_waiting and self.queued_requests < self.max_queued_requests:
+            self.request_waiting.pop().resume_decoding()
+
+    def unsent_changed(self, delta: int) -> None:
+        self.unsent_bytes += delta
+        if self.response_budget is None or self.unsent_bytes <= self.response_budget:
+            self._room.set()
+
+    async def response_room(self) -> None:
+        """Wait while responses nobody reads hold more than the budget
+        (``queued.max.request.bytes``): only Fetch waits, since only Fetch builds big
+        responses; produce, metadata and group traffic go on."""
+        budget = self.response_budget
+        while budget is not None and self.unsent_bytes > budget and not self.stopping:
+            self._room.clear()
+            await self._room.wait()
+
+    async def _idle_loop(self) -> None:
+        """``connections.max.idle.ms``: close connections with no complete request and no
+        response progress for that long (idle, or stuck mid-frame)."""
+        interval = min(max(self.idle_s / 4, 0.05), 1.0)
+        while not self.stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), interval)
+            if self.stopping:
+                return
+            now = self.now()
+            last = {c: c.idle_check(now) for c in self.connections if not c.closed}
+            idle = idle_connections(now, last, self.idle_s)
+            for conn in idle:
+                conn.close()
+            if idle:
+                log.info("closed %d connection(s) idle for over %d ms (e.g. %s)", len(idle),
+                         int(self.idle_s * 1000), idle[0].peer)
+
+    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """asyncio retries ``accept()`` every second on EMFILE/ENFILE and reports each
+        failure with a traceback: report it as one line per interval instead."""
+        if context.get("message") == "socket.accept() out of system resource":
+            held = self._accept_log.ready(self.now())
+            if held is not None:
+                log.warning("cannot accept connections: %s; retrying every second%s",
+                            context.get("exception"),
+                            f" ({held} more failures since the last line)" if held else "")
+            return
+        if self._previous_exception_handler is not None:
+            self._previous_exception_handler(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
     def advertised_brokers(self) -> list[BrokerInfo]:
         host = str(self.config["advertised.host"]) or self.host
         port = int(self.config["advertised.port"]) or self.port
@@ -280,6 +542,8 @@ class Broker:
     async def start(self) -> None:
         """Recover logs, then listen. Raises StartupError with a clear message."""
         loop = asyncio.get_running_loop()
+        self._previous_exception_handler = loop.get_exception_handler()
+        loop.set_exception_handler(self._loop_exception)
         self.replicas.load()
         self.groups.start()
         try:
@@ -297,6 +561,7 @@ class Broker:
         self.port = sock.getsockname()[1]
         self._spawn(self._retention_loop())
         self._spawn(self._flush_loop())
+        self._spawn(self._idle_loop())
         self._spawn(self.groups.run(self._stopped))
         log.info("headrace broker %d listening on %s:%d (data dir %s, %d partitions)",
                  self.node_id, self.host, self.port, self.data_dir, len(self.replicas.partitions))
@@ -357,6 +622,7 @@ class Broker:
                 c.transport.close()
         self.replicas.close()
         self._dir_lock.release()
+        asyncio.get_running_loop().set_exception_handler(self._previous_exception_handler)
         log.info("headrace broker %d stopped", self.node_id)
 
     async def serve_forever(self, stop: asyncio.Event) -> None:

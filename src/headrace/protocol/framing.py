@@ -68,6 +68,11 @@ class FrameDecoder:
         return n
 
     @property
+    def waiting_set(self) -> bool:
+        """A frame's prefix arrived and its reservation was refused: call ``retry``."""
+        return self._waiting_set
+
+    @property
     def reserved_partial(self) -> int:
         """Bytes reserved for the frame being received (to give back if the peer leaves)."""
         return len(self._buf) if self._buf is not None else 0
