@@ -569,3 +569,256 @@ def test_flush_ms_is_honoured_between_appends(
     clock.advance(5_000)
     assert log.flush_if_due() is False and not fsyncs  # nothing new to flush
     log.close()
+
+
+# ---------------------------------------------------------------------- storage failures
+# Issue 8, item 2 (R-LOG-4): a write that fails (ENOSPC, EIO) must leave the log exactly as
+# before it, or take the log offline; never a torn batch in front of later, acknowledged
+# appends.
+
+
+def _fd_path(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+class _DiskFull:
+    """Makes writes to files whose path ends with ``suffix`` fail with ENOSPC after
+    writing ``partial`` bytes of them (a torn write, as a filling disk leaves it)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, suffix: str, partial: int) -> None:
+        self.suffix, self.partial, self.armed, self.failures = suffix, partial, False, 0
+        self.real_write, self.real_writev = os.write, os.writev
+        monkeypatch.setattr(os, "write", self.write)
+        monkeypatch.setattr(os, "writev", self.writev)
+
+    def _fail(self, fd: int, data: bytes) -> int:
+        self.failures += 1
+        if self.partial:
+            self.real_write(fd, data[: self.partial])
+        raise OSError(28, "No space left on device")
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        if self.armed and _fd_path(fd).endswith(self.suffix):
+            return self._fail(fd, bytes(data))
+        return self.real_write(fd, data)
+
+    def writev(self, fd: int, parts: list[bytes | memoryview]) -> int:
+        if self.armed and _fd_path(fd).endswith(self.suffix):
+            return self._fail(fd, b"".join(bytes(p) for p in parts))
+        return self.real_writev(fd, parts)
+
+
+def _batches_with_values(log: PartitionLog) -> list[tuple[int, int, bytes]]:
+    """(base offset, last offset, whole stored batch minus its 16-byte prefix)."""
+    data = read_all(log)
+    return [(h.base_offset, h.last_offset, data[h.position + 16 : h.position + h.size])
+            for h in split_batches(data, BIG)]
+
+
+@pytest.mark.parametrize("partial", [0, 7, 100])
+def test_failed_log_write_is_undone_and_later_appends_stay_readable(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, partial: int
+) -> None:
+    """Issue 8 item 2, R-LOG-4: an append that fails with ENOSPC (after writing ``partial``
+    bytes) answers KAFKA_STORAGE_ERROR and leaves no byte behind; the next appends get the
+    next offsets, are read back exactly, and survive a reopen."""
+    log = PartitionLog.open(tmp_path / "t-0", small_config(segment_bytes=10**6), clock)
+    append(log, 3)
+    disk = _DiskFull(monkeypatch, ".log", partial)
+    size = log.active_segment.size
+    disk.armed = True
+    assert error_code(log.append_as_leader, simple_batch(2), 0) == ErrorCode.kafka_storage_error
+    disk.armed = False
+    assert disk.failures == 1 and log.offline is None
+    assert os.path.getsize(log.active_segment.log_path) == size == log.active_segment.size
+    assert log.log_end_offset == 3
+    for _ in range(5):
+        append(log, 2)
+    before = _batches_with_values(log)
+    assert [(b, e) for b, e, _ in before] == [(0, 2), (3, 4), (5, 6), (7, 8), (9, 10),
+                                              (11, 12)]
+    log.close()
+    log = PartitionLog.open(tmp_path / "t-0", small_config(segment_bytes=10**6), clock)
+    log.high_watermark = log.log_end_offset
+    assert _batches_with_values(log) == before
+    log.close()
+
+
+def test_failed_batch_of_a_multi_batch_request_undoes_the_whole_request(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 8 item 2: when the third batch of a request fails, the first two (already
+    written, with index entries) are removed too: nothing of a failed request stays."""
+    log = PartitionLog.open(tmp_path / "t-0", small_config(segment_bytes=10**6,
+                                                           index_interval_bytes=1), clock)
+    append(log, 1)
+    seg = log.active_segment
+    size, entries, time_entries = seg.size, len(seg.index), len(seg.time_index)
+    real_writev, calls = os.writev, []
+
+    def third_fails(fd: int, parts: list[bytes | memoryview]) -> int:
+        calls.append(fd)
+        if len(calls) == 3:
+            real_writev(fd, [bytes(parts[0])[:5]])
+            raise OSError(28, "No space left on device")
+        return real_writev(fd, parts)
+
+    monkeypatch.setattr(os, "writev", third_fails)
+    request = simple_batch(2) + simple_batch(2) + simple_batch(2)
+    assert error_code(log.append_as_leader, request, 0) == ErrorCode.kafka_storage_error
+    monkeypatch.setattr(os, "writev", real_writev)
+    assert (seg.size, len(seg.index), len(seg.time_index)) == (size, entries, time_entries)
+    assert os.path.getsize(seg.log_path) == size
+    assert os.path.getsize(seg.index.path) == entries * 8
+    assert log.log_end_offset == 1
+    append(log, 2)
+    assert offsets_of(read_all(log)) == [(0, 0), (1, 2)]
+    log.close()
+
+
+def test_failed_index_write_undoes_the_append(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 8 item 2: a failed index write (also ENOSPC) undoes the log write it belongs
+    to, and the index file keeps no torn entry (a reopen trusts it and finds every batch)."""
+    cfg = small_config(segment_bytes=10**6, index_interval_bytes=1)
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    append(log, 1)
+    append(log, 1)
+    seg = log.active_segment
+    size, entries = seg.size, len(seg.index)
+    disk = _DiskFull(monkeypatch, ".index", 3)
+    disk.armed = True
+    assert error_code(log.append_as_leader, simple_batch(2), 0) == ErrorCode.kafka_storage_error
+    disk.armed = False
+    assert disk.failures == 1
+    assert (seg.size, len(seg.index)) == (size, entries)
+    assert os.path.getsize(seg.index.path) == entries * 8
+    assert os.path.getsize(seg.log_path) == size
+    for _ in range(3):
+        append(log, 1)
+    expected = _batches_with_values(log)
+    log.close()
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    log.high_watermark = log.log_end_offset
+    assert _batches_with_values(log) == expected
+    assert [b for b, _, _ in expected] == [0, 1, 2, 3, 4]
+    log.close()
+
+
+def test_write_failure_that_cannot_be_undone_takes_the_log_offline(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 8 item 2 (Kafka's LogDirFailureChannel): if the torn bytes cannot be cut
+    off, the log refuses every produce and fetch with KAFKA_STORAGE_ERROR until restart;
+    the restart's recovery then removes the torn tail and keeps everything before it."""
+    log = PartitionLog.open(tmp_path / "t-0", small_config(segment_bytes=10**6), clock)
+    append(log, 4)
+    good = _batches_with_values(log)
+    disk = _DiskFull(monkeypatch, ".log", 30)
+    disk.armed = True
+
+    def no_truncate(fd: int, size: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "ftruncate", no_truncate)
+    assert error_code(log.append_as_leader, simple_batch(2), 0) == ErrorCode.kafka_storage_error
+    monkeypatch.undo()
+    assert log.offline is not None
+    assert error_code(log.append_as_leader, simple_batch(2), 0) == ErrorCode.kafka_storage_error
+    assert error_code(log.read, 0, BIG, max_offset=4, min_one_batch=True) == (
+        ErrorCode.kafka_storage_error)
+    assert os.path.getsize(log.active_segment.log_path) > log.active_segment.size  # torn
+    log.close()
+    log = PartitionLog.open(tmp_path / "t-0", small_config(segment_bytes=10**6), clock)
+    log.high_watermark = log.log_end_offset
+    assert log.offline is None and _batches_with_values(log) == good
+    append(log, 1)
+    assert offsets_of(read_all(log)) == [(0, 3), (4, 4)]
+    log.close()
+
+
+def test_failed_fsync_takes_the_log_offline(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-LOG-7, issue 8 item 2: with flush.messages=1 an append is acknowledged only once
+    fsynced; a failed fsync answers KAFKA_STORAGE_ERROR (never an acknowledgement) and
+    takes the log offline (after a failed fsync the page cache cannot be trusted)."""
+    log = PartitionLog.open(tmp_path / "t-0", small_config(flush_messages=1), clock)
+    append(log, 1)
+
+    def eio(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", eio)
+    assert error_code(log.append_as_leader, simple_batch(1), 0) == ErrorCode.kafka_storage_error
+    monkeypatch.undo()
+    assert log.offline is not None
+    assert error_code(log.append_as_leader, simple_batch(1), 0) == ErrorCode.kafka_storage_error
+    log.close()
+
+
+def test_flush_messages_1_fsyncs_the_segment_before_the_append_returns(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-LOG-7, issue 8 ("kill -9 keeps the page cache, so it does not test fsync"): with
+    flush.messages=1 every append returns only after an fsync of the ``.log`` file that
+    holds it, also when the segment's fd was closed by the open-file LRU in between;
+    with the default policy an append fsyncs nothing."""
+    synced: list[tuple[str, int]] = []  # (path, file size at the fsync)
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append((_fd_path(fd), os.fstat(fd).st_size))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    log = PartitionLog.open(tmp_path / "t-0", small_config(flush_messages=1), clock)
+    for i in range(12):  # rolls several segments (segment.bytes 2000)
+        synced.clear()
+        append(log, 3, value_size=40)
+        seg = log.active_segment
+        assert (str(seg.log_path), seg.size) in synced, (i, synced)
+        if i == 5:  # the LRU closes the segment's fd: the next flush must still fsync it
+            seg._file.close()
+    assert len(log.segments) > 1
+    lazy = PartitionLog.open(tmp_path / "t-1", small_config(), clock)
+    synced.clear()
+    for _ in range(5):
+        append(lazy, 3)
+    assert not [p for p, _ in synced if p.endswith(".log")]
+    lazy.close()
+    log.close()
+
+
+def test_open_segment_files_are_capped(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 8 item 9: segment files are opened through a capped LRU, so the number of
+    open fds stays bounded however many partitions and segments are hosted, and every
+    partition still appends and reads (closed files are reopened on use)."""
+    from headrace.log.index import OPEN_FILES
+
+    monkeypatch.setattr(OPEN_FILES, "capacity", 20)
+    before = len(os.listdir("/proc/self/fd"))
+    logs = [PartitionLog.open(tmp_path / f"t-{i}", small_config(), clock) for i in range(60)]
+    for lg in logs:
+        for _ in range(4):  # several segments each
+            append(lg, 5, value_size=100)
+    assert all(len(lg.segments) >= 2 for lg in logs)
+    assert len(os.listdir("/proc/self/fd")) - before <= 20 + 2
+    for i, lg in enumerate(logs):
+        append(lg, 1, value_size=100)
+        assert offsets_of(read_all(lg))[-1] == (20, 20), i
+    assert len(os.listdir("/proc/self/fd")) - before <= 20 + 2
+    for lg in logs:
+        lg.close()
+    reopened = [PartitionLog.open(tmp_path / f"t-{i}", small_config(), clock)
+                for i in range(60)]
+    assert len(os.listdir("/proc/self/fd")) - before <= 20 + 2
+    assert all(lg.log_end_offset == 21 for lg in reopened)
+    for lg in reopened:
+        lg.close()

@@ -20,19 +20,31 @@ the segment's end) and reports "rebuild needed" instead of trusting garbage; the
 rebuilds the index from the log. A crash can leave an entry the log does not have (the index
 write survived, the log write did not), which this check or the segment's recovery catches.
 
-Thread-safety: none; the owning log is used from one event-loop thread.
+Open files: every segment file (a ``.log`` and, while appended to, its indexes) is a
+``LazyFile`` registered in ``OPEN_FILES``, a process-wide LRU that keeps at most
+``capacity`` of them open (sized from the open-file limit at start-up) and closes the least
+recently used ones beyond that; a closed one is reopened on its next use. So a broker hosts
+any number of partitions whatever its fd limit (issue 8, item 9). A file in use is pinned
+(``LazyFile.use``) and never closed under its user, also across threads.
+
+Thread-safety: the owning log is used from one thread at a time; ``OPEN_FILES`` is shared
+and locked.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import logging
 import os
 import struct
 import sys
+import threading
 from array import array
 from bisect import bisect_right
+from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 
 from headrace.fsutil import write_atomically
@@ -42,6 +54,120 @@ log = logging.getLogger("headrace.log")
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
 UINT32_MAX = 2**32 - 1
+
+
+class OpenFiles:
+    """A process-wide LRU of open ``LazyFile`` fds (see the module docstring)."""
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self.capacity = capacity
+        self.lock = threading.Lock()
+        self._open: OrderedDict[int, LazyFile] = OrderedDict()
+        self.evictions = 0
+
+    def size_for_limit(self, soft_limit: int) -> None:
+        """Use at most half of the open-file limit for segment files (the rest is for
+        sockets, the metadata store and the interpreter), and at least 16."""
+        self.capacity = max(16, soft_limit // 2)
+        with self.lock:
+            self._evict_locked()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def _evict_locked(self, target: int | None = None) -> None:
+        limit = self.capacity if target is None else target
+        if len(self._open) <= limit:
+            return
+        for key in list(self._open):
+            if len(self._open) <= limit:
+                break
+            f = self._open[key]
+            if f.pins:
+                continue
+            del self._open[key]
+            fd, f.fd = f.fd, None
+            if fd is not None:
+                os.close(fd)
+                self.evictions += 1
+
+    def open_locked(self, f: LazyFile) -> int:
+        """Open ``f`` (the lock is held), closing unused files beyond the capacity first;
+        on EMFILE/ENFILE close half of the unused ones and try once more."""
+        self._evict_locked(self.capacity - 1)
+        try:
+            fd = os.open(f.path, f.flags, 0o644)
+        except OSError as e:
+            if e.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            self._evict_locked(len(self._open) // 2)
+            fd = os.open(f.path, f.flags, 0o644)
+        f.fd = fd
+        self._open[id(f)] = f
+        return fd
+
+    def forget_locked(self, f: LazyFile) -> None:
+        self._open.pop(id(f), None)
+
+
+OPEN_FILES = OpenFiles()
+
+
+class LazyFile:
+    """A file opened on demand through ``OPEN_FILES`` (closed again when unused ones are
+    evicted). ``flags`` must not contain O_TRUNC or O_EXCL (reopens use them);
+    ``open_now(extra)`` opens it at once, e.g. with O_TRUNC the first time."""
+
+    __slots__ = ("dirty", "fd", "flags", "path", "pins")
+
+    def __init__(self, path: Path, flags: int) -> None:
+        self.path = path
+        self.flags = flags | os.O_CLOEXEC
+        self.fd: int | None = None
+        self.pins = 0
+        self.dirty = False  # written since the last fsync
+
+    def open_now(self, extra_flags: int = 0) -> None:
+        with OPEN_FILES.lock:
+            if self.fd is None:
+                flags = self.flags
+                self.flags |= extra_flags
+                try:
+                    OPEN_FILES.open_locked(self)
+                finally:
+                    self.flags = flags
+
+    @contextlib.contextmanager
+    def use(self) -> Iterator[int]:
+        """The fd, pinned open for the block."""
+        lock = OPEN_FILES.lock
+        with lock:
+            fd = self.fd
+            if fd is None:
+                fd = OPEN_FILES.open_locked(self)
+            else:
+                OPEN_FILES._open.move_to_end(id(self))
+            self.pins += 1
+        try:
+            yield fd
+        finally:
+            with lock:
+                self.pins -= 1
+
+    def fsync(self) -> None:
+        """fsync the file if it was written since the last fsync (through any fd: fsync
+        flushes the file, so an fd closed by eviction loses nothing)."""
+        if self.dirty:
+            with self.use() as fd:
+                os.fsync(fd)
+            self.dirty = False
+
+    def close(self) -> None:
+        with OPEN_FILES.lock:
+            OPEN_FILES.forget_locked(self)
+            fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 def _be_array(typecode: str, data: bytes) -> array[int]:
@@ -65,7 +191,7 @@ class _IndexFile:
         self.path = path
         self.base_offset = base_offset
         self.max_index_bytes = max_index_bytes
-        self._fd: int | None = None
+        self._file = LazyFile(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 
     def __len__(self) -> int:
         raise NotImplementedError
@@ -75,9 +201,34 @@ class _IndexFile:
         return (len(self) + 1) * self.entry_size > self.max_index_bytes
 
     def _append_bytes(self, data: bytes) -> None:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.write(self._fd, data)
+        """Append whole entries; on a failed or short write the file is cut back to the
+        entries in memory (so it never keeps a torn entry) and the OSError propagates."""
+        self._file.dirty = True
+        try:
+            with self._file.use() as fd:
+                if os.write(fd, data) != len(data):
+                    raise OSError(errno.ENOSPC, "short write to index")
+        except OSError:
+            self.restore(len(self))
+            raise
+
+    def restore(self, entries: int) -> None:
+        """Cut the file back to its first ``entries`` entries (and memory, if longer): the
+        undo of appends since the index had ``entries`` entries. Raises OSError if the
+        file cannot be cut back."""
+        self._drop_entries(entries)
+        self.close()
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            return
+        if size != entries * self.entry_size:
+            os.truncate(self.path, entries * self.entry_size)
+            if os.stat(self.path).st_size != entries * self.entry_size:
+                raise OSError(errno.EIO, f"could not truncate {self.path}")
+
+    def _drop_entries(self, entries: int) -> None:
+        raise NotImplementedError
 
     def _read_file(self) -> bytes | None:
         try:
@@ -91,14 +242,11 @@ class _IndexFile:
             os.truncate(self.path, entries * self.entry_size)
 
     def flush(self) -> None:
-        if self._fd is not None:
-            os.fsync(self._fd)
+        self._file.fsync()
 
     def close(self) -> None:
         """Close the append fd (reopened on the next append)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._file.close()
 
     def delete(self) -> None:
         self.close()
@@ -117,6 +265,10 @@ class OffsetIndex(_IndexFile):
 
     def __len__(self) -> int:
         return len(self._offsets)
+
+    def _drop_entries(self, entries: int) -> None:
+        del self._offsets[entries:]
+        del self._positions[entries:]
 
     def load(self, log_size: int, offset_limit: int | None) -> bool:
         """Read the file; False (and an empty index) if it is missing or fails the checks.
@@ -200,6 +352,10 @@ class TimeIndex(_IndexFile):
 
     def __len__(self) -> int:
         return len(self._timestamps)
+
+    def _drop_entries(self, entries: int) -> None:
+        del self._timestamps[entries:]
+        del self._offsets[entries:]
 
     def load(self, offset_limit: int | None) -> bool:
         """Read the file; False (and an empty index) if it is missing or fails the checks."""

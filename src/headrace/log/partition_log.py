@@ -59,13 +59,14 @@ from headrace.clock import Clock
 from headrace.config import LogConfig
 from headrace.fsutil import write_atomically
 from headrace.log import cleaner
-from headrace.log.errors import CorruptLogError, LogError, OffsetOutOfRangeError
+from headrace.log.errors import LogError, OffsetOutOfRangeError
 from headrace.log.producer_state import ProducerStateManager
 from headrace.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     LogSegment,
+    SegmentMark,
 )
 from headrace.log.validator import validate_batches
 from headrace.protocol.records import (
@@ -130,6 +131,8 @@ class PartitionLog:
         # compaction: cleanable end of the last run, and when a kept tombstone expires
         self._cleaned_to: int | None = None
         self._tombstone_expiry_ms: int | None = None
+        # why the log is offline (an I/O error it could not undo), None while it is online
+        self.offline: str | None = None
 
     # ------------------------------------------------------------------ open / recovery
     @classmethod
@@ -267,11 +270,11 @@ class PartitionLog:
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset."""
         old = self.active_segment
-        old.on_become_inactive()
         seg = LogSegment.create(
             self.dir, self.log_end_offset, index_interval_bytes=self.config.index_interval_bytes,
             max_index_bytes=self.config.segment_index_bytes, now_ms=self.clock.wall_ms(),
         )
+        old.on_become_inactive()
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
         log.info("rolled log %s: new segment %020d (previous %d bytes)", self.dir,
@@ -287,6 +290,7 @@ class PartitionLog:
         then nothing of the request is appended. A retried duplicate appends nothing and
         returns the original offsets.
         """
+        self._check_online()
         headers = split_batches(records, self.config.max_message_bytes)
         for h in headers:
             if h.base_offset != 0:
@@ -316,6 +320,7 @@ class PartitionLog:
         the whole batch, producer sequences, transactional/control flags) but keeps the
         size limit; the bytes are written and flushed exactly as a produced batch is.
         """
+        self._check_online()
         header = read_header(batch, 0)
         if (header.size != len(batch) or header.base_offset != 0 or header.producer_id != -1
                 or header.is_control or header.is_transactional):
@@ -358,9 +363,9 @@ class PartitionLog:
         last_offset = next_offset - 1
 
         if self.should_roll(len(view), last_offset):
-            self.roll()
+            self._roll_for_append()
         seg = self.active_segment
-        size_before = seg.size
+        mark = seg.mark()
         try:
             for h in stored:
                 pos = h.position
@@ -370,25 +375,59 @@ class PartitionLog:
                     prefix = _OFFSET.pack(h.base_offset) + view[pos + 8 : pos + 12].tobytes() + (
                         _EPOCH.pack(leader_epoch))
                     seg.append_parts([prefix, view[pos + _PREFIX : pos + h.size]], h)
-        except OSError as e:
-            self._undo_append(seg, size_before, first_offset)
+        except (OSError, ValueError) as e:
+            self._undo_append(seg, mark, e)
             raise LogError(ErrorCode.kafka_storage_error,
                            f"append to {seg.log_path} failed: {e}") from e
         for h in stored:
             self.producer_state.update(h)
         if not self.leader_epochs or leader_epoch > self.leader_epochs[-1][0]:
             self.leader_epochs.append((leader_epoch, first_offset))
-            self._write_leader_epochs()
+            try:
+                self._write_leader_epochs()
+            except OSError as e:  # derived data: open rebuilds it from the batch headers
+                log.warning("could not write %s: %s", self.dir / LEADER_EPOCH_CHECKPOINT, e)
         self._after_append(seg, sum(h.records_count for h in stored))
         return AppendResult(first_offset, last_offset, now if log_append else -1,
                             self.log_start_offset)
 
-    def _undo_append(self, seg: LogSegment, size_before: int, first_offset: int) -> None:
+    def _undo_append(self, seg: LogSegment, mark: SegmentMark, cause: Exception) -> None:
+        """Put the active segment back as it was before a failed append; if even that
+        fails, take the log offline (Kafka's ``LogDirFailureChannel``): a torn batch must
+        never stay in front of later appends, which would be acknowledged but unreadable."""
         try:
-            seg.truncate_to(first_offset)
-        except (OSError, CorruptLogError):
-            log.exception("could not undo a failed append to %s (size was %d)",
-                          seg.log_path, size_before)
+            seg.undo_to(mark)
+        except OSError as e:
+            self._go_offline(f"append failed ({cause}) and could not be undone ({e})")
+        else:
+            log.warning("append to %s failed (%s); the segment is back at %d bytes",
+                        seg.log_path, cause, mark.size)
+
+    def _go_offline(self, reason: str) -> None:
+        if self.offline is None:
+            self.offline = reason
+            log.error("log %s is offline until restart: %s", self.dir, reason)
+
+    def _check_online(self) -> None:
+        if self.offline is not None:
+            raise LogError(ErrorCode.kafka_storage_error,
+                           f"log {self.dir} is offline: {self.offline}")
+
+    def _roll_for_append(self) -> None:
+        """``roll`` for an append: a failure leaves no new segment file behind (or takes the
+        log offline) and raises KAFKA_STORAGE_ERROR."""
+        base = self.log_end_offset
+        try:
+            self.roll()
+        except OSError as e:
+            if self.active_segment.base_offset != base:  # the new segment's files: remove
+                try:
+                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                        (self.dir / f"{base:020d}{suffix}").unlink(missing_ok=True)
+                except OSError as e2:
+                    self._go_offline(f"roll failed ({e}) and its files stay ({e2})")
+            raise LogError(ErrorCode.kafka_storage_error,
+                           f"rolling a new segment of {self.dir} failed: {e}") from e
 
     def _after_append(self, seg: LogSegment, messages: int) -> None:
         if not self._unflushed or self._unflushed[-1] is not seg:
@@ -422,6 +461,7 @@ class PartitionLog:
         batches below ``max_offset`` were left out for ``max_bytes``). Each chunk is one
         ``os.pread`` (a view of it when it ends in a partial batch), so the Fetch path writes
         the stored bytes without copying them again."""
+        self._check_online()
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(offset, self.log_start_offset, self.log_end_offset)
         limit = min(max_offset, self.log_end_offset)
@@ -466,6 +506,7 @@ class PartitionLog:
         Finds the first segment whose max timestamp reaches it, starts at its time index
         entry and decodes only the candidate batch(es). None if no record is that recent.
         """
+        self._check_online()
         for seg in self._segments:
             if seg.max_timestamp < timestamp:
                 continue
@@ -482,6 +523,7 @@ class PartitionLog:
 
     def max_timestamp(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with the largest timestamp (KIP-734)."""
+        self._check_online()
         best: LogSegment | None = None
         for seg in self._segments:
             if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
@@ -636,18 +678,29 @@ class PartitionLog:
         return False
 
     def flush(self) -> None:
-        """fsync every segment written since the last flush."""
-        for seg in self._unflushed:
-            seg.flush()
+        """fsync every segment written since the last flush. A failed fsync takes the log
+        offline (the kernel may have dropped the dirty pages: what was written cannot be
+        trusted, as Kafka and PostgreSQL conclude) and raises KAFKA_STORAGE_ERROR."""
+        if self.offline is not None:
+            return
+        try:
+            for seg in self._unflushed:
+                seg.flush()
+        except OSError as e:
+            self._go_offline(f"fsync failed: {e}")
+            raise LogError(ErrorCode.kafka_storage_error,
+                           f"flushing {self.dir} failed: {e}") from e
         self._unflushed.clear()
         self._unflushed_messages = 0
         self._last_flush_ms = self.clock.monotonic_ms()
 
     def close(self) -> None:
         """Flush and close every file; writes nothing else."""
-        self.flush()
-        for seg in self._segments:
-            seg.close()
+        try:
+            self.flush()
+        finally:
+            for seg in self._segments:
+                seg.close()
 
     def delete(self) -> None:
         """Close and remove the partition's directory."""

@@ -9,7 +9,13 @@ Files (Kafka's names, in the partition directory; ``N`` is the base offset, 20 d
 
 Appends are one ``os.write`` (or ``os.writev`` of its pieces) of already validated batch
 bytes to an ``O_APPEND`` fd; reads are one ``os.pread``. Nothing is fsynced unless ``flush``
-is called (the partition log's flush policy decides).
+is called (the partition log's flush policy decides). The fds are ``LazyFile``s of the
+process-wide ``OPEN_FILES`` LRU (``headrace.log.index``): a segment's file may be closed
+while unused and is reopened on its next use.
+
+A failed append (ENOSPC, EIO) is undone with ``mark`` / ``undo_to``: the files are cut back
+to their size before it and the size checked, so no torn batch stays in front of later
+appends (issue 8, item 2).
 
 Crash behaviour: a crash can leave a torn or garbage tail on the ``.log`` and index entries
 that point past it. ``recover`` re-validates every batch (length, magic, CRC-32C, offsets
@@ -25,15 +31,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import itertools
 import logging
 import mmap
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from headrace.log.errors import CorruptLogError
-from headrace.log.index import OffsetIndex, TimeIndex
+from headrace.log.index import LazyFile, OffsetIndex, TimeIndex
 from headrace.protocol.records import (
     HEADER_SIZE,
     INT32_MAX,
@@ -67,6 +75,18 @@ def _mapped(fd: int, size: int) -> Iterator[bytes | mmap.mmap]:
         m.close()
 
 
+class SegmentMark(NamedTuple):
+    """A segment's state before an append (``LogSegment.mark`` / ``undo_to``)."""
+
+    size: int
+    next_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    bytes_since_index_entry: int
+    index_entries: int
+    time_index_entries: int
+
+
 class LogSegment:
     """A ``.log`` file with its indexes; see the module docstring for formats and crashes.
 
@@ -97,9 +117,10 @@ class LogSegment:
         self.time_index = TimeIndex(
             segment_file(directory, base_offset, TIME_INDEX_SUFFIX), base_offset, max_index_bytes
         )
-        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
-        self._fd = os.open(self.log_path, flags, 0o644)
-        self.size = os.fstat(self._fd).st_size
+        self._file = LazyFile(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        self._file.open_now(os.O_TRUNC if truncate else 0)
+        with self._file.use() as fd:
+            self.size = os.fstat(fd).st_size
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
@@ -140,7 +161,7 @@ class LogSegment:
             return False
         last_entry = self.index.last_entry
         start = last_entry[1] if last_entry is not None else 0
-        with _mapped(self._fd, self.size) as buf:
+        with self._file.use() as fd, _mapped(fd, self.size) as buf:
             pos = start
             tail: list[BatchHeader] = []
             try:
@@ -197,7 +218,7 @@ class LogSegment:
         time_entries: list[tuple[int, int]] = []
         since_entry = 0
         valid = 0
-        with _mapped(self._fd, self.size) as buf:
+        with self._file.use() as fd, _mapped(fd, self.size) as buf:
             while valid < self.size:
                 try:
                     header = read_header(buf, valid)
@@ -222,7 +243,8 @@ class LogSegment:
                 valid += header.size
         truncated = self.size - valid
         if truncated:
-            os.ftruncate(self._fd, valid)
+            with self._file.use() as fd:
+                os.ftruncate(fd, valid)
             self.size = valid
             log.warning("segment %s: truncated %d invalid byte(s) at position %d",
                         self.log_path, truncated, valid)
@@ -245,7 +267,8 @@ class LogSegment:
 
     def flush(self) -> None:
         """fsync the log and index files."""
-        os.fsync(self._fd)
+        self._file.dirty = True
+        self._file.fsync()
         self.index.flush()
         self.time_index.flush()
 
@@ -253,7 +276,7 @@ class LogSegment:
         """Close all fds; writes nothing."""
         if not self._closed:
             self._closed = True
-            os.close(self._fd)
+            self._file.close()
             self.index.close()
             self.time_index.close()
 
@@ -282,11 +305,16 @@ class LogSegment:
         whose header was rewritten need not be copied whole."""
         position = self.size
         size = sum(map(len, parts))
-        written = os.writev(self._fd, parts) if len(parts) > 1 else os.write(self._fd, parts[0])
-        if written < size:  # short write (rare on regular files): write the rest in order
-            rest = memoryview(b"".join(parts))
-            while written < size:
-                written += os.write(self._fd, rest[written:])
+        self._file.dirty = True
+        with self._file.use() as fd:
+            written = os.writev(fd, parts) if len(parts) > 1 else os.write(fd, parts[0])
+            if written < size:  # short write (e.g. the disk filled up): write the rest
+                rest = memoryview(b"".join(parts))
+                while written < size:
+                    n = os.write(fd, rest[written:])
+                    if n <= 0:
+                        raise OSError(errno.ENOSPC, "no progress writing to the log")
+                    written += n
         self.size += size
         self._track(header)
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
@@ -295,14 +323,42 @@ class LogSegment:
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += size
 
+    def mark(self) -> SegmentMark:
+        """The segment's state now, for ``undo_to`` (taken before an append)."""
+        return SegmentMark(self.size, self.next_offset, self.max_timestamp,
+                           self.offset_of_max_timestamp, self._bytes_since_last_index_entry,
+                           len(self.index), len(self.time_index))
+
+    def undo_to(self, mark: SegmentMark) -> None:
+        """Put the segment back exactly as it was at ``mark``: the ``.log`` file cut back to
+        its size then (whatever a failed write left behind it: a torn batch, or whole
+        batches of a request that failed later), the index files to their entries then,
+        and the in-memory state. Verifies the file size afterwards; raises OSError if the
+        files cannot be put back (the caller must then take the log offline)."""
+        with self._file.use() as fd:
+            os.ftruncate(fd, mark.size)
+            actual = os.fstat(fd).st_size
+        if actual != mark.size:
+            raise OSError(errno.EIO, f"{self.log_path} is {actual} bytes after truncating "
+                                     f"to {mark.size}")
+        self.size = mark.size
+        self.next_offset = mark.next_offset
+        self.max_timestamp = mark.max_timestamp
+        self.offset_of_max_timestamp = mark.offset_of_max_timestamp
+        self._bytes_since_last_index_entry = mark.bytes_since_index_entry
+        self.index.restore(mark.index_entries)
+        self.time_index.restore(mark.time_index_entries)
+
     def read(self, position: int, size: int) -> bytes:
         """``size`` bytes from ``position`` (fewer at the end of the file)."""
-        return os.pread(self._fd, size, position)
+        with self._file.use() as fd:
+            return os.pread(fd, size, position)
 
     def _read_header_at(self, position: int) -> BatchHeader | None:
         if position >= self.size:
             return None
-        data = os.pread(self._fd, HEADER_SIZE, position)
+        with self._file.use() as fd:
+            data = os.pread(fd, HEADER_SIZE, position)
         try:
             return dataclasses.replace(read_header(data, 0), position=position)
         except InvalidRecordError as e:
@@ -344,7 +400,8 @@ class LogSegment:
         if header is None:
             return 0
         removed = self.size - header.position
-        os.ftruncate(self._fd, header.position)
+        with self._file.use() as fd:
+            os.ftruncate(fd, header.position)
         self.size = header.position
         self.index.truncate_to(offset)
         self.time_index.truncate_to(offset)
