@@ -14,6 +14,7 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequestTopic
 from kio.serial import entity_writer
+from tests.fuzz import ALL_VERSIONS, claim_variants, minimal
 
 from headrace.protocol.codec import (
     decode_request,
@@ -131,6 +132,84 @@ def test_api_versions_fallback_is_a_v0_response() -> None:
     size, corr, err, n = struct.unpack_from(">iihi", out)
     assert (size, corr, err, n) == (len(out) - 4, 9, 35, 2)
     assert struct.unpack_from(">hhh", out, 14) == (0, 3, 12)
+
+
+# ------------------------------------------------------------------ claimed lengths (prescan)
+
+_METADATA_22 = struct.pack(">hhih", 3, 12, 1, -1) + b"\x00" + b"\xff\xff\xff\xff\x0f" + b"\x01\x00"
+
+
+def test_22_byte_metadata_frame_is_a_protocol_error() -> None:
+    """Metadata v12 whose topics array claims 2^32-1 elements: kio's native reader sized a
+    Vec from the claim (~34 GB) and the process aborted; the prescan refuses it first
+    (issue 8 item 1; R-NF-1)."""
+    assert len(_METADATA_22) + 4 == 22
+    with pytest.raises(ProtocolError, match=r"MetadataRequest\.topics: claims 4294967294"):
+        decode_request(_METADATA_22)
+
+
+@pytest.mark.parametrize("api_key_version", ALL_VERSIONS, ids=lambda kv: f"{kv[0]}v{kv[1]}")
+def test_huge_claims_at_every_array_of_every_request_schema(
+        api_key_version: tuple[int, int]) -> None:
+    """Every array count (top-level, nested, compact and legacy) of every request schema kio
+    has, replaced by 2^32-2, 2^31-1 and 2^20: ProtocolError, never an allocation from the
+    claim (issue 8 item 1; R-NF-1). Without the prescan the first case aborts the run."""
+    key, version = api_key_version
+    for _path, _claim, data in claim_variants(key, version):
+        with pytest.raises(ProtocolError, match="claims"):
+            decode_request(data)
+
+
+@pytest.mark.parametrize("api_key_version", ALL_VERSIONS, ids=lambda kv: f"{kv[0]}v{kv[1]}")
+def test_prescan_accepts_every_valid_request(api_key_version: tuple[int, int]) -> None:
+    """No false alarm: a request of every schema with 0, 1 and 3 elements per array (empty
+    and non-empty strings) decodes (R-PROTO-1)."""
+    key, version = api_key_version
+    cls = load_request_schema(key, version)
+    for items in (0, 1, 3):
+        assert decode_request(_request_bytes(key, version, minimal(cls, items))).header.api_key \
+            == key
+
+
+@pytest.mark.parametrize(("frame", "message"), [
+    (struct.pack(">hhih", 3, 4, 1, 32767) + b"abc", "client_id: claims 32767"),
+    (struct.pack(">hhih", 3, 12, 1, -1) + b"\x00\xff\xff\xff\xff\xff\x01", "varint longer"),
+    (struct.pack(">hhih", 3, 12, 1, -1) + b"\x00\x02" + bytes(16) + b"\xff\xff\xff\x7f",
+     "MetadataRequestTopic.name: claims"),
+    (struct.pack(">hhih", 3, 12, 1, -1) + b"\x01\x00\xff\xff\xff\xff\x0f\x01\x01\x00\x00",
+     "tagged fields"),
+    (struct.pack(">hhih", 3, 4, 1, -1) + struct.pack(">i", -2) + b"\x01", "length -2"),
+    (struct.pack(">hhih", 8, 2, 1, -1) + b"\x00\x01g" + struct.pack(">i", 1) + b"\x00\x01m"
+     + struct.pack(">q", -1) + struct.pack(">i", -1), "null, but the field is not nullable"),
+])
+def test_claimed_lengths_and_nulls_are_checked(frame: bytes, message: str) -> None:
+    """Strings, varints, tagged-field sizes, negative counts and nulls where the schema has
+    none are refused before kio reads them: Kafka's generated readers throw on each of
+    these ("non-nullable field topics was serialized as null"), and the connection is
+    closed (issue 8 items 1 and 11; R-NF-1)."""
+    with pytest.raises(ProtocolError, match=message):
+        decode_request(frame)
+
+
+def test_nullable_array_may_be_null() -> None:
+    """Metadata v12 topics null (every topic) and OffsetFetch v7 topics null still decode."""
+    assert decode_request(_metadata_v12(None)).body.topics is None
+    raw = _request_bytes(9, 7, minimal(load_request_schema(9, 7)))
+    assert raw[-3:] == b"\x01\x00\x00"  # topics (compact, empty), require_stable, tags
+    null_topics = raw[:-3] + b"\x00" + raw[-2:]
+    assert decode_request(null_topics).body.topics is None
+
+
+def test_fetch_body_encodes_the_all_zero_topic_id() -> None:
+    """kio reads the all-zero topic id as None; the hand-encoded Fetch response writes it
+    back as sixteen zero bytes (it raised AttributeError; issue 8 item 11)."""
+    from headrace.protocol.codec import FetchPartition, encode_fetch_body
+
+    p = FetchPartition(0, int(ErrorCode.unknown_topic_id), None)
+    body = encode_fetch_body(13, 0, 0, 0, [(None, [p])])
+    out = b"".join(bytes(c) for c in body.chunks)
+    assert len(out) == body.size
+    assert bytes(16) in out
 
 
 # ------------------------------------------------------------------ fuzz

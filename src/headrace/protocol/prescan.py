@@ -316,6 +316,7 @@ class _Gen:
         self.env: dict[str, Any] = {
             "_I16": _I16, "_I32": _I32, "_uvarint": _uvarint, "LengthError": LengthError,
             "_null": _null, "_bad_length": _bad_length, "_claims": _claims,
+            "_short": _short,
         }
         self.pending = 0
         self.depth = 0
@@ -425,6 +426,8 @@ class _Gen:
                 e(indent, "if not m:")
                 e(indent + 1, f"_null({what!r})")
                 e(indent, "pos += m - 1")
+            e(indent, "if pos > end:")
+            e(indent + 1, f"_short({what!r}, m - 1, pos - end)")
             return
         read = "_I16" if width == 2 else "_I32"
         e(indent, f"if pos + {width} > end:")
@@ -433,6 +436,8 @@ class _Gen:
         e(indent, f"pos += {width}")
         e(indent, "if m >= 0:")
         e(indent + 1, "pos += m")
+        e(indent + 1, "if pos > end:")
+        e(indent + 2, f"_short({what!r}, m, pos - end)")
         e(indent, f"elif m != -1 or not {nullable}:")
         e(indent + 1, f"_bad_length({what!r}, m)")
 
@@ -467,6 +472,10 @@ class _Gen:
 
 def _null(what: str) -> None:
     raise LengthError(f"{what}: null, but the field is not nullable")
+
+
+def _short(what: str, n: int, over: int) -> None:
+    raise LengthError(f"{what}: claims {n} bytes, {n - over} left")
 
 
 def _bad_length(what: str, n: int) -> None:
