@@ -79,15 +79,56 @@ def test_crc_corruption_is_corrupt_message() -> None:
     assert "CRC" in str(e.value)
 
 
-@pytest.mark.parametrize("magic", [0, 1])
-def test_old_magic_is_unsupported_version(magic: int) -> None:
-    """R-LOG-3: magic 0/1 message sets are rejected with UNSUPPORTED_VERSION (Kafka 4)."""
+def _legacy_message(magic: int) -> bytes:
     # offset int64, size int32, crc int32, magic int8, attributes int8, key -1, value -1
     body = struct.pack(">bbii", magic, 0, -1, -1)
-    message = struct.pack(">qiI", 0, len(body) + 4, 0) + body
+    return struct.pack(">qiI", 0, len(body) + 4, 0) + body
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_old_magic_is_invalid_record(magic: int) -> None:
+    """R-LOG-3: magic 0/1 message sets are rejected with INVALID_RECORD, as Kafka's
+    ProduceRequest.validateRecords answers produce v3+ ("only allowed to contain record
+    batches with magic version 2")."""
+    message = _legacy_message(magic)
     with pytest.raises(R.InvalidRecordError) as e:
         R.split_batches(message, MAX)
-    assert _code(e) == ErrorCode.unsupported_version
+    assert _code(e) == ErrorCode.invalid_record
+    with pytest.raises(R.InvalidRecordError) as e:
+        R.check_produce_records(message)
+    assert _code(e) == ErrorCode.invalid_record
+
+
+@pytest.mark.parametrize(
+    ("blob", "code"),
+    [
+        (None, ErrorCode.invalid_record),  # null records
+        (b"", ErrorCode.invalid_record),  # no batch
+        (simple_batch(2)[:-1], ErrorCode.invalid_record),  # torn: no whole batch
+        (simple_batch(2)[:30], ErrorCode.invalid_record),  # torn header
+        (simple_batch(2) + simple_batch(1), ErrorCode.invalid_record),  # two batches
+        (_legacy_message(1), ErrorCode.invalid_record),
+        (simple_batch(2)[:8] + struct.pack(">i", 10) + simple_batch(2)[12:],
+         ErrorCode.corrupt_message),  # batchLength below any record's overhead
+        (simple_batch(2)[:16] + b"\x07" + simple_batch(2)[17:], ErrorCode.corrupt_message),
+    ],
+)
+def test_produce_records_are_exactly_one_batch(blob: bytes | None, code: ErrorCode) -> None:
+    """R-LOG-3/R-LOG-4: Kafka's ProduceRequest.validateRecords (v3+) as its batch iterator
+    sees the bytes: no whole batch, a second whole batch or magic 0/1 → INVALID_RECORD; an
+    impossible length or magic → CORRUPT_MESSAGE."""
+    with pytest.raises(R.InvalidRecordError) as e:
+        R.check_produce_records(blob)
+    assert _code(e) == code
+
+
+def test_produce_records_ignore_a_torn_tail() -> None:
+    """Kafka's iterator stops before bytes that are not a whole batch and the log trims
+    them: the request's one batch is what is appended."""
+    one = simple_batch(2)
+    assert R.check_produce_records(one) == len(one)
+    assert R.check_produce_records(one + simple_batch(3)[:40]) == len(one)
+    assert R.check_produce_records(one + b"\x00" * 5) == len(one)
 
 
 def test_oversize_batch_is_message_too_large() -> None:
@@ -102,7 +143,6 @@ def test_oversize_batch_is_message_too_large() -> None:
 @pytest.mark.parametrize(
     "blob",
     [
-        b"",
         simple_batch(2)[:-1],  # torn
         simple_batch(2)[:30],  # torn header
         simple_batch(2) + b"\x00" * 5,  # trailing bytes
@@ -110,10 +150,19 @@ def test_oversize_batch_is_message_too_large() -> None:
     ],
 )
 def test_torn_or_trailing_bytes_are_corrupt_message(blob: bytes) -> None:
-    """R-LOG-4: incomplete batches or bytes after the last batch → CORRUPT_MESSAGE."""
+    """R-LOG-4: the log's own split: incomplete batches or bytes after the last batch →
+    CORRUPT_MESSAGE (a produce request's records are first cut to their one whole batch by
+    check_produce_records, which answers INVALID_RECORD as Kafka does)."""
     with pytest.raises(R.InvalidRecordError) as e:
         R.split_batches(blob, MAX)
     assert _code(e) == ErrorCode.corrupt_message
+
+
+def test_empty_records_are_invalid_record() -> None:
+    """R-LOG-3: no batch at all → INVALID_RECORD ("at least one record batch")."""
+    with pytest.raises(R.InvalidRecordError) as e:
+        R.split_batches(b"", MAX)
+    assert _code(e) == ErrorCode.invalid_record
 
 
 def _patched(batch: bytes, fmt: str, pos: int, value: int) -> bytes:

@@ -37,15 +37,15 @@ work except ``record_timestamps``, which is for ListOffsets-by-timestamp only.
 
 from __future__ import annotations
 
-import gzip
 import mmap
 import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cramjam
 import crc32c
+import numpy as np
+import numpy.typing as npt
 from kio.schema.errors import ErrorCode
 
 HEADER = struct.Struct(
@@ -101,14 +101,21 @@ _XERIAL_HEADER = len(_XERIAL_MAGIC) + struct.calcsize(">ii")  # magic, version, 
 class InvalidRecordError(Exception):
     """The client's (or the disk's) batch bytes are not a valid v2 batch.
 
-    ``error_code`` is the Kafka error a produce gets: CORRUPT_MESSAGE (bad CRC, torn or
-    inconsistent lengths), UNSUPPORTED_VERSION (magic 0/1), MESSAGE_TOO_LARGE, INVALID_RECORD
-    (well-formed but not acceptable, e.g. zero records), or a producer-state error.
+    ``error_code`` is the Kafka error a produce gets: CORRUPT_MESSAGE (bad CRC, unknown
+    magic or codec, undecompressable records), MESSAGE_TOO_LARGE, INVALID_RECORD (magic 0/1,
+    torn or empty records, records that contradict their batch header, a compression bomb),
+    INVALID_TIMESTAMP, or a producer-state error. ``record_errors`` names the offending
+    records by their index in the batch (Produce v8+).
     """
 
-    def __init__(self, error_code: ErrorCode, message: str) -> None:
+    def __init__(
+        self, error_code: ErrorCode, message: str,
+        record_errors: tuple[tuple[int, str], ...] = (),
+    ) -> None:
         super().__init__(message)
         self.error_code = error_code
+        # (index of the record in its batch, message): Produce v8+'s record_errors
+        self.record_errors = record_errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +184,9 @@ def increment_sequence(sequence: int, increment: int) -> int:
 def read_header(buf: ReadableBuffer, pos: int = 0) -> BatchHeader:
     """Parse the header at ``pos``; checks only what is needed to trust its fields.
 
-    Raises ``InvalidRecordError``: CORRUPT_MESSAGE if fewer than the header's bytes remain
-    or ``batchLength`` is too small for a header, UNSUPPORTED_VERSION if magic is not 2.
+    Raises ``InvalidRecordError``: CORRUPT_MESSAGE if fewer than the header's bytes remain,
+    ``batchLength`` is too small for a header or magic is unknown; INVALID_RECORD for magic
+    0/1 (what Kafka answers a v3+ produce).
     Whether the whole batch is present and its CRC are checked by ``check_batch``.
     """
     available = len(buf) - pos
@@ -190,9 +198,11 @@ def read_header(buf: ReadableBuffer, pos: int = 0) -> BatchHeader:
     magic = buf[pos + MAGIC_POS]
     if magic != CURRENT_MAGIC:
         if magic in (0, 1):
+            # ProduceRequest.validateRecords (v3+): INVALID_RECORD
             raise InvalidRecordError(
-                ErrorCode.unsupported_version,
-                f"message format v{magic} (magic {magic}) is not supported; use RecordBatch v2",
+                ErrorCode.invalid_record,
+                f"message format v{magic} (magic {magic}) is not supported: produce requests "
+                "are only allowed to contain record batches with magic version 2",
             )
         raise InvalidRecordError(
             ErrorCode.corrupt_message, f"unknown magic byte {magic} at position {pos}"
@@ -277,11 +287,13 @@ def split_batches(records: bytes | memoryview, max_batch_bytes: int) -> list[Bat
 
     The blob must be whole v2 batches with nothing after the last one. Each batch gets
     the checks of ``read_header`` and ``check_batch``, and MESSAGE_TOO_LARGE if it is
-    larger than ``max_batch_bytes`` (max.message.bytes). An empty blob is CORRUPT_MESSAGE.
+    larger than ``max_batch_bytes`` (max.message.bytes). An empty blob is INVALID_RECORD
+    (Kafka: "must have at least one record batch per partition"); a produce request's
+    records are first checked by ``check_produce_records``.
     """
     buf = memoryview(records)
     if len(buf) == 0:
-        raise InvalidRecordError(ErrorCode.corrupt_message, "no record batches")
+        raise InvalidRecordError(ErrorCode.invalid_record, "no record batches")
     headers: list[BatchHeader] = []
     pos = 0
     while pos < len(buf):
@@ -353,65 +365,419 @@ def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise InvalidRecordError(ErrorCode.corrupt_message, "varint longer than 10 bytes")
 
 
-def _snappy_decompress(data: bytes) -> bytes:
-    """Kafka's Java client writes xerial-framed snappy; librdkafka may write a raw block."""
-    if not data.startswith(_XERIAL_MAGIC):
-        return bytes(cramjam.snappy.decompress_raw(data))
-    out = bytearray()
-    pos = _XERIAL_HEADER
-    while pos < len(data):
-        (length,) = _INT32.unpack_from(data, pos)
-        pos += _INT32.size
-        out += bytes(cramjam.snappy.decompress_raw(data[pos : pos + length]))
-        pos += length
-    return bytes(out)
+# ------------------------------------------------------------------ bounded decompression
+#
+# Kafka decompresses a batch as a stream, one record at a time, and has no cap on what a
+# batch inflates to (a 48 KB zstd batch of one 1.5 GiB record is "valid" there). Here a
+# batch's records block is decompressed into one buffer of at most ``limit`` bytes, and a
+# batch that would inflate past it is refused (INVALID_RECORD on produce; skipped by the
+# cleaner and the timestamp search). The buffer comes from ``numpy.zeros`` (calloc: pages
+# are only committed as the decompressor writes them), and every decompressor writes into
+# it and stops at its end, so memory is bounded by ``limit`` whatever the input claims.
+
+INFLATE_RATIO = 64
+"""A batch may inflate to at most this many times max.message.bytes (see ``inflate_limit``)."""
+MIN_INFLATE_LIMIT = 16 << 20
+DEFAULT_INFLATE_LIMIT = 64 << 20
+"""The cap for readers without a topic config (1 MiB max.message.bytes x ``INFLATE_RATIO``)."""
 
 
-def decompress(codec: int, data: bytes) -> bytes:
-    """The records block of a batch with compression ``codec``, uncompressed."""
+def inflate_limit(max_message_bytes: int) -> int:
+    """The most bytes one batch's records may decompress to for a topic whose
+    max.message.bytes is ``max_message_bytes``: ``INFLATE_RATIO`` times it, at least 16 MiB."""
+    return max(MIN_INFLATE_LIMIT, INFLATE_RATIO * max_message_bytes)
+
+
+def _too_large(codec: int, limit: int) -> InvalidRecordError:
+    return InvalidRecordError(
+        ErrorCode.invalid_record,
+        f"compressed records (codec {codec}) inflate past {limit} bytes (compression bomb?)",
+    )
+
+
+def _snappy_into(data: memoryview, out: memoryview, limit: int) -> int:
+    """Kafka's Java client writes xerial-framed snappy (8-byte magic, version, compat, then
+    int32-length-prefixed raw blocks); librdkafka may write one raw block. Each raw block
+    states its uncompressed length first; it is checked against the room left before the
+    block is decompressed."""
+    if bytes(data[: len(_XERIAL_MAGIC)]) != _XERIAL_MAGIC:
+        blocks = [data]
+    else:
+        blocks = []
+        pos = _XERIAL_HEADER
+        while pos < len(data):
+            if len(data) - pos < _INT32.size:
+                raise InvalidRecordError(ErrorCode.corrupt_message, "torn xerial snappy chunk")
+            (length,) = _INT32.unpack_from(data, pos)
+            pos += _INT32.size
+            if length < 0 or pos + length > len(data):
+                raise InvalidRecordError(
+                    ErrorCode.corrupt_message, f"xerial snappy chunk of {length} bytes is torn"
+                )
+            blocks.append(data[pos : pos + length])
+            pos += length
+    written = 0
+    for block in blocks:
+        n = int(cramjam.snappy.decompress_raw_len(block))
+        if n > limit - written:
+            raise _too_large(CODEC_SNAPPY, limit)
+        if n:
+            got = int(cramjam.snappy.decompress_raw_into(block, out[written : written + n]))
+            if got != n:
+                raise InvalidRecordError(ErrorCode.corrupt_message, "snappy block length lies")
+        written += n
+    return written
+
+
+_DECOMPRESS_INTO = {
+    CODEC_GZIP: cramjam.gzip.decompress_into,
+    CODEC_LZ4: cramjam.lz4.decompress_into,
+    CODEC_ZSTD: cramjam.zstd.decompress_into,
+}
+
+
+def inflate(
+    codec: int, data: bytes | bytearray | memoryview, limit: int = DEFAULT_INFLATE_LIMIT
+) -> memoryview:
+    """The records block of a batch with compression ``codec``, uncompressed, as a view.
+
+    Uncompressed data is returned as is (no copy). Otherwise at most ``limit`` bytes are
+    ever written: INVALID_RECORD if the data would inflate past it, CORRUPT_MESSAGE if it
+    cannot be decompressed or the codec is unknown.
+    """
+    view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data
+    if codec == CODEC_NONE:
+        return view
+    if codec not in _DECOMPRESS_INTO and codec != CODEC_SNAPPY:
+        raise InvalidRecordError(ErrorCode.corrupt_message, f"unknown compression codec {codec}")
+    # One spare byte: filling it proves the data inflates past ``limit``.
+    out: memoryview = np.zeros(limit + 1, dtype=np.uint8).data
     try:
-        if codec == CODEC_NONE:
-            return data
-        if codec == CODEC_GZIP:
-            return gzip.decompress(data)
         if codec == CODEC_SNAPPY:
-            return _snappy_decompress(data)
-        if codec == CODEC_LZ4:
-            return bytes(cramjam.lz4.decompress(data))
-        if codec == CODEC_ZSTD:
-            return bytes(cramjam.zstd.decompress(data))
-    except (OSError, EOFError, ValueError, zlib.error, struct.error,
-            cramjam.DecompressionError) as e:
+            n = _snappy_into(view, out, limit)
+        else:
+            n = int(_DECOMPRESS_INTO[codec](view, out))
+    except cramjam.DecompressionError as e:
+        if "failed to write whole buffer" in str(e):
+            raise _too_large(codec, limit) from None
         raise InvalidRecordError(
             ErrorCode.corrupt_message, f"cannot decompress codec {codec}: {e}"
-        ) from e
-    raise InvalidRecordError(ErrorCode.corrupt_message, f"unknown compression codec {codec}")
+        ) from None
+    except (ValueError, OverflowError, struct.error) as e:
+        raise InvalidRecordError(
+            ErrorCode.corrupt_message, f"cannot decompress codec {codec}: {e}"
+        ) from None
+    if n > limit:
+        raise _too_large(codec, limit)
+    return out[:n]
 
 
-def record_timestamps(batch: bytes | bytearray | memoryview) -> list[tuple[int, int]]:
+def decompress(codec: int, data: bytes, limit: int = DEFAULT_INFLATE_LIMIT) -> bytes:
+    """The records block of a batch with compression ``codec``, uncompressed (``inflate``
+    as ``bytes``; same errors, same bound)."""
+    if codec == CODEC_NONE:
+        return bytes(data)
+    return bytes(inflate(codec, data, limit))
+
+
+# ------------------------------------------------------------------ bulk record scanning
+
+I64 = npt.NDArray[np.int64]
+
+
+class _Framing(Exception):
+    """A record's framing is broken; ``index`` is the first record concerned."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+def _varints(arr: npt.NDArray[np.uint8], pos: I64, max_size: int,
+             guess: bool = False) -> tuple[I64, I64]:
+    """Zigzag varints at every position of ``pos`` in ``arr``: (values, sizes in bytes).
+
+    A varint running past the end of ``arr`` or longer than ``max_size`` bytes raises
+    ``_Framing`` naming the first such position's index, unless ``guess`` (the positions
+    are only guesses: garbage out, never an error)."""
+    n = len(arr)
+    if n == 0 or (len(pos) and (int(pos.min()) < 0 or int(pos.max()) >= n)):
+        if guess:
+            return np.full(len(pos), -2, dtype=np.int64), np.zeros(len(pos), dtype=np.int64)
+        bad = np.flatnonzero((pos < 0) | (pos >= n))
+        raise _Framing(int(bad[0]) if bad.size else 0, "a record field runs past its batch")
+    b = arr[pos]
+    raw = (b & 0x7F).astype(np.uint64)
+    size = np.ones(len(pos), dtype=np.int64)
+    idx = np.flatnonzero(b >= 0x80)
+    shift = 7
+    while idx.size:
+        if size[idx[0]] >= max_size:
+            if guess:
+                break
+            raise _Framing(int(idx[0]), f"varint longer than {max_size} bytes")
+        at = pos[idx] + size[idx]
+        over = at >= n
+        if over.any():
+            if not guess:
+                raise _Framing(int(idx[np.flatnonzero(over)[0]]), "truncated varint")
+            at = np.minimum(at, n - 1)
+        b = arr[at]
+        raw[idx] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
+        size[idx] += 1
+        idx = idx[b >= 0x80]
+        shift += 7
+    values = (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64)
+    return values, size
+
+
+def _record_starts(data: memoryview, arr: npt.NDArray[np.uint8], count: int) -> I64:
+    """Positions of ``count`` consecutive records filling ``data`` exactly (each starts with
+    its length varint). Runs of records of one length are found by guessing that the next
+    records have the last one's length and checking all guesses at once with numpy (the
+    length only changes where a delta needs one more varint byte); where lengths keep
+    changing, a plain loop walks a stretch of records."""
+    out: list[I64] = []
+    pos = 0
+    i = 0
+    end = len(data)
+    chunk = 64
+    while i < count:
+        if pos >= end:
+            raise _Framing(i, f"the batch holds fewer records than its count {count}")
+        lengths1, sizes1 = _varints(arr, np.array([pos], dtype=np.int64), 5)
+        length, after = int(lengths1[0]), pos + int(sizes1[0])
+        if length < 0:
+            raise _Framing(i, f"negative record length {length}")
+        stride = after - pos + length
+        k = min(count - i, chunk, (end - pos - 1) // stride + 1)
+        guess = pos + np.arange(k, dtype=np.int64) * stride
+        lengths, sizes = _varints(arr, guess, 5, guess=True)
+        bad = np.flatnonzero((lengths != length) | (sizes != after - pos))
+        good = k if not bad.size else max(int(bad[0]), 1)
+        out.append(guess[:good])
+        i += good
+        pos += good * stride
+        if good == k:
+            chunk = min(chunk * 2, 1 << 16)
+            continue
+        chunk = 64
+        if good < 8:  # lengths keep changing: walk a stretch one record at a time
+            walk = [0] * min(64, count - i)
+            for j in range(len(walk)):
+                walk[j] = pos
+                if pos >= end:
+                    raise _Framing(i + j, f"the batch holds fewer records than its count {count}")
+                try:
+                    length, after = read_varint(data, pos)  # type: ignore[arg-type]
+                except InvalidRecordError as e:
+                    raise _Framing(i + j, str(e)) from None
+                if length < 0:
+                    raise _Framing(i + j, f"negative record length {length}")
+                pos = after + length
+            out.append(np.array(walk, dtype=np.int64))
+            i += len(walk)
+    if pos != end:
+        where = "past the end of" if pos > end else "short of"
+        raise _Framing(max(count - 1, 0),
+                       f"record lengths add up to {pos} bytes, {where} the {end} records bytes")
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordScan:
+    """Fields of every record of one batch's (uncompressed) records block, as arrays."""
+
+    timestamp_delta: I64
+    offset_delta: I64
+    key_length: I64  # negative: null key
+    value_length: I64  # negative: null value (a tombstone)
+    header_count: I64
+
+
+# A stretch of records whose headers are walked with numpy; below it, per record in Python.
+_HEADER_BULK_MIN = 16
+
+
+def _walk_headers(data: memoryview, arr: npt.NDArray[np.uint8], pos: I64, count: I64) -> I64:
+    """Positions after the headers of every record (``pos``: after its header count)."""
+    pos = pos.copy()
+    left = count.copy()
+    active = np.flatnonzero(left > 0)
+    while active.size >= _HEADER_BULK_MIN:
+        klen, ks = _varints(arr, pos[active], 5)
+        if bool((klen < 0).any()):
+            raise _Framing(int(active[np.flatnonzero(klen < 0)[0]]),
+                           "invalid negative header key size")
+        p = pos[active] + ks + klen
+        if bool((p >= len(arr)).any()):
+            raise _Framing(int(active[np.flatnonzero(p >= len(arr))[0]]),
+                           "a header runs past its record")
+        vlen, vs = _varints(arr, p, 5)
+        pos[active] = p + vs + np.maximum(vlen, 0)
+        left[active] -= 1
+        active = active[left[active] > 0]
+    for i in active.tolist():
+        at = int(pos[i])
+        try:
+            for _ in range(int(left[i])):
+                key_size, at = read_varint(data, at)  # type: ignore[arg-type]
+                if key_size < 0:
+                    raise _Framing(i, "invalid negative header key size")
+                value_size, at = read_varint(data, at + key_size)  # type: ignore[arg-type]
+                at += max(value_size, 0)
+                if at > len(data):
+                    raise _Framing(i, "a header runs past its record")
+        except InvalidRecordError as e:
+            raise _Framing(i, str(e)) from None
+        pos[i] = at
+    return pos
+
+
+def scan_records(data: memoryview | bytes, count: int) -> RecordScan:
+    """Walk the ``count`` records of an uncompressed records block in bulk (numpy), checking
+    their framing as Kafka's ``DefaultRecord.readFrom`` does: each record's length varint,
+    its fields (varints no longer than Kafka reads: 5 bytes for int32, 10 for int64) and
+    its headers (a non-negative count, non-null keys) end exactly where its length says,
+    and the records fill the block exactly. Raises INVALID_RECORD naming the first broken
+    record in ``record_errors``.
+    """
+    view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data
+    arr = np.frombuffer(view, dtype=np.uint8)
+    try:
+        if count < 1:
+            raise _Framing(0, f"invalid record count {count}")
+        if count > len(arr) // 7:  # no record is shorter than 7 bytes
+            raise _Framing(0, f"{count} records cannot fit in {len(arr)} bytes")
+        starts = _record_starts(view, arr, count)
+        rec_len, len_size = _varints(arr, starts, 5)
+        body = starts + len_size
+        end = body + rec_len
+        short = np.flatnonzero(rec_len < 6)
+        if short.size:
+            raise _Framing(int(short[0]), f"record of {int(rec_len[short[0]])} bytes is too short")
+        ts_delta, s1 = _varints(arr, body + 1, 10)  # after the attributes byte
+        p = body + 1 + s1
+        off_delta, s2 = _varints(arr, np.minimum(p, end), 5)
+        p = p + s2
+        key_len, s3 = _varints(arr, np.minimum(p, end), 5)
+        p = p + s3 + np.maximum(key_len, 0)
+        _check_within(p, end, "key")
+        value_len, s4 = _varints(arr, p, 5)
+        p = p + s4 + np.maximum(value_len, 0)
+        _check_within(p, end, "value")
+        header_count, s5 = _varints(arr, p, 5)
+        p = p + s5
+        negative = np.flatnonzero(header_count < 0)
+        if negative.size:
+            raise _Framing(int(negative[0]), "invalid negative number of record headers")
+        _check_within(p, end + 1, "header count")
+        if bool(header_count.any()):
+            p = _walk_headers(view, arr, p, header_count)
+        wrong = np.flatnonzero(p != end)
+        if wrong.size:
+            i = int(wrong[0])
+            raise _Framing(i, f"invalid record size: expected to read {int(rec_len[i])} bytes "
+                              f"in record payload, but instead read {int(p[i] - body[i])}")
+    except _Framing as e:
+        raise InvalidRecordError(
+            ErrorCode.invalid_record, f"record {e.index}: {e}", ((e.index, str(e)),)
+        ) from None
+    return RecordScan(ts_delta, off_delta, key_len, value_len, header_count)
+
+
+def _check_within(p: I64, end: I64, field_name: str) -> None:
+    over = np.flatnonzero(p >= end)
+    if over.size:
+        raise _Framing(int(over[0]), f"the record's {field_name} runs past its length")
+
+
+def record_timestamps(
+    batch: bytes | bytearray | memoryview, limit: int = DEFAULT_INFLATE_LIMIT
+) -> list[tuple[int, int]]:
     """(offset, timestamp) of every record of one whole batch, in order.
 
-    Decompresses and decodes the records (per-record Python work: for ListOffsets by
-    timestamp, never the produce or fetch path). In a LogAppendTime batch every record's
-    timestamp is ``maxTimestamp``.
+    Decompresses at most ``limit`` bytes and scans the records in bulk (for ListOffsets by
+    timestamp). In a LogAppendTime batch every record's timestamp is ``maxTimestamp``. A
+    batch that cannot be read within bounds (a compression bomb or broken records stored
+    before records were validated) is answered at batch level: ``[(baseOffset,
+    maxTimestamp)]``, so a search lands at its start instead of failing.
     """
     header = read_header(batch, 0)
-    data = decompress(header.compression, bytes(batch[HEADER_SIZE : header.size]))
-    log_append = header.is_log_append_time
-    out: list[tuple[int, int]] = []
-    pos = 0
-    for _ in range(header.records_count):
-        length, pos = read_varint(data, pos)
-        start = pos
-        pos += 1  # record attributes, unused
-        timestamp_delta, pos = read_varint(data, pos)
-        offset_delta, pos = read_varint(data, pos)
-        timestamp = header.max_timestamp if log_append else header.base_timestamp + timestamp_delta
-        out.append((header.base_offset + offset_delta, timestamp))
-        pos = start + length
-        if pos > len(data):
-            raise InvalidRecordError(ErrorCode.corrupt_message, "record runs past its batch")
-    return out
+    try:
+        data = inflate(header.compression, memoryview(batch)[HEADER_SIZE : header.size], limit)
+        scan = scan_records(data, header.records_count)
+    except InvalidRecordError:
+        return [(header.base_offset, header.max_timestamp)]
+    offsets = scan.offset_delta + header.base_offset
+    if header.is_log_append_time:
+        stamps = np.full(len(offsets), header.max_timestamp, dtype=np.int64)
+    else:
+        stamps = scan.timestamp_delta + header.base_timestamp
+    return list(zip(offsets.tolist(), stamps.tolist(), strict=True))
+
+
+def check_produce_records(records: bytes | memoryview | None) -> int:
+    """Kafka's ``ProduceRequest.validateRecords`` (v3+) on one partition's records, as its
+    batch iterator (``ByteBufferLogInputStream``) sees them: the length of the one batch to
+    append.
+
+    INVALID_RECORD when there is no whole batch (null, empty or torn records), when the
+    batch's magic is 0 or 1, or when a second whole batch follows; CORRUPT_MESSAGE for a
+    batch length below the smallest (legacy) record or an unknown magic. Bytes after the
+    batch that do not make a whole batch are ignored, as Kafka ignores (and trims) them.
+    """
+    if records is None:
+        raise InvalidRecordError(ErrorCode.invalid_record, "null records")
+    buf = memoryview(records)
+    first = _next_batch_size(buf, 0)
+    if first is None:
+        raise InvalidRecordError(
+            ErrorCode.invalid_record,
+            "produce requests must have at least one record batch per partition",
+        )
+    magic = buf[MAGIC_POS]
+    if magic != CURRENT_MAGIC:
+        raise InvalidRecordError(
+            ErrorCode.invalid_record,
+            f"produce requests are only allowed to contain record batches with magic "
+            f"version 2, not {magic}",
+        )
+    if _next_batch_size(buf, first) is not None:
+        raise InvalidRecordError(
+            ErrorCode.invalid_record,
+            "produce requests are only allowed to contain exactly one record batch per "
+            "partition",
+        )
+    return first
+
+
+_LEGACY_RECORD_OVERHEAD_V0 = 14
+
+
+def _next_batch_size(buf: memoryview, pos: int) -> int | None:
+    """``ByteBufferLogInputStream.nextBatch``: the size of the whole batch at ``pos``, None
+    if there is none (too few bytes), CORRUPT_MESSAGE for an impossible length or magic."""
+    remaining = len(buf) - pos
+    if remaining < LOG_OVERHEAD:
+        return None
+    (length,) = _INT32.unpack_from(buf, pos + LENGTH_POS)
+    if length < _LEGACY_RECORD_OVERHEAD_V0:
+        raise InvalidRecordError(
+            ErrorCode.corrupt_message,
+            f"record size {length} is less than the minimum record overhead "
+            f"({_LEGACY_RECORD_OVERHEAD_V0})",
+        )
+    if remaining < MAGIC_PREFIX:
+        return None
+    magic = buf[pos + MAGIC_POS]
+    if magic > CURRENT_MAGIC:
+        raise InvalidRecordError(
+            ErrorCode.corrupt_message, f"invalid magic found in record: {magic}"
+        )
+    if remaining < length + LOG_OVERHEAD:
+        return None
+    return int(length + LOG_OVERHEAD)
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,7 +801,9 @@ def _read_nullable_bytes(data: bytes, pos: int) -> tuple[bytes | None, int]:
     return data[pos:end], end
 
 
-def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
+def decode_records(
+    batch: bytes | bytearray | memoryview, limit: int = DEFAULT_INFLATE_LIMIT
+) -> list[Record]:
     """Every record of one whole batch: offset, timestamp, key, value, headers.
 
     Record layout (inside the possibly compressed records block)::
@@ -444,10 +812,11 @@ def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
         | varint keyLength | key | varint valueLength | value
         | varint headerCount | (varint keyLength | key | varint valueLength | value)*
 
-    Lengths of -1 mean null. Not for the produce/fetch hot path.
+    Lengths of -1 mean null. Not for the produce/fetch hot path. Records that inflate past
+    ``limit`` bytes raise INVALID_RECORD.
     """
     header = read_header(batch, 0)
-    data = decompress(header.compression, bytes(batch[HEADER_SIZE : header.size]))
+    data = decompress(header.compression, bytes(batch[HEADER_SIZE : header.size]), limit)
     log_append = header.is_log_append_time
     out: list[Record] = []
     pos = 0

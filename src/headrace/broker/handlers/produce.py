@@ -4,6 +4,14 @@ acks=0 gets no response (the request is still appended in full), acks=1 is answe
 the leader's append, acks=all (-1) after the high watermark passes the appended batches or
 ``timeout`` expires (REQUEST_TIMED_OUT). Batches are validated and stored byte for byte;
 only the base offset and partition leader epoch are rewritten (``PartitionLog``).
+
+Before a partition's records reach its log they get Kafka's request-level checks
+(``KafkaApis.handleProduceRequest``): internal topics refuse client appends
+(INVALID_TOPIC_EXCEPTION, ``ReplicaManager.appendToLocalLog`` with internalTopicsAllowed
+false), and ``ProduceRequest.validateRecords`` wants exactly one whole magic-2 batch
+(INVALID_RECORD) and no zstd before v7 (UNSUPPORTED_COMPRESSION_TYPE). A rejected record
+batch is answered with ``error_message`` and, from v8, ``record_errors`` (the index of each
+bad record in its batch), as Kafka's LogValidator reports them.
 """
 
 from __future__ import annotations
@@ -17,8 +25,15 @@ from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler, ms
 from headrace.broker.replica_manager import Partition, TopicPartition
+from headrace.broker.topics import INTERNAL_TOPICS
 from headrace.log.errors import LogError
-from headrace.protocol.records import InvalidRecordError
+from headrace.protocol.records import (
+    ATTRIBUTES_POS,
+    CODEC_MASK,
+    CODEC_ZSTD,
+    InvalidRecordError,
+    check_produce_records,
+)
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -33,6 +48,7 @@ def _partition_result(
     log_append_time_ms: int = -1,
     log_start_offset: int = -1,
     message: str | None = None,
+    record_errors: tuple[tuple[int, str], ...] = (),
 ) -> dict[str, Any]:
     return {
         "index": index,
@@ -44,7 +60,9 @@ def _partition_result(
             else datetime.datetime.fromtimestamp(log_append_time_ms / 1000, datetime.UTC)
         ),
         "log_start_offset": log_start_offset,
-        "record_errors": (),
+        "record_errors": tuple(
+            {"batch_index": i, "batch_index_error_message": m} for i, m in record_errors
+        ),
         "error_message": message,
     }
 
@@ -56,10 +74,10 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     results: list[tuple[str, list[dict[str, Any]]]] = []
     waits: list[tuple[Partition, int, dict[str, Any]]] = []
 
-    for topic in req.topic_data:
+    for topic in req.topic_data or ():
         partition_results: list[dict[str, Any]] = []
         results.append((topic.name, partition_results))
-        for pd in topic.partition_data:
+        for pd in topic.partition_data or ():
             index = int(pd.index)
             if acks not in (0, 1, -1):
                 partition_results.append(_partition_result(index, ErrorCode.invalid_required_acks))
@@ -72,6 +90,12 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                         message="transactions are not supported yet",
                     )
                 )
+                continue
+            if topic.name in INTERNAL_TOPICS:
+                partition_results.append(_partition_result(
+                    index, ErrorCode.invalid_topic_exception,
+                    message=f"Cannot append to internal topic {topic.name}",
+                ))
                 continue
             tp = TopicPartition(topic.name, index)
             partition = broker.replicas.get(tp)
@@ -92,16 +116,17 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     _partition_result(index, ErrorCode.not_enough_replicas)
                 )
                 continue
-            records = pd.records
-            if not records:
-                partition_results.append(
-                    _partition_result(index, ErrorCode.corrupt_message, message="no records")
-                )
-                continue
             try:
+                records = _one_batch(pd.records, ctx.api_version)
                 res = partition.append_as_leader(records)
-            except (InvalidRecordError, LogError) as e:
+            except InvalidRecordError as e:
                 log.debug("produce to %s rejected: %s", tp, e)
+                partition_results.append(_partition_result(
+                    index, e.error_code, message=str(e) or None, record_errors=e.record_errors,
+                ))
+                continue
+            except LogError as e:
+                log.debug("produce to %s failed: %s", tp, e)
                 partition_results.append(
                     _partition_result(index, e.error_code, message=str(e) or None)
                 )
@@ -127,6 +152,19 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             "throttle_time": 0,
         }
     )
+
+
+def _one_batch(records: bytes | None, version: int) -> memoryview:
+    """``ProduceRequest.validateRecords``: the one batch of a partition's records (bytes
+    after it that are not a whole batch are dropped, as Kafka trims them)."""
+    size = check_produce_records(records)
+    view = memoryview(records)[:size]  # type: ignore[arg-type]  # checked: not None
+    if version < 7 and view[ATTRIBUTES_POS + 1] & CODEC_MASK == CODEC_ZSTD:
+        raise InvalidRecordError(
+            ErrorCode.unsupported_compression_type,
+            f"produce requests with version {version} may not use zstd (v7+ only)",
+        )
+    return view
 
 
 async def _await_replication(
