@@ -3,27 +3,42 @@
 Pure decisions (name rules, replica assignment) are plain functions; ``TopicAdmin`` applies
 them to the metadata store and the replica manager. Errors are ``TopicError`` carrying the
 Kafka error code and a message for the response's ``error_message``.
+
+Creating a topic (or partitions) is all or nothing: everything is validated first
+(including ``max.broker.partitions``, for a whole request at once), then the partition
+directories are created and their logs opened (in a worker thread for CreateTopics and
+CreatePartitions, so the event loop keeps serving other clients), then the metadata is
+committed (one SQLite transaction: the commit point), then the logs are installed. A
+failure at any step removes what the earlier steps made, so no topic is ever left in
+memory, in the store or on disk half-created; a crash before the commit leaves only
+directories of a topic the metadata does not know, which a later create of that name
+removes before it starts (a new topic never adopts old files).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
-from collections.abc import Mapping
+import shutil
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from headrace.broker.replica_manager import ReplicaManager
+from headrace.broker.replica_manager import ReplicaManager, TopicPartition, partition_dir
 from headrace.config import TOPIC_CONFIGS, BrokerConfig, ConfigDef, ConfigError, parse_overrides
-from headrace.metadata.store import MetadataStore, PartitionState, TopicState
+from headrace.log.partition_log import PartitionLog
+from headrace.metadata.store import MetadataError, MetadataStore, PartitionState, TopicState
 
 log = logging.getLogger("headrace.topics")
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-MAX_PARTITIONS = 100_000
+MAX_PARTITIONS = 100_000  # per topic, per request
 
 
 class TopicError(Exception):
@@ -83,6 +98,37 @@ def config_def(name: str) -> ConfigDef | None:
     return TOPIC_CONFIGS.get(name)
 
 
+@dataclass(slots=True)
+class TopicSpec:
+    """One topic of a CreateTopics request, as the handler parsed it."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: Mapping[str, Any] = field(default_factory=dict)
+    assignment: list[list[int]] | None = None
+
+
+@dataclass(slots=True)
+class TopicPlan:
+    """A validated topic, ready to create: nothing of it exists yet."""
+
+    name: str
+    states: list[PartitionState]
+    overrides: dict[str, str]
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.states[0].replicas)
+
+
+Outcome = TopicState | TopicPlan | TopicError
+
+
+def _storage_error(what: str, e: BaseException) -> TopicError:
+    return TopicError(ErrorCode.kafka_storage_error, f"{what} failed: {e}")
+
+
 class TopicAdmin:
     def __init__(
         self, config: BrokerConfig, metadata: MetadataStore, replicas: ReplicaManager
@@ -90,20 +136,43 @@ class TopicAdmin:
         self.config = config
         self.metadata = metadata
         self.replicas = replicas
+        # topics being created off the event loop -> their partition count (names and
+        # partitions are taken from the moment a request is validated)
+        self._reserved: dict[str, int] = {}
+        self._busy: set[str] = set()  # topics gaining partitions off the event loop
 
-    def create(
-        self,
-        name: str,
-        num_partitions: int,
-        replication_factor: int,
-        configs: Mapping[str, Any],
-        *,
-        assignment: list[list[int]] | None = None,
-        validate_only: bool = False,
-    ) -> TopicState | None:
-        validate_topic_name(name)
-        if self.metadata.topic(name) is not None:
+    # ------------------------------------------------------------------ limits
+    def hosted_partitions(self) -> int:
+        """Partitions this broker hosts or is about to (creates in flight)."""
+        topics = self.metadata.topics().values()
+        if len(self.metadata.live_brokers()) == 1:  # a single node hosts every partition
+            n = sum(len(t.partitions) for t in topics)
+        else:
+            node = self.replicas.node_id
+            n = sum(1 for t in topics for p in t.partitions if node in p.replicas)
+        return n + sum(self._reserved.values())
+
+    def check_partition_limit(self, adding: int) -> None:
+        """``max.broker.partitions`` (KIP-578): refuse, before anything is created, a change
+        that would take this broker past it. Kafka answers a refused oversized operation
+        with POLICY_VIOLATION (a PolicyViolationException for the admin client)."""
+        limit = int(self.config["max.broker.partitions"])
+        have = self.hosted_partitions()
+        if have + adding > limit:
+            raise TopicError(
+                ErrorCode.policy_violation,
+                f"Adding {adding} partition(s) would take this broker to {have + adding} "
+                f"partitions, past max.broker.partitions={limit}; nothing was created.",
+            )
+
+    # ------------------------------------------------------------------ create
+    def plan(self, spec: TopicSpec) -> TopicPlan:
+        """Validate one topic (name, existence, partitions, replicas, configs)."""
+        name = validate_topic_name(spec.name)
+        if self.metadata.topic(name) is not None or name in self._reserved:
             raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+        num_partitions, replication_factor = spec.num_partitions, spec.replication_factor
+        assignment = spec.assignment
         if num_partitions == -1:
             num_partitions = int(self.config["num.partitions"])
         if replication_factor == -1:
@@ -122,6 +191,11 @@ class TopicAdmin:
             brokers = [b.node_id for b in self.metadata.live_brokers()]
             assignment = assign_replicas(brokers, num_partitions, replication_factor)
         else:
+            if not 1 <= len(assignment) <= MAX_PARTITIONS:
+                raise TopicError(
+                    ErrorCode.invalid_partitions,
+                    f"Number of partitions must be between 1 and {MAX_PARTITIONS}.",
+                )
             live = {b.node_id for b in self.metadata.live_brokers()}
             for replicas in assignment:
                 if not replicas or len(set(replicas)) != len(replicas) or set(replicas) - live:
@@ -129,21 +203,174 @@ class TopicAdmin:
                         ErrorCode.invalid_replica_assignment,
                         f"Invalid replica assignment {replicas}",
                     )
-        overrides = validate_configs(configs)
+        overrides = validate_configs(spec.configs)
+        states = [PartitionState(replicas=list(r), leader=r[0], isr=list(r)) for r in assignment]
+        return TopicPlan(name, states, overrides)
+
+    def _hosted(self, states: Iterable[PartitionState]) -> int:
+        node = self.replicas.node_id
+        return sum(1 for s in states if node in s.replicas)
+
+    def create(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, Any],
+        *,
+        assignment: list[list[int]] | None = None,
+        validate_only: bool = False,
+    ) -> TopicState | None:
+        """Create one topic on the event loop (auto-creation, ``__consumer_offsets``: small
+        topics); CreateTopics uses ``create_topics``. All or nothing, TopicError if not."""
+        plan = self.plan(TopicSpec(name, num_partitions, replication_factor, configs,
+                                   assignment))
+        self.check_partition_limit(self._hosted(plan.states))
         if validate_only:
             return None
-        states = [PartitionState(replicas=r, leader=r[0], isr=list(r)) for r in assignment]
-        topic = self.metadata.create_topic(name, states, overrides)
-        self.replicas.open_topic(topic, range(len(states)))
+        provisional = self._provisional(plan)
+        indexes = range(len(plan.states))
+        try:
+            logs = self._open_fresh(provisional, indexes)
+        except OSError as e:
+            raise _storage_error(f"Creating the partitions of topic '{name}'", e) from None
+        return self._commit_create(plan, provisional, logs)
+
+    async def create_topics(
+        self, specs: Sequence[TopicSpec | TopicError], validate_only: bool
+    ) -> list[Outcome]:
+        """CreateTopics: each topic its own result (a TopicState, the TopicPlan when
+        ``validate_only``, or a TopicError), each all or nothing. The partition limit is
+        checked for the whole request first: if the topics would take this broker past
+        ``max.broker.partitions`` together, every one of them is refused and nothing is
+        created. Directories and logs are made in a worker thread."""
+        out: list[Outcome] = []
+        for spec in specs:
+            if isinstance(spec, TopicError):
+                out.append(spec)
+                continue
+            try:
+                plan = self.plan(spec)
+            except TopicError as e:
+                out.append(e)
+                continue
+            if any(isinstance(o, TopicPlan) and o.name == plan.name for o in out):
+                out.append(TopicError(ErrorCode.invalid_request,
+                                      f"Duplicate topic name {plan.name!r} in the request"))
+                continue
+            out.append(plan)
+        plans = [o for o in out if isinstance(o, TopicPlan)]
+        try:
+            self.check_partition_limit(sum(self._hosted(p.states) for p in plans))
+        except TopicError as e:
+            return [e if isinstance(o, TopicPlan) else o for o in out]
+        if validate_only or not plans:
+            return out
+        for p in plans:
+            self._reserved[p.name] = self._hosted(p.states)
+        try:
+            for i, o in enumerate(out):
+                if isinstance(o, TopicPlan):
+                    try:
+                        # shielded: a client that goes away does not cut a create in half
+                        out[i] = await asyncio.shield(asyncio.ensure_future(
+                            self._create_off_loop(o)))
+                    except TopicError as e:
+                        out[i] = e
+                    finally:
+                        self._reserved.pop(o.name, None)
+        finally:
+            for p in plans:
+                self._reserved.pop(p.name, None)
+        return out
+
+    async def _create_off_loop(self, plan: TopicPlan) -> TopicState:
+        provisional = self._provisional(plan)
+        indexes = range(len(plan.states))
+        try:
+            logs = await asyncio.to_thread(self._open_fresh, provisional, indexes)
+        except OSError as e:
+            raise _storage_error(f"Creating the partitions of topic '{plan.name}'", e) from None
+        self._reserved.pop(plan.name, None)  # the metadata check takes over from here
+        if self.metadata.topic(plan.name) is not None:  # auto-created meanwhile
+            await asyncio.to_thread(self._discard, logs, provisional, indexes)
+            raise TopicError(ErrorCode.topic_already_exists,
+                             f"Topic '{plan.name}' already exists.")
+        return self._commit_create(plan, provisional, logs)
+
+    @staticmethod
+    def _provisional(plan: TopicPlan) -> TopicState:
+        """The topic as ``open_logs`` needs it, before the metadata knows it."""
+        return TopicState(plan.name, uuid.UUID(int=0), plan.states, plan.overrides)
+
+    def _commit_create(
+        self, plan: TopicPlan, provisional: TopicState,
+        logs: dict[TopicPartition, PartitionLog],
+    ) -> TopicState:
+        try:
+            topic = self.metadata.create_topic(plan.name, plan.states, plan.overrides)
+        except (MetadataError, OSError) as e:
+            self._discard(logs, provisional, range(len(plan.states)))
+            log.error("creating topic %s failed, nothing created: %s", plan.name, e)
+            raise _storage_error(f"Saving the metadata of topic '{plan.name}'", e) from None
+        self.replicas.install(topic, logs)
         log.info("created topic %s partitions=%d replication=%d configs=%s",
-                 name, len(states), len(assignment[0]), overrides)
+                 plan.name, len(plan.states), plan.replication_factor, plan.overrides)
         return topic
+
+    def _open_fresh(
+        self, topic: TopicState, indexes: range
+    ) -> dict[TopicPartition, PartitionLog]:
+        """Filesystem only (worker-thread safe): remove directories of ``topic`` left by a
+        failed create or an interrupted delete, then create and open the logs; on a
+        failure, remove what was made."""
+        stale = self._remove_dirs(topic, indexes)
+        if stale:
+            log.warning("removed %d leftover partition director%s of topic %s before "
+                        "creating it", stale, "y" if stale == 1 else "ies", topic.name)
+        try:
+            return self.replicas.open_logs(topic, indexes)
+        except BaseException:
+            self._remove_dirs(topic, indexes)
+            raise
+
+    def _discard(
+        self, logs: dict[TopicPartition, PartitionLog], topic: TopicState, indexes: range
+    ) -> None:
+        for plog in logs.values():
+            try:
+                plog.close()
+            except Exception as e:  # the directory goes next anyway
+                log.warning("closing %s failed: %s", plog.dir, e)
+        self._remove_dirs(topic, indexes)
+
+    def _remove_dirs(self, topic: TopicState, indexes: range) -> int:
+        """Remove the directories of ``topic``'s partitions ``indexes`` (and fsync the data
+        dir); returns how many existed. Errors are logged once, not raised: what stays is
+        removed by the next create of the name."""
+        removed = 0
+        failed: list[str] = []
+        for i in indexes:
+            d = partition_dir(self.replicas.data_dir, TopicPartition(topic.name, i))
+            try:
+                shutil.rmtree(d)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                failed.append(f"{d.name}: {e}")
+                continue
+            removed += 1
+        if failed:
+            log.error("could not remove %d partition director%s of topic %s (first: %s)",
+                      len(failed), "y" if len(failed) == 1 else "ies", topic.name, failed[0])
+        return removed
 
     def auto_create(self, name: str) -> TopicState:
         topic = self.create(name, -1, -1, {})
         assert topic is not None
         return topic
 
+    # ------------------------------------------------------------------ delete
     def delete(self, name: str) -> None:
         if self.metadata.topic(name) is None:
             raise TopicError(
@@ -152,23 +379,27 @@ class TopicAdmin:
             )
         if not self.config["delete.topic.enable"]:
             raise TopicError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
+        if name in self._busy:
+            raise TopicError(ErrorCode.invalid_request,
+                             f"Partitions are being added to topic '{name}'; retry.")
         self.metadata.delete_topic(name)
         self.replicas.delete_topic(name)
         log.info("deleted topic %s", name)
 
-    def add_partitions(
-        self,
-        name: str,
-        count: int,
-        assignment: list[list[int]] | None,
-        validate_only: bool,
-    ) -> None:
+    # ------------------------------------------------------------------ partitions
+    def plan_partitions(
+        self, name: str, count: int, assignment: list[list[int]] | None
+    ) -> list[PartitionState]:
+        """Validate a CreatePartitions entry; returns the new partitions' states."""
         topic = self.metadata.topic(name)
         if topic is None:
             raise TopicError(
                 ErrorCode.unknown_topic_or_partition,
                 "This server does not host this topic-partition.",
             )
+        if name in self._busy:
+            raise TopicError(ErrorCode.invalid_request,
+                             f"Partitions are already being added to topic '{name}'.")
         current = len(topic.partitions)
         if count <= current:
             raise TopicError(
@@ -190,18 +421,111 @@ class TopicAdmin:
                 )
             new = assignment
             for replicas in new:
-                if len(replicas) != rf or set(replicas) - set(brokers):
+                if (len(replicas) != rf or len(set(replicas)) != len(replicas)
+                        or set(replicas) - set(brokers)):
                     raise TopicError(
                         ErrorCode.invalid_replica_assignment,
                         f"Invalid replica assignment {replicas}",
                     )
+        return [PartitionState(replicas=list(r), leader=r[0], isr=list(r)) for r in new]
+
+    def add_partitions(
+        self,
+        name: str,
+        count: int,
+        assignment: list[list[int]] | None,
+        validate_only: bool,
+    ) -> None:
+        """CreatePartitions for one topic on the event loop (all or nothing)."""
+        new = self.plan_partitions(name, count, assignment)
+        self.check_partition_limit(self._hosted(new))
         if validate_only:
             return
-        states = [PartitionState(replicas=r, leader=r[0], isr=list(r)) for r in new]
-        self.metadata.add_partitions(name, states)
-        self.replicas.open_topic(topic, range(current, count))
-        log.info("topic %s now has %d partitions", name, count)
+        topic, provisional, indexes = self._provisional_growth(name, new)
+        try:
+            logs = self._open_fresh(provisional, indexes)
+        except OSError as e:
+            raise _storage_error(f"Creating partitions of topic '{name}'", e) from None
+        self._commit_partitions(topic, new, provisional, indexes, logs)
 
+    async def create_partitions(
+        self, requests: Sequence[tuple[str, int, list[list[int]] | None] | TopicError],
+        validate_only: bool,
+    ) -> list[TopicError | None]:
+        """CreatePartitions: each topic its own result (None: done), each all or nothing;
+        the partition limit checked for the whole request first (every topic refused when
+        together they exceed it). Directories and logs are made in a worker thread."""
+        out: list[TopicError | list[PartitionState] | None] = []
+        for r in requests:
+            if isinstance(r, TopicError):
+                out.append(r)
+                continue
+            name, count, assignment = r
+            try:
+                out.append(self.plan_partitions(name, count, assignment))
+            except TopicError as e:
+                out.append(e)
+        planned = [o for o in out if isinstance(o, list)]
+        try:
+            self.check_partition_limit(sum(self._hosted(p) for p in planned))
+        except TopicError as e:
+            return [e if isinstance(o, list) else o for o in out]
+        results: list[TopicError | None] = []
+        for r, o in zip(requests, out, strict=True):
+            if not isinstance(o, list):
+                results.append(o)
+                continue
+            if validate_only:
+                results.append(None)
+                continue
+            assert not isinstance(r, TopicError)
+            try:
+                await asyncio.shield(asyncio.ensure_future(self._grow_off_loop(r[0], o)))
+            except TopicError as e:
+                results.append(e)
+            else:
+                results.append(None)
+        return results
+
+    async def _grow_off_loop(self, name: str, new: list[PartitionState]) -> None:
+        topic, provisional, indexes = self._provisional_growth(name, new)
+        self._busy.add(name)
+        try:
+            try:
+                logs = await asyncio.to_thread(self._open_fresh, provisional, indexes)
+            except OSError as e:
+                raise _storage_error(f"Creating partitions of topic '{name}'", e) from None
+        finally:
+            self._busy.discard(name)
+        self._commit_partitions(topic, new, provisional, indexes, logs)
+
+    def _provisional_growth(
+        self, name: str, new: list[PartitionState]
+    ) -> tuple[TopicState, TopicState, range]:
+        topic = self.metadata.topic(name)
+        assert topic is not None
+        provisional = TopicState(name, topic.topic_id, [*topic.partitions, *new],
+                                 dict(topic.configs))
+        return topic, provisional, range(len(topic.partitions), len(provisional.partitions))
+
+    def _commit_partitions(
+        self, topic: TopicState, new: list[PartitionState], provisional: TopicState,
+        indexes: range, logs: dict[TopicPartition, PartitionLog],
+    ) -> None:
+        if self.metadata.topic(topic.name) is not topic or len(topic.partitions) != indexes.start:
+            self._discard(logs, provisional, indexes)
+            raise TopicError(ErrorCode.unknown_topic_or_partition,
+                             f"Topic '{topic.name}' changed while partitions were added.")
+        try:
+            self.metadata.add_partitions(topic.name, new)
+        except (MetadataError, OSError) as e:
+            self._discard(logs, provisional, indexes)
+            log.error("adding partitions to %s failed, nothing added: %s", topic.name, e)
+            raise _storage_error(f"Saving the metadata of topic '{topic.name}'", e) from None
+        self.replicas.install(topic, logs)
+        log.info("topic %s now has %d partitions", topic.name, len(topic.partitions))
+
+    # ------------------------------------------------------------------ configs
     def set_configs(self, name: str, overrides: Mapping[str, str]) -> None:
         topic = self.metadata.topic(name)
         assert topic is not None

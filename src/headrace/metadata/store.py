@@ -1,16 +1,27 @@
 """Cluster metadata: topics, partitions, replicas, leaders, ISR, epochs, configs.
 
 One small interface (``MetadataStore``) with two implementations planned:
-``LocalMetadataStore`` (here: a single node, persisted as one JSON document in the data
-dir) and a ZooKeeper one for clusters (R-REP-9), which will keep the same objects in znodes.
+``LocalMetadataStore`` (here: a single node, an embedded SQLite database in the data dir)
+and a ZooKeeper one for clusters (R-REP-9), which will keep the same objects in znodes.
 Every change is persisted before the call returns, so a change the broker acted on is
 never lost on a crash (the ISR rule of R-REP-3 relies on that).
 
-File format (``<data>/headrace-metadata.json``): ``{"version": 1, "cluster_id": str,
-"next_producer_id": int, "topics": {name: {"topic_id": uuid, "configs": {k: v},
-"partitions": [{"replicas": [...], "leader": n, "leader_epoch": n, "isr": [...],
-"partition_epoch": n}]}}}``. Written to a temporary file, fsynced and renamed over the old
-one (atomic on POSIX); a crash leaves either the old or the new document.
+Storage (``<data>/headrace-metadata.db``): SQLite in WAL mode with ``synchronous=FULL``,
+so a committed change survives power loss. Every change is ONE transaction touching only
+the rows it changes (creating a 10,000-partition topic is one ``executemany``, not a
+rewrite of everything): ``meta(key, value)`` holds ``cluster_id`` and
+``next_producer_id``; ``topics(name, topic_id, configs)`` (configs as a JSON object of
+overrides); ``partitions(topic, idx, replicas, leader, leader_epoch, isr,
+partition_epoch)``. Reads are served from memory; a write goes to SQLite first and only
+then to memory, so a write that fails (disk full, I/O error: ``MetadataWriteError``)
+leaves both the database and memory exactly as they were.
+
+Migration: a data dir of an older headrace holds ``headrace-metadata.json`` (one JSON
+document, ``{"version": 1, "cluster_id", "next_producer_id", "topics": {name:
+{"topic_id", "configs", "partitions": [...]}}}``). On the first start it is imported in
+the same transaction that creates the schema, then renamed to
+``headrace-metadata.json.migrated`` (kept as a backup; a crash between the two leaves the
+JSON, which is renamed at the next start since the database already holds the cluster).
 
 Thread-safety: none; called from the broker's event loop only.
 """
@@ -20,8 +31,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+import sqlite3
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,10 +61,10 @@ class PartitionState:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> PartitionState:
         return cls(
-            replicas=list(d["replicas"]),
+            replicas=[int(r) for r in d["replicas"]],
             leader=int(d["leader"]),
             leader_epoch=int(d["leader_epoch"]),
-            isr=list(d["isr"]),
+            isr=[int(r) for r in d["isr"]],
             partition_epoch=int(d["partition_epoch"]),
         )
 
@@ -77,7 +89,7 @@ class TopicState:
             name=name,
             topic_id=uuid.UUID(d["topic_id"]),
             partitions=[PartitionState.from_json(p) for p in d["partitions"]],
-            configs=dict(d.get("configs", {})),
+            configs={str(k): str(v) for k, v in dict(d.get("configs", {})).items()},
         )
 
 
@@ -121,7 +133,12 @@ class MetadataStore(Protocol):
 
 
 class MetadataError(Exception):
-    """The metadata file is unreadable (a clear message, never a silent reset)."""
+    """The metadata is unreadable (a clear message, never a silent reset)."""
+
+
+class MetadataWriteError(MetadataError):
+    """A change could not be persisted (disk full, I/O error). Nothing of it was applied:
+    neither the database nor the in-memory view changed."""
 
 
 def new_cluster_id() -> str:
@@ -129,51 +146,165 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS topics (name TEXT PRIMARY KEY, topic_id TEXT NOT NULL UNIQUE,"
+    " configs TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS partitions (topic TEXT NOT NULL, idx INTEGER NOT NULL,"
+    " replicas TEXT NOT NULL, leader INTEGER NOT NULL, leader_epoch INTEGER NOT NULL,"
+    " isr TEXT NOT NULL, partition_epoch INTEGER NOT NULL, PRIMARY KEY (topic, idx))"
+    " WITHOUT ROWID",
+)
+_INSERT_PARTITION = (
+    "INSERT INTO partitions (topic, idx, replicas, leader, leader_epoch, isr, partition_epoch)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+Tx = Callable[[sqlite3.Connection], object]
+
+
+def _partition_rows(
+    name: str, first: int, partitions: list[PartitionState]
+) -> list[tuple[Any, ...]]:
+    return [
+        (name, first + i, json.dumps(p.replicas), p.leader, p.leader_epoch, json.dumps(p.isr),
+         p.partition_epoch)
+        for i, p in enumerate(partitions)
+    ]
+
+
+def _copy(p: PartitionState) -> PartitionState:
+    return PartitionState(list(p.replicas), p.leader, p.leader_epoch, list(p.isr),
+                          p.partition_epoch)
+
+
 class LocalMetadataStore:
     """Single-node metadata, persisted in the data dir. See the module docstring."""
 
-    FILE_NAME = "headrace-metadata.json"
+    DB_NAME = "headrace-metadata.db"
+    FILE_NAME = "headrace-metadata.json"  # the format before SQLite: migrated on first start
+    BACKUP_SUFFIX = ".migrated"
 
     def __init__(self, data_dir: Path, self_broker: BrokerInfo, cluster_id: str = "") -> None:
-        self._path = data_dir / self.FILE_NAME
+        self._dir = data_dir
+        self._db_path = data_dir / self.DB_NAME
+        self._json_path = data_dir / self.FILE_NAME
         self._self = self_broker
         self._topics: dict[str, TopicState] = {}
         self._by_id: dict[uuid.UUID, TopicState] = {}
         self._next_producer_id = 1000
         self._cluster_id = cluster_id
-        if self._path.exists():
-            self._load()
-        else:
-            self._cluster_id = self._cluster_id or new_cluster_id()
-            self._save()
+        self._db = self._open(cluster_id)
 
-    def _load(self) -> None:
+    # ---------------------------------------------------------------- opening
+    def _open(self, cluster_id: str) -> sqlite3.Connection:
+        created = not self._db_path.exists()
         try:
-            doc = json.loads(self._path.read_text())
-            self._cluster_id = str(doc["cluster_id"])
-            self._next_producer_id = int(doc["next_producer_id"])
-            for name, t in doc["topics"].items():
-                ts = TopicState.from_json(name, t)
-                self._topics[name] = ts
-                self._by_id[ts.topic_id] = ts
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise MetadataError(f"cannot read cluster metadata {self._path}: {e}") from e
+            # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE ... COMMIT)
+            db = sqlite3.connect(self._db_path, isolation_level=None,
+                                 check_same_thread=False)
+        except sqlite3.Error as e:
+            raise MetadataError(f"cannot open cluster metadata {self._db_path}: {e}") from e
+        try:
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise MetadataError(f"cannot use WAL mode for {self._db_path} (got {mode})")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA foreign_keys=OFF")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for stmt in _SCHEMA:
+                    db.execute(stmt)
+                row = db.execute("SELECT value FROM meta WHERE key='cluster_id'").fetchone()
+                if row is None:
+                    if self._json_path.exists():
+                        self._import_json(db)
+                    else:
+                        self._cluster_id = cluster_id or new_cluster_id()
+                        db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
+                            ("cluster_id", self._cluster_id),
+                            ("next_producer_id", str(self._next_producer_id)),
+                        ])
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            self._load(db)
+        except sqlite3.Error as e:
+            db.close()
+            raise MetadataError(f"cannot read cluster metadata {self._db_path}: {e}") from e
+        except BaseException:
+            db.close()
+            raise
+        if created:
+            fsync_dir(self._dir)
+        if self._json_path.exists():  # imported now, or imported before a crash
+            os.replace(self._json_path, self._json_path.with_name(
+                self.FILE_NAME + self.BACKUP_SUFFIX))
+            fsync_dir(self._dir)
+        return db
 
-    def _save(self) -> None:
-        doc = {
-            "version": 1,
-            "cluster_id": self._cluster_id,
-            "next_producer_id": self._next_producer_id,
-            "topics": {name: t.to_json() for name, t in self._topics.items()},
-        }
-        tmp = self._path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path)
-        fsync_dir(self._path.parent)
+    def _import_json(self, db: sqlite3.Connection) -> None:
+        try:
+            doc = json.loads(self._json_path.read_text())
+            cluster_id = str(doc["cluster_id"])
+            next_pid = int(doc["next_producer_id"])
+            topics = [TopicState.from_json(str(name), t) for name, t in doc["topics"].items()]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise MetadataError(
+                f"cannot read cluster metadata {self._json_path}: {e}") from e
+        db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
+            ("cluster_id", cluster_id), ("next_producer_id", str(next_pid))])
+        for t in topics:
+            db.execute("INSERT INTO topics (name, topic_id, configs) VALUES (?, ?, ?)",
+                       (t.name, str(t.topic_id), json.dumps(t.configs)))
+            db.executemany(_INSERT_PARTITION, _partition_rows(t.name, 0, t.partitions))
 
+    def _load(self, db: sqlite3.Connection) -> None:
+        try:
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            self._cluster_id = str(meta["cluster_id"])
+            self._next_producer_id = int(meta["next_producer_id"])
+            topics: dict[str, TopicState] = {}
+            for name, topic_id, configs in db.execute(
+                    "SELECT name, topic_id, configs FROM topics"):
+                topics[name] = TopicState(name, uuid.UUID(topic_id), [], dict(json.loads(configs)))
+            for name, idx, replicas, leader, epoch, isr, pepoch in db.execute(
+                    "SELECT topic, idx, replicas, leader, leader_epoch, isr, partition_epoch"
+                    " FROM partitions ORDER BY topic, idx"):
+                t = topics[name]
+                if idx != len(t.partitions):
+                    raise ValueError(f"topic {name!r} lacks partition {len(t.partitions)}")
+                t.partitions.append(PartitionState(
+                    json.loads(replicas), int(leader), int(epoch), json.loads(isr), int(pepoch)))
+        except (ValueError, KeyError, TypeError) as e:
+            raise MetadataError(f"cannot read cluster metadata {self._db_path}: {e}") from e
+        self._topics = topics
+        self._by_id = {t.topic_id: t for t in topics.values()}
+
+    def close(self) -> None:
+        self._db.close()
+
+    # ---------------------------------------------------------------- writing
+    def _write(self, tx: Tx) -> None:
+        """Run ``tx`` in one committed transaction (fsynced: WAL, synchronous=FULL), or
+        roll it back and raise ``MetadataWriteError``. Callers change memory only after."""
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                tx(db)
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as e:
+            raise MetadataWriteError(f"cannot write cluster metadata {self._db_path}: {e}") from e
+        except OSError as e:
+            raise MetadataWriteError(f"cannot write cluster metadata {self._db_path}: {e}") from e
+
+    # ---------------------------------------------------------------- reading
     @property
     def cluster_id(self) -> str:
         return self._cluster_id
@@ -187,38 +318,74 @@ class LocalMetadataStore:
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicState | None:
         return self._by_id.get(topic_id)
 
+    def partition_count(self) -> int:
+        """Partitions of every topic (this single node hosts them all)."""
+        return sum(len(t.partitions) for t in self._topics.values())
+
+    # ---------------------------------------------------------------- changing
     def create_topic(
-        self, name: str, partitions: list[PartitionState], configs: Mapping[str, str]
+        self, name: str, partitions: list[PartitionState], configs: Mapping[str, str],
+        topic_id: uuid.UUID | None = None,
     ) -> TopicState:
         if name in self._topics:
             raise KeyError(name)
-        ts = TopicState(name, uuid.uuid4(), list(partitions), dict(configs))
+        ts = TopicState(name, topic_id or uuid.uuid4(), [_copy(p) for p in partitions],
+                        dict(configs))
+
+        def tx(db: sqlite3.Connection) -> None:
+            db.execute("INSERT INTO topics (name, topic_id, configs) VALUES (?, ?, ?)",
+                       (name, str(ts.topic_id), json.dumps(ts.configs)))
+            db.executemany(_INSERT_PARTITION, _partition_rows(name, 0, ts.partitions))
+
+        self._write(tx)
         self._topics[name] = ts
         self._by_id[ts.topic_id] = ts
-        self._save()
         return ts
 
     def delete_topic(self, name: str) -> None:
-        ts = self._topics.pop(name)
+        ts = self._topics[name]
+
+        def tx(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM partitions WHERE topic = ?", (name,))
+            db.execute("DELETE FROM topics WHERE name = ?", (name,))
+
+        self._write(tx)
+        del self._topics[name]
         self._by_id.pop(ts.topic_id, None)
-        self._save()
 
     def add_partitions(self, name: str, partitions: list[PartitionState]) -> None:
-        self._topics[name].partitions.extend(partitions)
-        self._save()
+        ts = self._topics[name]
+        new = [_copy(p) for p in partitions]
+        first = len(ts.partitions)
+        self._write(lambda db: db.executemany(
+            _INSERT_PARTITION, _partition_rows(name, first, new)))
+        ts.partitions.extend(new)
 
     def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
-        self._topics[name].configs = dict(configs)
-        self._save()
+        ts = self._topics[name]
+        new = dict(configs)
+        self._write(lambda db: db.execute(
+            "UPDATE topics SET configs = ? WHERE name = ?", (json.dumps(new), name)))
+        ts.configs = new
 
     def update_partition(self, name: str, index: int, state: PartitionState) -> None:
-        self._topics[name].partitions[index] = state
-        self._save()
+        ts = self._topics[name]
+        if not 0 <= index < len(ts.partitions):
+            raise IndexError(index)
+        new = _copy(state)
+        self._write(lambda db: db.execute(
+            "UPDATE partitions SET replicas = ?, leader = ?, leader_epoch = ?, isr = ?,"
+            " partition_epoch = ? WHERE topic = ? AND idx = ?",
+            (json.dumps(new.replicas), new.leader, new.leader_epoch, json.dumps(new.isr),
+             new.partition_epoch, name, index)))
+        ts.partitions[index] = new
 
     def allocate_producer_ids(self, count: int) -> int:
         first = self._next_producer_id
-        self._next_producer_id += count
-        self._save()
+        after = first + count
+        self._write(lambda db: db.execute(
+            "UPDATE meta SET value = ? WHERE key = 'next_producer_id'", (str(after),)))
+        self._next_producer_id = after
         return first
 
     def live_brokers(self) -> list[BrokerInfo]:

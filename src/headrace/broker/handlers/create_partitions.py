@@ -1,8 +1,17 @@
-"""CreatePartitions (37): grow a topic's partition count."""
+"""CreatePartitions (37): grow a topic's partition count.
+
+Each topic is its own result, all or nothing; the partition limit is checked for the
+whole request first and the new directories are made in a worker thread
+(``TopicAdmin.create_partitions``). A null topics array answers an empty result; a null
+broker id list in an assignment answers INVALID_REQUEST for its topic (null
+``assignments`` is legal: the broker assigns).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.topics import TopicError
@@ -11,20 +20,30 @@ if TYPE_CHECKING:
     from headrace.broker.server import Broker
 
 
+def _request(t: Any, duplicate: bool) -> tuple[str, int, list[list[int]] | None] | TopicError:
+    if duplicate:
+        return TopicError(ErrorCode.invalid_request, "Duplicate topic in request.")
+    if t.assignments is None:
+        return (str(t.name), int(t.count), None)
+    if any(a.broker_ids is None for a in t.assignments):
+        return TopicError(ErrorCode.invalid_request,
+                          "broker_ids of an assignment must not be null")
+    return (str(t.name), int(t.count), [[int(b) for b in a.broker_ids] for a in t.assignments])
+
+
 @handler(37, "CreatePartitions", 0, 3)
 async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    requested = list(req.topics) if req.topics is not None else []
+    seen: dict[str, int] = {}
+    for t in requested:
+        seen[t.name] = seen.get(t.name, 0) + 1
+    outcomes = await broker.topics.create_partitions(
+        [_request(t, seen[t.name] > 1) for t in requested], bool(req.validate_only))
     results = []
-    for t in req.topics:
+    for t, outcome in zip(requested, outcomes, strict=True):
         entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
+        if outcome is not None:
+            entry["error_code"] = outcome.error_code
+            entry["error_message"] = outcome.message
         results.append(entry)
-        assignment = (
-            [[int(b) for b in a.broker_ids] for a in t.assignments]
-            if t.assignments is not None else None
-        )
-        try:
-            broker.topics.add_partitions(t.name, int(t.count), assignment,
-                                         bool(req.validate_only))
-        except TopicError as e:
-            entry["error_code"] = e.error_code
-            entry["error_message"] = e.message
     return ctx.response({"throttle_time": 0, "results": results})

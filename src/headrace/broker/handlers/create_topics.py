@@ -1,4 +1,12 @@
-"""CreateTopics (19): partitions, replication factor or explicit assignment, configs."""
+"""CreateTopics (19): partitions, replication factor or explicit assignment, configs.
+
+Each topic is its own result and is created all or nothing; the partition limit is
+checked for the whole request before anything is created (``TopicAdmin.create_topics``),
+and the directories and logs are made in a worker thread, so a big create does not stall
+other clients. Arrays a client sends as null (the request's topics, a topic's configs or
+assignments, an assignment's broker ids) are answered with INVALID_REQUEST for that topic,
+never an exception.
+"""
 
 from __future__ import annotations
 
@@ -9,68 +17,70 @@ from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.handlers.describe_configs import topic_config_entries
-from headrace.broker.topics import TopicError
+from headrace.broker.topics import TopicError, TopicPlan, TopicSpec
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
 
 
+def _spec(t: Any, duplicate: bool) -> TopicSpec | TopicError:
+    """The request's entry as a TopicSpec, or the error it gets before any validation."""
+    if duplicate:
+        return TopicError(ErrorCode.invalid_request,
+                          f"Duplicate topic name {t.name!r} in the request")
+    if t.configs is None:
+        return TopicError(ErrorCode.invalid_request, "configs must not be null")
+    if t.assignments is None:
+        return TopicError(ErrorCode.invalid_request, "assignments must not be null")
+    assignment = None
+    if t.assignments:
+        if t.num_partitions != -1 or t.replication_factor != -1:
+            return TopicError(ErrorCode.invalid_request,
+                              "Both numPartitions or replicationFactor and "
+                              "replicasAssignments were set.")
+        if any(a.broker_ids is None for a in t.assignments):
+            return TopicError(ErrorCode.invalid_request,
+                              "broker_ids of an assignment must not be null")
+        ordered = sorted(t.assignments, key=lambda a: a.partition_index)
+        if [a.partition_index for a in ordered] != list(range(len(ordered))):
+            return TopicError(ErrorCode.invalid_replica_assignment,
+                              "Partitions must be numbered 0..n-1")
+        assignment = [[int(b) for b in a.broker_ids] for a in ordered]
+    configs = {c.name: c.value for c in t.configs}
+    return TopicSpec(str(t.name) if t.name is not None else "", int(t.num_partitions),
+                     int(t.replication_factor), configs, assignment)
+
+
 @handler(19, "CreateTopics", 2, 7)
 async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    results = []
+    requested = list(req.topics) if req.topics is not None else []
     seen: dict[str, int] = {}
-    for t in req.topics:
+    for t in requested:
         seen[t.name] = seen.get(t.name, 0) + 1
-    for t in req.topics:
+    specs = [_spec(t, seen[t.name] > 1) for t in requested]
+    outcomes = await broker.topics.create_topics(specs, bool(req.validate_only))
+    results = []
+    for t, outcome in zip(requested, outcomes, strict=True):
         entry: dict[str, Any] = {"name": t.name, "topic_id": uuid.UUID(int=0),
                                  "error_code": 0, "error_message": None,
                                  "topic_config_error_code": 0, "num_partitions": -1,
                                  "replication_factor": -1, "configs": None}
         results.append(entry)
-        if seen[t.name] > 1:
-            entry["error_code"] = ErrorCode.invalid_request
-            entry["error_message"] = f"Duplicate topic name {t.name!r} in the request"
-            continue
-        assignment = None
-        if t.assignments:
-            if t.num_partitions != -1 or t.replication_factor != -1:
-                entry["error_code"] = ErrorCode.invalid_request
-                entry["error_message"] = ("Both numPartitions or replicationFactor and "
-                                          "replicasAssignments were set.")
-                continue
-            ordered = sorted(t.assignments, key=lambda a: a.partition_index)
-            if [a.partition_index for a in ordered] != list(range(len(ordered))):
-                entry["error_code"] = ErrorCode.invalid_replica_assignment
-                entry["error_message"] = "Partitions must be numbered 0..n-1"
-                continue
-            assignment = [[int(b) for b in a.broker_ids] for a in ordered]
-        configs = {c.name: c.value for c in t.configs}
-        try:
-            topic = broker.topics.create(
-                t.name, int(t.num_partitions), int(t.replication_factor), configs,
-                assignment=assignment, validate_only=bool(req.validate_only),
+        if isinstance(outcome, TopicError):
+            entry["error_code"] = outcome.error_code
+            entry["error_message"] = outcome.message
+        elif isinstance(outcome, TopicPlan):  # validate_only
+            entry.update(num_partitions=len(outcome.states),
+                         replication_factor=outcome.replication_factor)
+        else:
+            entry.update(
+                topic_id=outcome.topic_id,
+                num_partitions=len(outcome.partitions),
+                replication_factor=len(outcome.partitions[0].replicas),
+                configs=[
+                    {"name": c["name"], "value": c["value"], "read_only": False,
+                     "config_source": c["config_source"], "is_sensitive": False}
+                    for c in topic_config_entries(broker, outcome.name, None)
+                ],
             )
-        except TopicError as e:
-            entry["error_code"] = e.error_code
-            entry["error_message"] = e.message
-            continue
-        if topic is None:  # validate_only
-            nparts = int(t.num_partitions) if t.num_partitions != -1 else int(
-                broker.config["num.partitions"])
-            rf = int(t.replication_factor) if t.replication_factor != -1 else int(
-                broker.config["default.replication.factor"])
-            if assignment:
-                nparts, rf = len(assignment), len(assignment[0])
-            entry.update(num_partitions=nparts, replication_factor=rf)
-            continue
-        entry.update(
-            topic_id=topic.topic_id,
-            num_partitions=len(topic.partitions),
-            replication_factor=len(topic.partitions[0].replicas),
-            configs=[
-                {"name": c["name"], "value": c["value"], "read_only": False,
-                 "config_source": c["config_source"], "is_sensitive": False}
-                for c in topic_config_entries(broker, topic.name, None)
-            ],
-        )
     return ctx.response({"throttle_time": 0, "topics": results})
