@@ -79,7 +79,7 @@ def worker_main(argv: list[str]) -> None:
         def handle(item: Item, _out: Any) -> None:
             rec = item.source
             os.write(out, f"{rec.partition} {rec.offset}\n".encode())
-            time.sleep(0.003)  # the work itself, not a synchronisation
+            time.sleep(0.01)  # the work itself, not a synchronisation
             sink.write(idempotent_key(rec.topic, rec.partition, rec.offset), rec.value)
     else:
         store = SqliteOffsetStore(args.db, args.group)
@@ -225,22 +225,24 @@ def test_idempotent_sink_absorbs_the_replay_after_kill_9(broker: BrokerProcess,
     record, with that record's value."""
     topic, group = f"eo-sink-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
     acked = create_and_fill(broker.bootstrap, topic)
-    first = Worker("sink", broker, topic, group, tmp_path, "first", 1000).start()
+    first = Worker("sink", broker, topic, group, tmp_path, "first", 300).start()
 
     def past_last_commit() -> bool:
+        # the restart resumes at each partition's last commit (earliest without one): what
+        # was processed at or past it is what the restart will process again
         first.alive()
         commits = first.last_commits()
         done = first.processed()
-        beyond = [(p, o) for p, o in done if o >= commits.get(p, 1 << 62)]
-        return len(commits) == PARTITIONS and len(beyond) >= 20 and len(done) < len(acked)
+        beyond = [(p, o) for p, o in done if o >= commits.get(p, 0)]
+        return bool(commits) and len(beyond) >= 20 and len(done) < len(acked)
 
     try:
         wait_until(past_last_commit, 30, 0.01,
-                   "a commit of both partitions and 20 records processed past it")
+                   "a commit, and 20 records processed past the commits")
     finally:
         first.kill9()
     committed_at_kill = first.last_commits()
-    second = Worker("sink", broker, topic, group, tmp_path, "second", 1000).start()
+    second = Worker("sink", broker, topic, group, tmp_path, "second", 300).start()
     db = tmp_path / "results.sqlite"
     try:
         wait_until(lambda: second.alive() and db_rows(db, "SELECT count(*) FROM results")
@@ -252,7 +254,7 @@ def test_idempotent_sink_absorbs_the_replay_after_kill_9(broker: BrokerProcess,
     replays = [po for po, n in Counter(runs).items() if n > 1]
     assert replays, "no record was processed twice: the sink's idempotence went untested"
     # the restart resumed at the last commit: only records at or after it came again
-    assert all(o >= committed_at_kill[p] for p, o in second.processed())
+    assert all(o >= committed_at_kill.get(p, 0) for p, o in second.processed())
     want = {f"{topic}/{p}/{o}": v for (p, o), v in acked.items()}
     rows = db_rows(db, "SELECT key, value FROM results")
     assert len(rows) == len(want)
