@@ -47,6 +47,7 @@ class MemoryPool:
                                       if small_frame_bytes is None else small_frame_bytes)
             self.small_frame_bytes = min(self.small_frame_bytes, self.headroom)
         self.used = 0
+        self.peak = 0  # highest ``used`` since the caller last reset it
         self._waiters: collections.OrderedDict[Hashable, int] = collections.OrderedDict()
         self._granted: dict[Hashable, int] = {}
 
@@ -92,6 +93,7 @@ class MemoryPool:
                 and self._fits(n):
             self._waiters.pop(owner, None)
             self.used += n
+            self.peak = max(self.peak, self.used)
             return True
         if not queued:
             self._waiters[owner] = n
@@ -116,6 +118,7 @@ class MemoryPool:
             if (is_small or not large_blocked) and self._fits(n):
                 del self._waiters[owner]
                 self.used += n
+                self.peak = max(self.peak, self.used)
                 self._granted[owner] = n
                 woken.append(owner)
             elif not is_small:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ctypes
 import errno
 import logging
 import os
@@ -46,6 +47,19 @@ QUEUE_HIGH_WATER = 64
 LOG_PACE_S = 10.0  # at most one line per this many seconds for a repeated event
 FLUSH_SCHEDULER_INTERVAL_MS = 1000  # how often flush.ms is checked between appends
 _IOV_MAX = 1024  # Linux's limit on writev's buffer count
+
+
+TRIM_AFTER_BYTES = 16 * 1024 * 1024
+
+
+def _find_malloc_trim() -> Any:
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_malloc_trim = _find_malloc_trim()
 
 
 class StartupError(Exception):
@@ -504,6 +518,7 @@ class Broker:
                 await asyncio.wait_for(self._stopped.wait(), interval)
             if self.stopping:
                 return
+            self._maybe_trim()
             now = self.now()
             last = {c: c.idle_check(now) for c in self.connections if not c.closed}
             idle = idle_connections(now, last, self.idle_s)
@@ -512,6 +527,16 @@ class Broker:
             if idle:
                 log.info("closed %d connection(s) idle for over %d ms (e.g. %s)", len(idle),
                          int(self.idle_s * 1000), idle[0].peer)
+
+    def _maybe_trim(self) -> None:
+        """After a burst of request memory has gone back to the pool, ask glibc to return
+        its free heap to the kernel (frames of 1 MiB and more are mappings of their own
+        and go back by themselves; smaller ones and read buffers come from the heap)."""
+        pool = self.memory_pool
+        if pool.peak >= TRIM_AFTER_BYTES and pool.used <= pool.peak // 4:
+            pool.peak = pool.used
+            if _malloc_trim is not None:
+                _malloc_trim(0)
 
     def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """asyncio retries ``accept()`` every second on EMFILE/ENFILE and reports each
