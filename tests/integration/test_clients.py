@@ -84,31 +84,58 @@ def test_record_near_message_max_bytes(broker: BrokerProcess, topic_name: str,
 
 
 def test_batch_over_message_max_bytes_is_rejected(broker: BrokerProcess, topic_name: str) -> None:
-    """MESSAGE_TOO_LARGE, and the partition keeps working."""
-    from confluent_kafka import KafkaException, Producer
+    """MESSAGE_TOO_LARGE from the broker (the topic's max.message.bytes), and the partition
+    keeps working."""
+    from confluent_kafka import KafkaError, Producer
 
     create_topic("confluent", broker.bootstrap, topic_name, 1,
                  {"max.message.bytes": "10000"})
+    # the client's own limit is far above the record: only the broker can refuse it
     p = Producer({"bootstrap.servers": broker.bootstrap, "message.max.bytes": 1_000_000,
                   "compression.type": "none", "message.send.max.retries": 0})
     errors: list[object] = []
     p.produce(topic_name, b"x" * 20_000, partition=0,
               on_delivery=lambda err, msg: errors.append(err))
-    p.flush(15)
+    assert p.flush(15) == 0
     assert len(errors) == 1 and errors[0] is not None
-    assert "MSG_SIZE_TOO_LARGE" in str(errors[0]) or "too large" in str(errors[0]).lower()
-    del KafkaException
+    assert errors[0].code() == KafkaError.MSG_SIZE_TOO_LARGE, errors[0]  # type: ignore[attr-defined]
     produce("confluent", broker.bootstrap, topic_name, [Rec(0, None, b"small")])
     got = consume("confluent", broker.bootstrap, topic_name, [0], 1)
     assert [r.value for r in got] == [b"small"]
 
 
+def _batch_producer_fields(bootstrap: str, topic: str, partition: int
+                           ) -> list[tuple[int, int, int, int]]:
+    """(base offset, producer id, producer epoch, base sequence) of every stored batch, read
+    on the wire (the clients hide them)."""
+    from aiokafka.record.memory_records import MemoryRecords
+
+    from tests.kafka_wire import WireClient
+
+    with WireClient.to(bootstrap) as wc:
+        resp = wc.request(1, 12, {
+            "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+            "isolation_level": 0, "forgotten_topics_data": [],
+            "topics": [{"topic": topic, "partitions": [{
+                "partition": partition, "fetch_offset": 0,
+                "partition_max_bytes": 1 << 20}]}]})
+    (part,) = resp.responses[0].partitions
+    out = []
+    mr = MemoryRecords(bytes(part.records or b""))
+    while (batch := mr.next_batch()) is not None:
+        out.append((batch.base_offset, batch.producer_id, batch.producer_epoch,
+                    batch.base_sequence))
+    return out
+
+
 def test_kafka_python_default_idempotent_producer(broker: BrokerProcess, topic_name: str) -> None:
-    """kafka-python 3.x is idempotent by default (InitProducerId, sequences)."""
+    """R-PROTO-7: kafka-python 3.x is idempotent by default: it gets a producer id
+    (InitProducerId) and numbers its batches; the stored batches carry that id and
+    sequences that follow the offsets, and every record is there once."""
     from kafka import KafkaProducer
 
     create_topic("kafka-python", broker.bootstrap, topic_name, 2)
-    p = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
     try:
         futs = [p.send(topic_name, value=f"v{i}".encode(), partition=i % 2) for i in range(100)]
         p.flush(30)
@@ -118,3 +145,12 @@ def test_kafka_python_default_idempotent_producer(broker: BrokerProcess, topic_n
     assert sorted(m.offset for m in mds if m.partition == 0) == list(range(50))
     got = consume("kafka-python", broker.bootstrap, topic_name, [0, 1], 100)
     assert sorted(r.value for r in got) == sorted(f"v{i}".encode() for i in range(100))
+    pids = set()
+    for partition in (0, 1):
+        batches = _batch_producer_fields(broker.bootstrap, topic_name, partition)
+        assert batches, f"partition {partition}: no batch"
+        for base_offset, pid, epoch, base_seq in batches:
+            assert pid >= 0 and epoch >= 0, "a batch without a producer id: not idempotent"
+            assert base_seq == base_offset  # one producer, sequences from 0 per partition
+            pids.add(pid)
+    assert len(pids) == 1
