@@ -1,18 +1,35 @@
-"""Topic rules (names, replica assignment) and the local metadata store (R-REP-1, R-REP-9)."""
+"""Topic rules (names, replica assignment), the local metadata store (R-REP-1, R-REP-9) and
+TopicAdmin's all-or-nothing creates and partition limit (issue 8 items 2 and 9, R-NF-1)."""
 
+import asyncio
+import errno
 import json
+import os
 import uuid
+from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from headrace.broker.replica_manager import ReplicaManager, TopicPartition
+from headrace.broker.server import make_config
 from headrace.broker.topics import (
+    TopicAdmin,
     TopicError,
+    TopicSpec,
     assign_replicas,
     validate_configs,
     validate_topic_name,
 )
-from headrace.metadata.store import BrokerInfo, LocalMetadataStore, MetadataError, PartitionState
+from headrace.clock import ManualClock
+from headrace.metadata.store import (
+    BrokerInfo,
+    LocalMetadataStore,
+    MetadataError,
+    MetadataWriteError,
+    PartitionState,
+    TopicState,
+)
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "bad name", "x" * 250, "a/b", "ü"])
@@ -67,3 +84,167 @@ def test_unreadable_metadata_is_a_clear_error(tmp_path) -> None:
     (tmp_path / LocalMetadataStore.FILE_NAME).write_text(json.dumps({"topics": {}}))
     with pytest.raises(MetadataError):
         LocalMetadataStore(tmp_path, BrokerInfo(0, "h", 1))
+
+
+# ---------------------------------------------------------------- TopicAdmin: all or nothing
+
+def make_admin(tmp_path: Path, **config: str) -> TopicAdmin:
+    cfg = make_config(tmp_path, **config)
+    store = LocalMetadataStore(tmp_path, BrokerInfo(cfg.node_id, "127.0.0.1", 9092))
+    return TopicAdmin(cfg, store, ReplicaManager(tmp_path, cfg, store, ManualClock()))
+
+
+def partition_dirs(tmp_path: Path) -> list[str]:
+    return sorted(d.name for d in tmp_path.iterdir() if d.is_dir())
+
+
+def nothing_of(admin: TopicAdmin, tmp_path: Path, name: str) -> None:
+    assert admin.metadata.topic(name) is None
+    assert not [tp for tp in admin.replicas.partitions if tp.topic == name]
+    assert not [d for d in partition_dirs(tmp_path) if d.startswith(name + "-")]
+    reopened = LocalMetadataStore(tmp_path, BrokerInfo(0, "h", 1))
+    assert reopened.topic(name) is None
+
+
+def enospc(*args: object, **kwargs: object) -> None:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_failed_metadata_save_leaves_no_half_created_topic(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 8 item 2: a metadata save failing (ENOSPC) leaves nothing: not in memory, not
+    in the store, no directories; the error is KAFKA_STORAGE_ERROR, and the same create
+    works once the disk has room (R-LOG-4)."""
+    admin = make_admin(tmp_path)
+    store = admin.metadata
+    assert isinstance(store, LocalMetadataStore)
+
+    def full(tx: object) -> None:
+        raise MetadataWriteError("cannot write cluster metadata: database or disk is full")
+
+    monkeypatch.setattr(store, "_write", full)
+    with pytest.raises(TopicError) as info:
+        admin.create("t", 3, 1, {})
+    assert info.value.error_code == ErrorCode.kafka_storage_error
+    assert "disk is full" in info.value.message
+    nothing_of(admin, tmp_path, "t")
+    monkeypatch.undo()
+    topic = admin.create("t", 3, 1, {})
+    assert topic is not None and admin.metadata.topic("t") is topic
+    assert sorted(tp.partition for tp in admin.replicas.partitions) == [0, 1, 2]
+    assert partition_dirs(tmp_path) == ["t-0", "t-1", "t-2"]
+
+
+def test_failed_directory_creation_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENOSPC on the third partition directory: the two made are removed, the metadata
+    never hears of the topic (issue 8 item 2)."""
+    admin = make_admin(tmp_path)
+    real_mkdir = os.mkdir
+    made: list[str] = []
+
+    def mkdir(path: object, *args: object, **kwargs: object) -> None:
+        if len(made) == 2:
+            enospc()
+        made.append(str(path))
+        real_mkdir(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    with pytest.raises(TopicError) as info:
+        admin.create("t", 5, 1, {})
+    assert info.value.error_code == ErrorCode.kafka_storage_error
+    assert len(made) == 2
+    nothing_of(admin, tmp_path, "t")
+
+
+def test_create_topics_off_the_loop_each_topic_all_or_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CreateTopics with three topics where the second one's metadata save fails: the first
+    and third exist whole, the second not at all (issue 8 items 2 and 9)."""
+    admin = make_admin(tmp_path)
+    store = admin.metadata
+    assert isinstance(store, LocalMetadataStore)
+    real_write = store._write
+    calls = []
+
+    def write(tx: object) -> None:
+        calls.append(tx)
+        if len(calls) == 2:  # the second topic's commit
+            raise MetadataWriteError("disk is full")
+        real_write(tx)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "_write", write)
+    specs = [TopicSpec("a", 2, 1), TopicSpec("b", 4, 1), TopicSpec("c", 1, 1)]
+    out = asyncio.run(admin.create_topics(specs, validate_only=False))
+    assert [type(o).__name__ for o in out] == ["TopicState", "TopicError", "TopicState"]
+    assert out[1].error_code == ErrorCode.kafka_storage_error  # type: ignore[union-attr]
+    monkeypatch.undo()
+    nothing_of(admin, tmp_path, "b")
+    assert admin.replicas.get(TopicPartition("a", 1)) is not None
+    out = asyncio.run(admin.create_topics([TopicSpec("b", 4, 1)], validate_only=False))
+    assert isinstance(out[0], TopicState)
+    assert partition_dirs(tmp_path) == ["a-0", "a-1", "b-0", "b-1", "b-2", "b-3", "c-0"]
+
+
+def test_leftover_directories_are_not_adopted(tmp_path: Path) -> None:
+    """A directory of a topic the metadata does not know (a crash before the metadata
+    commit, or mid-delete) is removed before a create of that name: a new topic never
+    adopts old files (issue 8 items 2 and 4)."""
+    admin = make_admin(tmp_path)
+    old = tmp_path / "t-0"
+    old.mkdir()
+    (old / "00000000000000000000.log").write_bytes(b"x" * 100)
+    admin.create("t", 1, 1, {})
+    p = admin.replicas.get(TopicPartition("t", 0))
+    assert p is not None and p.log.log_end_offset == 0
+    assert not (tmp_path / "t-0" / "00000000000000000000.log").read_bytes().startswith(b"x")
+
+
+def test_partition_limit_refuses_the_whole_request_up_front(tmp_path: Path) -> None:
+    """max.broker.partitions (issue 8 item 9): topics that would together take the broker
+    past it are all refused with POLICY_VIOLATION before anything is created, validate_only
+    too; single topics and CreatePartitions too; topics within the limit still work."""
+    admin = make_admin(tmp_path, **{"max.broker.partitions": "10"})
+    admin.create("base", 4, 1, {})
+    specs = [TopicSpec("x", 3, 1), TopicSpec("y", 4, 1)]
+    for validate_only in (True, False):
+        out = asyncio.run(admin.create_topics(specs, validate_only=validate_only))
+        assert all(isinstance(o, TopicError) and o.error_code == ErrorCode.policy_violation
+                   for o in out)
+        assert "max.broker.partitions=10" in out[0].message  # type: ignore[union-attr]
+    assert set(admin.metadata.topics()) == {"base"}
+    assert partition_dirs(tmp_path) == [f"base-{i}" for i in range(4)]
+    admin.auto_create("auto")  # num.partitions (1) fits: 5 partitions now
+    with pytest.raises(TopicError) as info:
+        admin.create("z", 6, 1, {})
+    assert info.value.error_code == ErrorCode.policy_violation
+    out2 = asyncio.run(admin.create_partitions([("base", 20, None)], validate_only=False))
+    assert out2[0] is not None and out2[0].error_code == ErrorCode.policy_violation
+    assert len(admin.metadata.topic("base").partitions) == 4  # type: ignore[union-attr]
+    out2 = asyncio.run(admin.create_partitions([("base", 9, None)], validate_only=False))
+    assert out2 == [None]
+    assert len(admin.metadata.topic("base").partitions) == 9  # type: ignore[union-attr]
+    assert admin.hosted_partitions() == 10
+
+
+def test_failed_create_partitions_leaves_the_topic_as_it_was(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CreatePartitions whose metadata save fails: no new partition in memory, store or
+    on disk; the existing partitions keep serving (issue 8 item 2)."""
+    admin = make_admin(tmp_path)
+    admin.create("t", 2, 1, {})
+    store = admin.metadata
+    assert isinstance(store, LocalMetadataStore)
+
+    def full(tx: object) -> None:
+        raise MetadataWriteError("disk is full")
+
+    monkeypatch.setattr(store, "_write", full)
+    out = asyncio.run(admin.create_partitions([("t", 6, None)], validate_only=False))
+    assert out[0] is not None and out[0].error_code == ErrorCode.kafka_storage_error
+    monkeypatch.undo()
+    assert len(store.topic("t").partitions) == 2  # type: ignore[union-attr]
+    assert partition_dirs(tmp_path) == ["t-0", "t-1"]
+    assert sorted(tp.partition for tp in admin.replicas.partitions) == [0, 1]
+    assert asyncio.run(admin.create_partitions([("t", 6, None)], validate_only=False)) == [None]
+    assert partition_dirs(tmp_path) == [f"t-{i}" for i in range(6)]
