@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+from pathlib import Path
 
 import crc32c
 import pytest
@@ -306,3 +307,89 @@ def test_decode_records_with_headers_and_compression() -> None:
         recs = decode_records(raw)
         assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in recs] == [
             (3, 5, b"k", b"v", (("h", b"x"), ("n", None))), (4, 9, None, None, ())]
+
+
+BOMB = Path(__file__).parents[1] / "fuzz" / "corpus" / "batches" / (
+    "invalid_record--zstd-bomb-1.5GiB.bin")
+
+
+def test_decompression_is_bounded_and_a_bomb_is_refused() -> None:
+    """R-NF-1 (issue 8): a 48 KB zstd batch inflating to 1.5 GiB is refused with
+    INVALID_RECORD after at most the cap is written (not 1.5 GiB), quickly; the timestamp
+    search answers such a stored batch at batch level instead of failing."""
+    import resource
+    import time
+
+    bomb = BOMB.read_bytes()
+    h = R.read_header(bomb)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.monotonic()
+    with pytest.raises(R.InvalidRecordError) as e:
+        R.inflate(h.compression, memoryview(bomb)[R.HEADER_SIZE:], 1 << 20)
+    assert _code(e) == ErrorCode.invalid_record
+    with pytest.raises(R.InvalidRecordError):
+        R.decode_records(bomb)
+    assert R.record_timestamps(bomb) == [(h.base_offset, h.max_timestamp)]
+    assert time.monotonic() - start < 5
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mb < R.DEFAULT_INFLATE_LIMIT / 2**20 + 32, grown_mb
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_inflate_limit_is_exact(codec: str) -> None:
+    """The cap admits records of exactly ``limit`` bytes and refuses one byte more."""
+    from tests.batches import compress
+
+    data = bytes(range(256)) * 40
+    block = compress(codec, data)
+    assert bytes(R.inflate(CODECS[codec], block, len(data))) == data
+    with pytest.raises(R.InvalidRecordError) as e:
+        R.inflate(CODECS[codec], block, len(data) - 1)
+    assert _code(e) == ErrorCode.invalid_record
+
+
+def test_xerial_snappy_chunks_are_checked_before_decompressing() -> None:
+    """Java's xerial framing: each chunk's length and claimed output are checked first."""
+    import cramjam
+
+    data = b"abc" * 1000
+    chunk = bytes(cramjam.snappy.compress_raw(data))
+    framed = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+    good = framed + struct.pack(">i", len(chunk)) + chunk
+    assert bytes(R.inflate(R.CODEC_SNAPPY, good)) == data
+    assert bytes(R.inflate(R.CODEC_SNAPPY, good + struct.pack(">i", len(chunk)) + chunk)) == (
+        data * 2)
+    for bad, code in [
+        (framed + struct.pack(">i", 2**31 - 1) + chunk, ErrorCode.corrupt_message),  # torn
+        (framed + struct.pack(">i", -5) + chunk, ErrorCode.corrupt_message),
+        (framed + b"\x00\x00", ErrorCode.corrupt_message),
+        (good, ErrorCode.invalid_record),  # over a tiny cap
+    ]:
+        with pytest.raises(R.InvalidRecordError) as e:
+            R.inflate(R.CODEC_SNAPPY, bad, 100 if bad is good else R.DEFAULT_INFLATE_LIMIT)
+        assert _code(e) == code
+
+
+def test_scan_records_walks_every_record_in_bulk() -> None:
+    """R-LOG-3: the bulk walker reads each record's fields, headers included, and names the
+    first broken record."""
+    rows: list[tuple[bytes | None, bytes | None, int, list[tuple[str, bytes | None]]]] = [
+        (None if i % 4 == 0 else b"k%d" % i, None if i % 5 == 0 else b"v" * (i % 200),
+         1_000 + 7 * i, [(f"h{j}", b"x" * j) for j in range(i % 3)])
+        for i in range(500)
+    ]
+    batch = make_batch(rows)
+    h = R.read_header(batch)
+    scan = R.scan_records(memoryview(batch)[R.HEADER_SIZE:], h.records_count)
+    assert scan.offset_delta.tolist() == list(range(500))
+    assert scan.timestamp_delta.tolist() == [7 * i for i in range(500)]
+    assert scan.key_length.tolist() == [-1 if k is None else len(k) for k, _, _, _ in rows]
+    assert scan.value_length.tolist() == [-1 if v is None else len(v) for _, v, _, _ in rows]
+    assert scan.header_count.tolist() == [i % 3 for i in range(500)]
+    body = bytearray(batch[R.HEADER_SIZE:])
+    with pytest.raises(R.InvalidRecordError) as e:
+        R.scan_records(bytes(body[:-1]), 500)
+    assert _code(e) == ErrorCode.invalid_record and e.value.record_errors[0][0] == 499
+    with pytest.raises(R.InvalidRecordError) as e:
+        R.scan_records(bytes(body), 501)
+    assert _code(e) == ErrorCode.invalid_record

@@ -45,6 +45,12 @@ after the swap's next offset) may survive such a crash: it holds only superseded
 which is harmless and cleaned again next time. Leader-epoch start offsets rebuilt on a later
 open may move forward when a batch starting an epoch was removed.
 
+A batch that cannot be read within bounds (a compression bomb or broken records stored
+before produce validated records: its records inflate past ``inflate_limit(max.message.bytes)``
+or are malformed) is kept byte for byte and its keys take no part in the offset map; the
+pass logs one line per segment holding such batches and carries on (Kafka's cleaner would
+fail on it and stop cleaning the partition).
+
 Cost: decodes every record below the high watermark (per-record Python work) and rewrites
 only the groups that change. Thread-safety: none; runs on the log's owning thread.
 """
@@ -74,7 +80,8 @@ from headrace.protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,
     InvalidRecordError,
-    decompress,
+    inflate,
+    inflate_limit,
     read_header,
     read_varint,
 )
@@ -100,6 +107,7 @@ class CleanerStats:
     bytes_after: int = 0
     cleanable_end: int = 0
     next_tombstone_expiry_ms: int | None = None
+    unreadable_batches: int = 0  # kept as they are (see the module docstring)
 
 
 @dataclass
@@ -122,13 +130,21 @@ class _RawRecord:
     data: bytes  # the whole record, its length varint included
 
 
-def _raw_records(batch: bytes | memoryview, header: BatchHeader) -> Iterator[_RawRecord]:
+def _raw_records(batch: bytes | memoryview, header: BatchHeader, limit: int) -> list[_RawRecord]:
     """The records of one whole batch (``batch`` starts at its header), undecoded bytes kept.
 
     Record: varint length | int8 attributes | varint timestampDelta | varint offsetDelta |
     varint keyLength (-1 null) | key | varint valueLength (-1 null) | value | headers.
+    Raises ``InvalidRecordError`` if the records inflate past ``limit`` bytes or are
+    malformed (then nothing of the batch is used).
     """
-    data = decompress(header.compression, bytes(batch[HEADER_SIZE : header.size]))
+    return list(_iter_raw_records(batch, header, limit))
+
+
+def _iter_raw_records(batch: bytes | memoryview, header: BatchHeader,
+                      limit: int) -> Iterator[_RawRecord]:
+    data = bytes(inflate(header.compression, memoryview(batch)[HEADER_SIZE : header.size],
+                         limit))
     pos = 0
     for _ in range(header.records_count):
         start = pos
@@ -142,6 +158,8 @@ def _raw_records(batch: bytes | memoryview, header: BatchHeader) -> Iterator[_Ra
         key_length, pos = read_varint(data, pos)
         key = None if key_length < 0 else data[pos : pos + key_length]
         pos += max(key_length, 0)
+        if pos > end:
+            raise InvalidRecordError(_CORRUPT, "record key runs past its record")
         value_length, _ = read_varint(data, pos)
         yield _RawRecord(header.base_offset + offset_delta, key, value_length < 0,
                          data[start:end])
@@ -171,8 +189,10 @@ def _batches(seg: LogSegment) -> Iterator[tuple[BatchHeader, bytes]]:
 # ---------------------------------------------------------------------- the passes
 
 
-def build_offset_map(segments: list[LogSegment], upto: int) -> OffsetMap:
-    """Pass 1 over every segment (see the module docstring)."""
+def build_offset_map(segments: list[LogSegment], upto: int,
+                     limit: int = inflate_limit(LogConfig().max_message_bytes)) -> OffsetMap:
+    """Pass 1 over every segment (see the module docstring); batches that cannot be read
+    within ``limit`` bytes are left out."""
     m = OffsetMap(upto)
     for seg in segments:
         for h, data in _batches(seg):
@@ -180,7 +200,11 @@ def build_offset_map(segments: list[LogSegment], upto: int) -> OffsetMap:
                 m.last_batch_of_producer[h.producer_id] = h.base_offset
             if h.base_offset >= upto or h.is_control:
                 continue
-            for r in _raw_records(data, h):
+            try:
+                records = _raw_records(data, h, limit)
+            except InvalidRecordError:
+                continue  # counted and logged by the filter pass
+            for r in records:
                 if r.key is not None and r.offset < upto:
                     m.latest[r.key] = r.offset
     return m
@@ -197,16 +221,22 @@ class _CleanedSegment:
 
 def _filter_segment(
     seg: LogSegment, m: OffsetMap, tombstone_horizon_ms: int, stats: CleanerStats,
-    delete_retention_ms: int,
+    delete_retention_ms: int, limit: int,
 ) -> _CleanedSegment:
     out: list[bytes] = []
     changed = False
     removed = 0
+    unreadable: list[str] = []
     for h, data in _batches(seg):
         if h.is_control or h.is_transactional:
             out.append(data)
             continue
-        records = list(_raw_records(data, h))
+        try:
+            records = _raw_records(data, h, limit)
+        except InvalidRecordError as e:
+            out.append(data)
+            unreadable.append(f"offset {h.base_offset}: {e}")
+            continue
         keep: list[_RawRecord] = []
         for r in records:
             if r.key is None or m.latest.get(r.key) != r.offset:
@@ -232,6 +262,10 @@ def _filter_segment(
             changed = True
         else:
             changed = True
+    if unreadable:
+        stats.unreadable_batches += len(unreadable)
+        log.warning("compaction keeps %d unreadable batch(es) of %s as they are (first at %s)",
+                    len(unreadable), seg.log_path, unreadable[0])
     return _CleanedSegment(seg, out, changed, sum(len(b) for b in out), removed)
 
 
@@ -272,9 +306,10 @@ def clean(
     stats.cleanable_end = segments[cleanable].base_offset
     if cleanable == 0:
         return segments, stats
-    m = build_offset_map(segments, upto)
+    limit = inflate_limit(config.max_message_bytes)
+    m = build_offset_map(segments, upto, limit)
     horizon = now_ms - config.delete_retention_ms
-    cleaned = [_filter_segment(seg, m, horizon, stats, config.delete_retention_ms)
+    cleaned = [_filter_segment(seg, m, horizon, stats, config.delete_retention_ms, limit)
                for seg in closed[:cleanable]]
     result: list[LogSegment] = []
     for group in _group(cleaned, config):
