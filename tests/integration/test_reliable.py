@@ -204,10 +204,17 @@ def expected(values: list[str], partitions: int) -> set[tuple[int, int]]:
 
 def test_kill_9_mid_stream_and_restart_loses_nothing(group_broker: BrokerProcess,
                                                      tmp_path: Path) -> None:
+    """R-REL-4, R-REL-5: after kill -9 of the consumer process, its successor processes
+    every record; it resumes at the last commit (nothing committed comes again) and replays
+    per partition at most ``max_uncommitted_offsets + poll_batch - 1`` records, all the
+    contract lets be processed and uncommitted."""
     topic, group = f"rel-kill-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
     values = [f"v{i}" for i in range(400)]
     create_and_fill(group_broker.bootstrap, topic, 2, values)
-    first = Worker(group_broker, topic, group, tmp_path, "first", "--delay-ms", "5").start()
+    max_uncommitted, poll_batch = 10, 10
+    limits = ("--max-uncommitted", str(max_uncommitted), "--poll-batch", str(poll_batch))
+    first = Worker(group_broker, topic, group, tmp_path, "first", "--delay-ms", "5",
+                   *limits).start()
     try:
         wait_until(lambda: len(first.processed()) >= 120, 30, 0.05, "first worker progress")
         wait_until(lambda: first.commit_log(), 10, 0.05, "a first commit")
@@ -215,7 +222,7 @@ def test_kill_9_mid_stream_and_restart_loses_nothing(group_broker: BrokerProcess
         first.kill9()
     before = {(p, o) for _, p, o, _ in first.processed()}
     assert len(before) < len(values), "killed too late to be mid-stream"
-    second = Worker(group_broker, topic, group, tmp_path, "second").start()
+    second = Worker(group_broker, topic, group, tmp_path, "second", *limits).start()
     try:
         want = expected(values, 2)
         wait_until(lambda: want <= before | {(p, o) for _, p, o, _ in second.processed()},
@@ -229,6 +236,11 @@ def test_kill_9_mid_stream_and_restart_loses_nothing(group_broker: BrokerProcess
     again = {(p, o) for _, p, o, _ in second.processed()}
     for p, o in again:
         assert o >= last_commit.get(p, 0), f"{p}:{o} was committed, yet processed again"
+    # and re-processed at most what the contract leaves uncommitted per partition:
+    # max_uncommitted_offsets + one poll - 1
+    replayed = Counter(p for p, o in again & before)
+    for p, n in replayed.items():
+        assert n <= max_uncommitted + poll_batch - 1, (p, n)
 
 
 def test_poison_record_goes_to_the_dead_letter_topic(group_broker: BrokerProcess,
