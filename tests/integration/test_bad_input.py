@@ -552,11 +552,14 @@ def test_corrupted_crc_is_rejected(strict: BrokerProcess, witness: Witness) -> N
         bad2 = bytearray(good)
         bad2[17] ^= 0x01  # the stored CRC itself
         assert produce_raw(wc, topic, bytes(bad2)).error_code == ErrorCode.corrupt_message
+        # Kafka's ProduceRequest.validateRecords (v3+): no whole batch, or more than one
+        # batch in a partition's records, is INVALID_RECORD
         torn = good[:-5]  # a batch shorter than its batchLength
-        assert produce_raw(wc, topic, torn).error_code == ErrorCode.corrupt_message
-        # a good batch followed by a corrupt one: the whole request is refused
+        assert produce_raw(wc, topic, torn).error_code == ErrorCode.invalid_record
         p = produce_raw(wc, topic, good + bytes(bad))
-        assert p.error_code == ErrorCode.corrupt_message
+        assert p.error_code == ErrorCode.invalid_record
+        p = produce_raw(wc, topic, good + good)  # two good batches: refused too
+        assert p.error_code == ErrorCode.invalid_record
         assert _leo(wc, topic) == 0
         p = produce_raw(wc, topic, good)
         assert (p.error_code, p.base_offset) == (ErrorCode.none, 0)
@@ -564,8 +567,9 @@ def test_corrupted_crc_is_rejected(strict: BrokerProcess, witness: Witness) -> N
 
 
 def test_magic_v1_message_set_is_rejected(strict: BrokerProcess, witness: Witness) -> None:
-    """R-LOG-3, R-NF-1: a v1 (magic 1) message set in a Produce v3+ is refused with an
-    error (UNSUPPORTED_VERSION or CORRUPT_MESSAGE) and the log end offset does not move."""
+    """R-LOG-3, R-NF-1: a v1 (magic 1) message set in a Produce v3+ is refused with
+    INVALID_RECORD, as Kafka's ProduceRequest.validateRecords answers ("only allowed to
+    contain record batches with magic version 2"), and the log end offset does not move."""
     from aiokafka.record.legacy_records import LegacyRecordBatchBuilder
 
     b = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
@@ -575,14 +579,13 @@ def test_magic_v1_message_set_is_rejected(strict: BrokerProcess, witness: Witnes
     with wire(strict) as wc:
         topic = new_topic(wc, "magic1")
         p = produce_raw(wc, topic, legacy)
-        assert p.error_code in (ErrorCode.unsupported_version, ErrorCode.corrupt_message), (
-            p.error_code)
+        assert p.error_code == ErrorCode.invalid_record, p.error_code
         assert _leo(wc, topic) == 0
         # magic 0 too, and the connection keeps working
         b0 = LegacyRecordBatchBuilder(magic=0, compression_type=0, batch_size=1 << 20)
         b0.append(0, timestamp=None, key=None, value=b"ancient")
         p = produce_raw(wc, topic, bytes(b0.build()))
-        assert p.error_code in (ErrorCode.unsupported_version, ErrorCode.corrupt_message)
+        assert p.error_code == ErrorCode.invalid_record
         assert _leo(wc, topic) == 0
 
 
@@ -597,3 +600,182 @@ def test_random_bytes_as_records_are_rejected(strict: BrokerProcess, witness: Wi
             assert p.error_code != ErrorCode.none, n
         assert _leo(wc, topic) == 0
 
+
+
+# ------------------------------------------------------------------ records validated (issue 8)
+
+CORPUS = Path(__file__).parents[1] / "fuzz" / "corpus" / "batches"
+BOMB = CORPUS / "invalid_record--zstd-bomb-1.5GiB.bin"
+
+
+def _corpus() -> list[Path]:
+    # the far-future file's timestamps are fixed (2023 + 1 day): in the past by now
+    return [p for p in sorted(CORPUS.glob("*.bin"))
+            if not p.name.startswith("invalid_timestamp")]
+
+
+def produce_raw_v(wc: WireClient, version: int, topic: str, records: bytes | None) -> Any:
+    resp = wc.request(0, version, {"transactional_id": None, "acks": 1, "timeout": 10_000,
+                                   "topic_data": [{"name": topic, "partition_data": [
+                                       {"index": 0, "records": records}]}]})
+    (p,) = resp.responses[0].partition_responses
+    return p
+
+
+def test_bad_batches_get_kafkas_codes_and_record_errors(strict: BrokerProcess,
+                                                        witness: Witness) -> None:
+    """R-LOG-3, R-LOG-4, R-NF-1 (issue 8): every batch of the fuzz corpus (records that
+    contradict their header, broken framing, the compression bomb, two batches, magic 1,
+    ...) is refused over TCP with the code its file name says, an error_message, and
+    record_errors naming the bad record where a record is to blame; nothing is stored and
+    a real client's batch is then stored at offset 0."""
+    with wire(strict) as wc:
+        topic = new_topic(wc, "records")
+        for path in _corpus():
+            expected = ErrorCode[path.name.split("--")[0]]
+            p = produce_raw_v(wc, 9, topic, path.read_bytes())
+            assert p.error_code == expected, (path.name, p.error_code, p.error_message)
+            assert p.error_message, path.name
+            assert p.base_offset == -1
+        p = produce_raw_v(wc, 9, topic, (CORPUS / (
+            "invalid_record--offset-delta-past-last-offset-delta.bin")).read_bytes())
+        assert [(e.batch_index, "offset delta 7" in (e.batch_index_error_message or ""))
+                for e in p.record_errors] == [(2, True)]
+        assert _leo(wc, topic) == 0
+    from tests.clients import Rec, produce
+    assert produce("confluent", strict.bootstrap, topic,
+                   [Rec(0, b"k", b"after")]) == [(0, 0)]
+
+
+def test_null_and_empty_records_are_invalid_record(strict: BrokerProcess,
+                                                   witness: Witness) -> None:
+    """R-NF-1: a null or empty records field is INVALID_RECORD (Kafka: "must have at least
+    one record batch per partition"), not an exception in the broker."""
+    with wire(strict) as wc:
+        topic = new_topic(wc, "null-records")
+        for version in (3, 9, 12):
+            for records in (None, b""):
+                p = produce_raw_v(wc, version, topic, records)
+                assert p.error_code == ErrorCode.invalid_record, (version, records)
+        assert _leo(wc, topic) == 0
+    assert not [line for line in strict.stderr_lines if "Traceback" in line]
+
+
+def test_zstd_before_produce_v7_is_unsupported_compression_type(strict: BrokerProcess,
+                                                                 witness: Witness) -> None:
+    """R-PROTO-3: ProduceRequest.validateRecords: zstd needs Produce v7+."""
+    with wire(strict) as wc:
+        topic = new_topic(wc, "zstd-v6")
+        batch = make_batch([(b"k", b"v", int(time.time() * 1000), [])], compression="zstd")
+        assert produce_raw_v(wc, 6, topic, batch).error_code == (
+            ErrorCode.unsupported_compression_type)
+        assert produce_raw_v(wc, 7, topic, batch).error_code == ErrorCode.none
+
+
+def test_produce_into_internal_topic_is_refused(strict: BrokerProcess, witness: Witness) -> None:
+    """R-GROUP (issue 8): a plain Produce into __consumer_offsets (a forged offset commit)
+    is refused as Kafka's ReplicaManager does for clients (INVALID_TOPIC_EXCEPTION, "Cannot
+    append to internal topic") and nothing reaches the log; confluent-kafka gets the error."""
+    from confluent_kafka import KafkaError, Producer
+
+    with wire(strict) as wc:
+        resp = wc.request(10, 3, {"key": "forged-group", "key_type": 0})  # creates the topic
+        assert resp.error_code == ErrorCode.none
+        (md,) = metadata(wc, ["__consumer_offsets"]).topics
+        assert md.is_internal
+        n = len(md.partitions)
+        before = [list_offset(wc, "__consumer_offsets", LATEST, p)[1] for p in range(n)]
+    p = Producer({"bootstrap.servers": strict.bootstrap, "acks": "all", "retries": 0,
+                  "message.timeout.ms": 10_000})
+    errors: list[Any] = []
+    p.produce("__consumer_offsets", b"forged-value", b"forged-key", partition=0,
+              on_delivery=lambda err, msg: errors.append(err))
+    assert p.flush(15) == 0
+    assert len(errors) == 1 and errors[0] is not None
+    assert errors[0].code() == KafkaError.TOPIC_EXCEPTION, errors[0]
+    with wire(strict) as wc:
+        p0 = produce_raw(wc, "__consumer_offsets", make_batch([(b"k", b"v", 1, [])]))
+        assert p0.error_code == ErrorCode.invalid_topic_exception
+        assert "internal topic" in (p0.error_message or "")
+        after = [list_offset(wc, "__consumer_offsets", LATEST, p)[1] for p in range(n)]
+    assert after == before
+
+
+def test_far_future_timestamp_is_invalid_timestamp(strict: BrokerProcess,
+                                                   witness: Witness) -> None:
+    """KIP-937 (issue 8): with CreateTime, a confluent-kafka record stamped more than
+    message.timestamp.after.max.ms (default one hour) ahead of the broker's clock fails
+    with INVALID_TIMESTAMP; a topic allowing it, and a record an hour old, are stored."""
+    from confluent_kafka import KafkaError, Producer
+
+    with wire(strict) as wc:
+        topic = new_topic(wc, "future")
+        lax = f"lax-{uuid.uuid4().hex[:8]}"
+        res = create_topics(wc, [(lax, {"message.timestamp.after.max.ms": str(10 * 86_400_000),
+                                        "message.timestamp.before.max.ms": "60000"})])
+        assert res[lax].error_code == ErrorCode.none
+    now = int(time.time() * 1000)
+    p = Producer({"bootstrap.servers": strict.bootstrap, "acks": "all",
+                  "message.timeout.ms": 10_000})
+    results: dict[str, Any] = {}
+
+    def send(name: str, t: str, ts: int) -> None:
+        p.produce(t, b"v", b"k", partition=0, timestamp=ts,
+                  on_delivery=lambda err, msg: results.__setitem__(name, err))
+        p.flush(15)
+
+    send("future", topic, now + 2 * 86_400_000)
+    send("past", topic, now - 3_600_000)
+    send("lax-future", lax, now + 2 * 86_400_000)
+    send("lax-past", lax, now - 3_600_000)
+    assert results["future"] is not None
+    assert results["future"].code() == KafkaError.INVALID_TIMESTAMP, results["future"]
+    assert results["past"] is None
+    assert results["lax-future"] is None
+    assert results["lax-past"] is not None
+    assert results["lax-past"].code() == KafkaError.INVALID_TIMESTAMP
+    with wire(strict) as wc:
+        assert _leo(wc, topic) == 1
+        p9 = produce_raw(wc, topic, make_batch([(b"k", b"v", now, []),
+                                               (b"k", b"v", now + 86_400_000, [])]))
+        assert p9.error_code == ErrorCode.invalid_timestamp
+        assert [e.batch_index for e in p9.record_errors] == [1]
+
+
+def _vm_kb(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(field)
+
+
+def test_compression_bomb_is_refused_in_bounded_memory(tmp_path: Path) -> None:
+    """R-NF-1 (issue 8): the 48 KB zstd batch that inflates to 1.5 GiB (it stalled every
+    client for 7 s at 3 GB RSS on a compacted topic) is refused with INVALID_RECORD, to a
+    compacted and to a plain topic, promptly, with the broker's peak RSS (VmHWM) growing by
+    less than 200 MB; a witness and a real producer carry on; no traceback."""
+    with BrokerProcess(tmp_path / "bomb", {"num.partitions": "1"}) as b:
+        assert b.proc is not None
+        w = Witness(b)
+        bomb = BOMB.read_bytes()
+        with wire(b) as wc:
+            plain = new_topic(wc, "bomb")
+            compacted = f"bomb-compacted-{uuid.uuid4().hex[:8]}"
+            res = create_topics(wc, [(compacted, {"cleanup.policy": "compact"})])
+            assert res[compacted].error_code == ErrorCode.none
+            hwm_before = _vm_kb(b.proc.pid, "VmHWM")
+            for topic in (compacted, plain, compacted):
+                start = time.monotonic()
+                p = produce_raw(wc, topic, bomb)
+                took = time.monotonic() - start
+                assert p.error_code == ErrorCode.invalid_record, p.error_message
+                assert "inflate past" in (p.error_message or "")
+                assert took < 3, took
+                assert _leo(wc, topic) == 0
+            grown_mb = (_vm_kb(b.proc.pid, "VmHWM") - hwm_before) / 1024
+            assert grown_mb < 200, grown_mb
+        w.check()
+        from tests.clients import Rec, produce
+        assert produce("confluent", b.bootstrap, plain, [Rec(0, b"k", b"v")]) == [
+            (0, 0)]
+        assert not [line for line in b.stderr_lines if "Traceback" in line]
