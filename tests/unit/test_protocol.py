@@ -191,6 +191,50 @@ def test_claimed_lengths_and_nulls_are_checked(frame: bytes, message: str) -> No
         decode_request(frame)
 
 
+def _fetch_v17_hiding_a_claim_behind_a_tag() -> tuple[bytes, bytes]:
+    """(valid Fetch v17, the same with partition 0's replica_directory_id tag claiming 6
+    more bytes than its uuid, those bytes being a topic tag count and a 2^32-1 claim)."""
+    import uuid
+
+    cls = load_request_schema(1, 17)
+    body = build(cls, {"max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "rack_id": "",
+                       "forgotten_topics_data": [], "topics": [{
+                           "topic_id": uuid.UUID(bytes=b"\x22" * 16), "partitions": [{
+                               "partition": 0, "fetch_offset": 0, "partition_max_bytes": 1,
+                               "replica_directory_id": uuid.UUID(bytes=b"\x11" * 16)}]}]})
+    valid = _request_bytes(1, 17, body)
+    i = valid.index(b"\x11" * 16)
+    assert valid[i - 3:i] == b"\x01\x00\x10"  # one tag: number 0, 16 bytes
+    hidden = b"\x00" + b"\xff\xff\xff\xff\x0f"
+    bad = valid[:i - 1] + bytes([16 + len(hidden)]) + valid[i:i + 16] + hidden + valid[i + 16:]
+    return valid, bad
+
+
+def test_known_tagged_field_must_fill_its_declared_size() -> None:
+    """kio reads a known tagged field and goes on from where its content ends, not from its
+    declared end: a Fetch v17 whose partition tag claimed 6 bytes more hid a 2^32-1 array
+    claim from a walk that skipped by the declared size, and kio aborted the process on it.
+    The prescan requires a known tag's content to fill its size exactly (issue 8 item 1;
+    R-NF-1). Found while writing the fuzzer; in the corpus as fetch-v17-tag-hides-claim."""
+    valid, bad = _fetch_v17_hiding_a_claim_behind_a_tag()
+    assert decode_request(valid).body.topics[0].partitions[0].replica_directory_id is not None
+    with pytest.raises(ProtocolError, match="tag 0 content does not fill its 22 bytes"):
+        decode_request(bad)
+
+
+def test_nullable_entity_marker_other_than_minus_one_is_refused() -> None:
+    """kio reads a nullable struct's marker -1 as null and every other value as present;
+    a marker of -2 would make the prescan and kio disagree on where the next field starts,
+    so it is refused (DescribeTopicPartitions v0 ``cursor``; R-NF-1)."""
+    cls = load_request_schema(75, 0)
+    raw = _request_bytes(75, 0, build(cls, {"topics": [], "response_partition_limit": 1,
+                                            "cursor": None}))
+    assert raw[-2:] == b"\xff\x00"
+    assert decode_request(raw).body.cursor is None
+    with pytest.raises(ProtocolError, match="length -2"):
+        decode_request(raw[:-2] + b"\xfe\x02x" + bytes(4) + b"\x00\x00")
+
+
 def test_nullable_array_may_be_null() -> None:
     """Metadata v12 topics null (every topic) and OffsetFetch v7 topics null still decode."""
     assert decode_request(_metadata_v12(None)).body.topics is None

@@ -14,7 +14,9 @@ request's schema (header included) from kio's own field introspection, like code
   least one byte each, as Kafka); a null (-1 / compact 0) only where the schema allows it;
 - every string, bytes and records length, and the fixed-size fields in between;
 - tagged fields (KIP-482): each one's size, and the content of the ones the schema knows
-  (kio parses those), within that size.
+  (kio parses those), which must fill exactly that size: kio goes on from where the
+  content ends, so a larger size would hide unchecked bytes that kio reads as the next
+  fields (a Fetch v17 partition's ``replica_directory_id`` hid a 2^32-1 claim that way).
 
 It raises ``ProtocolError`` (the server closes the connection, as Kafka does for a request
 it cannot parse). Runs of fixed-size fields are one addition, and an array of fixed-size
@@ -203,7 +205,11 @@ def _field_step(f: Field[Any], flexible: bool, what: str, legacy_client_id: bool
                 raise LengthError(f"{what}: truncated presence marker")
             marker = buf[pos]
             pos += 1
-            return pos if marker >= 0x80 else scan_inner(buf, pos, end)  # int8 < 0: null
+            if marker < 0x80:
+                return scan_inner(buf, pos, end)
+            if marker != 0xFF:  # kio: -1 is null, any other value a present entity
+                raise LengthError(f"{what}: presence marker {marker - 256}")
+            return pos
 
         return optional_entity, 1, None
     array_min = 1 if flexible else 4
@@ -297,8 +303,11 @@ def _tagged_section(known: dict[int, Step], name: str) -> Step:
             if stop > end:
                 raise LengthError(f"{what}: tag {tag} claims {size} bytes, {end - pos} left")
             step = known.get(tag)
-            if step is not None:
-                step(buf, pos, stop)
+            if step is not None and step(buf, pos, stop) != stop:
+                # kio reads a known tag's content and goes on from where that content
+                # ends, not from its declared end: bytes hidden behind a larger size would
+                # be read as the next fields without having been checked here
+                raise LengthError(f"{what}: tag {tag} content does not fill its {size} bytes")
             pos = stop
         return pos
 
@@ -373,9 +382,13 @@ class _Gen:
             self.emit(indent, "if pos >= end:")
             self.emit(indent + 1, f"raise LengthError({what!r} + ': truncated presence marker')")
             self.emit(indent, "pos += 1")
-            self.emit(indent, "if buf[pos - 1] < 0x80:")  # int8 marker < 0: null
+            # kio reads -1 as null and any other marker as a present entity: only 0 / 1
+            # and -1 pass, so that this walk and kio's agree
+            self.emit(indent, "if buf[pos - 1] < 0x80:")
             self.entity(kind.type_, False, indent + 1)
             self.flush(indent + 1)
+            self.emit(indent, "elif buf[pos - 1] != 0xFF:")
+            self.emit(indent + 1, f"_bad_length({what!r}, buf[pos - 1] - 256)")
             return
         if isinstance(kind, PrimitiveTupleField):
             kafka_type = get_schema_field_type(f)
