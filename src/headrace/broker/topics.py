@@ -116,6 +116,8 @@ class TopicPlan:
     name: str
     states: list[PartitionState]
     overrides: dict[str, str]
+    # chosen up front, so partition directories carry it from their creation
+    topic_id: uuid.UUID = field(default_factory=uuid.uuid4)
 
     @property
     def replication_factor(self) -> int:
@@ -301,14 +303,15 @@ class TopicAdmin:
     @staticmethod
     def _provisional(plan: TopicPlan) -> TopicState:
         """The topic as ``open_logs`` needs it, before the metadata knows it."""
-        return TopicState(plan.name, uuid.UUID(int=0), plan.states, plan.overrides)
+        return TopicState(plan.name, plan.topic_id, plan.states, plan.overrides)
 
     def _commit_create(
         self, plan: TopicPlan, provisional: TopicState,
         logs: dict[TopicPartition, PartitionLog],
     ) -> TopicState:
         try:
-            topic = self.metadata.create_topic(plan.name, plan.states, plan.overrides)
+            topic = self.metadata.create_topic(plan.name, plan.states, plan.overrides,
+                                               topic_id=plan.topic_id)
         except (MetadataError, OSError) as e:
             self._discard(logs, provisional, range(len(plan.states)))
             log.error("creating topic %s failed, nothing created: %s", plan.name, e)

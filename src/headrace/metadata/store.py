@@ -114,8 +114,11 @@ class MetadataStore(Protocol):
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicState | None: ...
 
     def create_topic(
-        self, name: str, partitions: list[PartitionState], configs: Mapping[str, str]
-    ) -> TopicState: ...
+        self, name: str, partitions: list[PartitionState], configs: Mapping[str, str],
+        topic_id: uuid.UUID | None = None,
+    ) -> TopicState:
+        """``topic_id`` None: a new random id."""
+        ...
 
     def delete_topic(self, name: str) -> None: ...
 
