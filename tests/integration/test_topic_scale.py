@@ -278,3 +278,63 @@ def test_null_arrays_in_create_requests(limited: BrokerProcess) -> None:
         assert metadata_v12(wc, "nul").topics[0].error_code == 0
         wc.request(20, 4, {"topic_names": ["nul"], "timeout_ms": 30000})
     no_traceback(limited)
+
+
+# ------------------------------------------------------------------ a failed create, cleared
+
+
+def test_consumer_offsets_works_after_a_failed_create_is_cleared(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A failed metadata save left ``__consumer_offsets`` existing with no partition open,
+    and consumer groups broken until restart (issue 8 item 2). Now the failed create leaves
+    nothing (FindCoordinator answers COORDINATOR_NOT_AVAILABLE, no directory is left), and
+    once the disk has room the group service creates the topic through TopicAdmin and a
+    confluent-kafka group consumes and commits (R-GRP-1, R-LOG-4)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from headrace.broker.embedded import EmbeddedBroker
+    from headrace.metadata.store import LocalMetadataStore, MetadataWriteError
+
+    def full(self: LocalMetadataStore, tx: object) -> None:
+        raise MetadataWriteError("cannot write cluster metadata: database or disk is full")
+
+    with EmbeddedBroker(tmp_path, config={"auto.create.topics.enable": "false"}) as broker:
+        bootstrap = broker.bootstrap_servers
+        with WireClient.to(bootstrap) as wc:
+            assert wc.request(19, 5, create_req("work", 1)).topics[0].error_code == 0
+        producer = Producer({"bootstrap.servers": bootstrap})
+        for i in range(3):
+            producer.produce("work", f"v{i}".encode())
+        assert producer.flush(30) == 0
+
+        monkeypatch.setattr(LocalMetadataStore, "_write", full)
+        with WireClient.to(bootstrap) as wc:
+            resp = wc.request(10, 3, {"key": "g", "key_type": 0})
+        assert resp.error_code == ErrorCode.coordinator_not_available
+        assert broker.broker is not None
+        assert broker.broker.metadata.topic("__consumer_offsets") is None
+        assert not [d for d in tmp_path.iterdir() if d.name.startswith("__consumer_offsets")]
+        monkeypatch.undo()  # the disk has room again
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "g",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        try:
+            consumer.subscribe(["work"])
+            got: list[bytes] = []
+            deadline = time.monotonic() + 60
+            while len(got) < 3 and time.monotonic() < deadline:
+                m = consumer.poll(0.5)
+                if m is not None and m.error() is None:
+                    got.append(m.value())
+            assert got == [b"v0", b"v1", b"v2"]
+            consumer.commit(asynchronous=False)
+            committed = consumer.committed([TopicPartition("work", 0)], timeout=30)
+            assert committed[0].offset == 3
+        finally:
+            consumer.close()
+        topic = broker.broker.metadata.topic("__consumer_offsets")
+        assert topic is not None
+        assert len([d for d in tmp_path.iterdir()
+                    if d.name.startswith("__consumer_offsets-")]) == len(topic.partitions)
+    assert not [r for r in caplog.records if r.exc_info], "a traceback in the broker's log"

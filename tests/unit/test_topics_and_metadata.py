@@ -7,6 +7,7 @@ import json
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -248,3 +249,57 @@ def test_failed_create_partitions_leaves_the_topic_as_it_was(
     assert sorted(tp.partition for tp in admin.replicas.partitions) == [0, 1]
     assert asyncio.run(admin.create_partitions([("t", 6, None)], validate_only=False)) == [None]
     assert partition_dirs(tmp_path) == [f"t-{i}" for i in range(6)]
+
+
+def test_create_handlers_answer_null_arrays(tmp_path: Path) -> None:
+    """Null arrays (the request's topics, a topic's configs or assignments, an assignment's
+    broker ids) raised TypeError in the CreateTopics and CreatePartitions handlers (issue 8
+    item 11): each is now answered, INVALID_REQUEST for the topic it concerns, and nothing
+    of such a topic is created (R-NF-1). The decoder may refuse some of these before the
+    handler; the handler must not depend on it."""
+    from types import SimpleNamespace as NS
+
+    from headrace.broker.handlers.base import RequestContext
+    from headrace.broker.handlers.create_partitions import handle_create_partitions
+    from headrace.broker.handlers.create_topics import handle_create_topics
+    from headrace.protocol.codec import RequestHeaderInfo
+
+    admin = make_admin(tmp_path)
+    admin.create("grow", 1, 1, {})
+    broker: Any = NS(topics=admin, config=admin.config, metadata=admin.metadata)
+
+    def ctx(api_key: int, version: int) -> RequestContext:
+        return RequestContext(RequestHeaderInfo(api_key, version, 1, "t"), "peer")
+
+    def topic(name: str, **kw: Any) -> NS:
+        return NS(**{"name": name, "num_partitions": 1, "replication_factor": 1,
+                     "assignments": [], "configs": [], **kw})
+
+    resp = asyncio.run(handle_create_topics(broker, ctx(19, 5), NS(
+        topics=None, validate_only=False, timeout_ms=1000)))
+    assert list(resp.topics) == []
+    resp = asyncio.run(handle_create_topics(broker, ctx(19, 5), NS(topics=[
+        topic("n-configs", configs=None),
+        topic("n-assign", assignments=None),
+        topic("n-brokers", num_partitions=-1, replication_factor=-1,
+              assignments=[NS(partition_index=0, broker_ids=None)]),
+        topic("fine"),
+    ], validate_only=False, timeout_ms=1000)))
+    codes = {t.name: t.error_code for t in resp.topics}
+    assert codes == {"n-configs": ErrorCode.invalid_request,
+                     "n-assign": ErrorCode.invalid_request,
+                     "n-brokers": ErrorCode.invalid_request, "fine": ErrorCode.none}
+    assert set(admin.metadata.topics()) == {"grow", "fine"}
+
+    resp = asyncio.run(handle_create_partitions(broker, ctx(37, 3), NS(
+        topics=None, validate_only=False, timeout_ms=1000)))
+    assert list(resp.results) == []
+    resp = asyncio.run(handle_create_partitions(broker, ctx(37, 3), NS(topics=[
+        NS(name="grow", count=3, assignments=[NS(broker_ids=None), NS(broker_ids=None)]),
+    ], validate_only=False, timeout_ms=1000)))
+    assert resp.results[0].error_code == ErrorCode.invalid_request
+    resp = asyncio.run(handle_create_partitions(broker, ctx(37, 3), NS(topics=[
+        NS(name="grow", count=3, assignments=None),  # nullable: the broker assigns
+    ], validate_only=False, timeout_ms=1000)))
+    assert resp.results[0].error_code == ErrorCode.none
+    assert len(admin.metadata.topic("grow").partitions) == 3  # type: ignore[union-attr]
