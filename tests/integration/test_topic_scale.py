@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from headrace.metadata.store import BrokerInfo
 from tests.brokerproc import BrokerProcess, wait_until
 from tests.kafka_wire import WireClient
 
@@ -338,3 +339,62 @@ def test_consumer_offsets_works_after_a_failed_create_is_cleared(
         assert len([d for d in tmp_path.iterdir()
                     if d.name.startswith("__consumer_offsets-")]) == len(topic.partitions)
     assert not [r for r in caplog.records if r.exc_info], "a traceback in the broker's log"
+
+
+# ------------------------------------------------------------------ an existing data dir
+
+
+def test_a_data_dir_with_json_metadata_keeps_working(tmp_path: Path) -> None:
+    """A data dir of the JSON-metadata headrace (issue 8 item 10's migration): records
+    produced, then the metadata put back as the old ``headrace-metadata.json`` document
+    (the format the old store wrote, the SQLite database removed). The broker starts on
+    it, imports it, keeps the JSON as a backup, and serves every record under the same
+    topic id, with producer ids never reused (R-LOG-4, R-REP-9)."""
+    import json
+
+    from confluent_kafka import Producer
+
+    from headrace.metadata.store import LocalMetadataStore
+
+    with BrokerProcess(tmp_path, {"auto.create.topics.enable": "false"}) as b:
+        with WireClient.to(b.bootstrap) as wc:
+            assert wc.request(19, 5, create_req("old", 3)).topics[0].error_code == 0
+        producer = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True})
+        for i in range(30):
+            producer.produce("old", f"r{i}".encode(), partition=i % 3)
+        assert producer.flush(30) == 0
+        with WireClient.to(b.bootstrap) as wc:
+            before = metadata_v12(wc, "old").topics[0].topic_id
+            pid_before = wc.request(22, 4, {"transactional_id": None,
+                                            "transaction_timeout_ms": 60000,
+                                            "producer_id": -1, "producer_epoch": -1}).producer_id
+        b.stop()
+        store = LocalMetadataStore(tmp_path, BrokerInfo(0, "127.0.0.1", 0))
+        doc = {"version": 1, "cluster_id": store.cluster_id,
+               "next_producer_id": store.allocate_producer_ids(0),
+               "topics": {n: t.to_json() for n, t in store.topics().items()}}
+        store.close()
+        for f in tmp_path.glob(LocalMetadataStore.DB_NAME + "*"):
+            f.unlink()
+        (tmp_path / LocalMetadataStore.FILE_NAME).write_text(json.dumps(doc, indent=1))
+
+        b.start()
+        assert (tmp_path / (LocalMetadataStore.FILE_NAME + LocalMetadataStore.BACKUP_SUFFIX)
+                ).exists()
+        assert not (tmp_path / LocalMetadataStore.FILE_NAME).exists()
+        with WireClient.to(b.bootstrap) as wc:
+            got = metadata_v12(wc, "old").topics[0]
+            assert got.error_code == 0 and got.topic_id == before
+            pid_after = wc.request(22, 4, {"transactional_id": None,
+                                           "transaction_timeout_ms": 60000,
+                                           "producer_id": -1, "producer_epoch": -1}).producer_id
+            assert pid_after > pid_before
+        values = sorted(m for p in range(3) for m in consume_all(b.bootstrap, "old", p))
+        assert values == sorted(f"r{i}" for i in range(30))
+        no_traceback(b)
+
+
+def consume_all(bootstrap: str, topic: str, partition: int) -> list[str]:
+    from tests.clients import consume
+
+    return [r.value.decode() for r in consume("confluent", bootstrap, topic, [partition], 10)]
