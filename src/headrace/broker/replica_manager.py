@@ -9,21 +9,45 @@ offset after every append. Replication will feed follower log end offsets in thr
 Waiting (the purgatories of Kafka's ``ReplicaManager``): a long-poll Fetch parks a future
 on the partitions it reads (``watch``); an append that moves the high watermark wakes them.
 An acks=all Produce waits for the high watermark to pass its last offset (``wait_for_hw``).
-Everything runs on the broker's event loop.
+Everything runs on the broker's event loop, except ``open_logs`` (filesystem only, safe in
+a worker thread) and the removal of deleted partition directories (a background thread).
+
+Deleting is crash-safe (Kafka's way): a deleted partition's directory is first renamed to
+``<topic>-<p>.<uuid hex>-delete`` (one rename each, then an fsync of the data dir) and
+removed afterwards in a background thread. Each partition directory holds its topic's id
+(``partition.metadata``, ``PartitionLog``); at start, ``-delete`` leftovers are removed and
+so is every partition directory that no topic owns or whose topic id is not its topic's
+(``stray``: e.g. a kill -9 between the metadata commit of a delete and the renames), so a
+topic re-created under an old name never adopts old files. A partition whose log cannot be
+opened at start (an unreadable file, a directory replaced by a file) does not stop the
+broker: it is logged once and served as offline (KAFKA_STORAGE_ERROR) until restart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import re
 import shutil
+import threading
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
 from headrace.clock import Clock
 from headrace.config import BrokerConfig, log_config
-from headrace.log.partition_log import AppendResult, PartitionLog
+from headrace.fsutil import fsync_dir
+from headrace.log.errors import LogError
+from headrace.log.partition_log import (
+    AppendResult,
+    OfflineLog,
+    PartitionLog,
+    is_partition_dir,
+    read_partition_metadata,
+    write_partition_metadata,
+)
 from headrace.metadata.store import MetadataStore, PartitionState, TopicState
 
 log = logging.getLogger("headrace.replica")
@@ -106,6 +130,32 @@ def partition_dir(data_dir: Path, tp: TopicPartition) -> Path:
     return data_dir / f"{tp.topic}-{tp.partition}"
 
 
+_PARTITION_DIR = re.compile(r"^(.+)-(0|[1-9][0-9]{0,9})$")
+_DELETE_DIR = re.compile(r"^.+-[0-9]+\.[0-9a-f]{32}-delete$")
+DELETE_SUFFIX = "-delete"
+
+
+def delete_dir_name(d: Path) -> Path:
+    """Kafka's name for a partition directory being deleted: ``<topic>-<p>.<uuid>-delete``."""
+    return d.with_name(f"{d.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+
+
+def _remove_trees(paths: list[Path]) -> None:
+    failed = []
+    for path in paths:
+        try:
+            shutil.rmtree(path)
+        except FileNotFoundError:
+            pass
+        except NotADirectoryError:
+            path.unlink(missing_ok=True)
+        except OSError as e:
+            failed.append(f"{path.name}: {e.strerror}")
+    if failed:
+        log.error("could not remove %d deleted partition director%s (first: %s); the next "
+                  "start retries", len(failed), "y" if len(failed) == 1 else "ies", failed[0])
+
+
 class ReplicaManager:
     def __init__(
         self, data_dir: Path, config: BrokerConfig, metadata: MetadataStore, clock: Clock
@@ -117,12 +167,97 @@ class ReplicaManager:
         self.node_id = config.node_id
         self.partitions: dict[TopicPartition, Partition] = {}
         self._watchers: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+        self._removers: list[threading.Thread] = []
 
     # ---------------------------------------------------------------- lifecycle
     def load(self) -> None:
-        """Open (and recover) the log of every partition this broker hosts."""
-        for topic in list(self.metadata.topics().values()):
-            self.open_topic(topic, range(len(topic.partitions)))
+        """Remove what deletes left behind, then open (and recover) the log of every
+        partition this broker hosts; one that cannot be opened is served offline."""
+        topics = list(self.metadata.topics().values())
+        self.remove_strays(topics)
+        offline = 0
+        for topic in topics:
+            cfg = log_config(self.config, topic_overrides(topic))
+            for i, state in enumerate(topic.partitions):
+                if self.node_id not in state.replicas:
+                    continue
+                tp = TopicPartition(topic.name, i)
+                d = partition_dir(self.data_dir, tp)
+                try:
+                    plog = PartitionLog.open(d, cfg, self.clock, topic_id=topic.topic_id)
+                except (OSError, LogError, ValueError) as e:
+                    offline += 1
+                    reason = f"{type(e).__name__}: {e}"
+                    log.error("partition %s is offline: its log %s cannot be opened (%s)",
+                              tp, d, reason)
+                    plog = OfflineLog(d, cfg, self.clock, reason)
+                self.install_one(tp, plog, state)
+        if offline:
+            log.error("%d partition(s) offline (KAFKA_STORAGE_ERROR until restart)", offline)
+
+    def remove_strays(self, topics: list[TopicState]) -> None:
+        """At start: remove ``-delete`` leftovers, and partition directories that no topic
+        owns or that hold another topic id than their topic's (renamed first, so a crash
+        here is finished by the next start). The removal runs in a background thread."""
+        hosted: dict[str, uuid.UUID] = {}
+        for topic in topics:
+            for i, state in enumerate(topic.partitions):
+                if self.node_id in state.replicas:
+                    hosted[f"{topic.name}-{i}"] = topic.topic_id
+        doomed: list[Path] = []
+        renamed = 0
+        try:
+            entries = list(os.scandir(self.data_dir))
+        except OSError as e:
+            log.error("cannot list data dir %s: %s", self.data_dir, e.strerror)
+            return
+        for entry in entries:
+            path = Path(entry.path)
+            if _DELETE_DIR.match(entry.name):
+                doomed.append(path)
+                continue
+            if not _PARTITION_DIR.match(entry.name) or not is_partition_dir(path):
+                continue
+            owner = hosted.get(entry.name)
+            if owner is not None:
+                found = read_partition_metadata(path)
+                if found is None or found == owner or owner.int == 0:
+                    continue
+                why = f"topic id {found}, not its topic's {owner}"
+            else:
+                why = "no topic owns it"
+            target = delete_dir_name(path)
+            try:
+                path.rename(target)
+            except OSError as e:
+                log.error("cannot remove stray partition directory %s: %s", path, e.strerror)
+                continue
+            log.warning("removing stray partition directory %s (%s)", path, why)
+            renamed += 1
+            doomed.append(target)
+        if renamed:
+            self._fsync_data_dir()
+        if doomed:
+            log.info("removing %d deleted partition director%s in the background",
+                     len(doomed), "y" if len(doomed) == 1 else "ies")
+            self._remove_later(doomed)
+
+    def _remove_later(self, paths: list[Path]) -> None:
+        t = threading.Thread(target=_remove_trees, args=(paths,), name="headrace-delete",
+                             daemon=True)
+        t.start()
+        self._removers = [r for r in self._removers if r.is_alive()] + [t]
+
+    def wait_for_removals(self, timeout_s: float | None = None) -> None:
+        """Wait for background removals of deleted directories (tests, shutdown)."""
+        for t in self._removers:
+            t.join(timeout_s)
+
+    def _fsync_data_dir(self) -> None:
+        try:
+            fsync_dir(self.data_dir)
+        except OSError as e:
+            log.error("fsync of data dir %s failed: %s", self.data_dir, e.strerror)
 
     def open_logs(
         self, topic: TopicState, indexes: Iterable[int]
@@ -139,7 +274,8 @@ class ReplicaManager:
                 if self.node_id not in state.replicas:
                     continue
                 tp = TopicPartition(topic.name, i)
-                logs[tp] = PartitionLog.open(partition_dir(self.data_dir, tp), cfg, self.clock)
+                logs[tp] = PartitionLog.open(partition_dir(self.data_dir, tp), cfg, self.clock,
+                                             topic_id=topic.topic_id)
         except BaseException:
             for plog in logs.values():
                 try:
@@ -150,24 +286,58 @@ class ReplicaManager:
         return logs
 
     def install(self, topic: TopicState, logs: dict[TopicPartition, PartitionLog]) -> None:
-        """Make logs opened by ``open_logs`` live (on the event loop)."""
+        """Make logs opened by ``open_logs`` live (on the event loop). Logs opened before
+        the topic had its id (``topic_id`` 0) get their ``partition.metadata`` here."""
         for tp, plog in logs.items():
-            plog.high_watermark = plog.log_end_offset  # single node: ISR == {self}
-            self.partitions[tp] = Partition(tp, plog, topic.partitions[tp.partition])
+            if topic.topic_id.int and plog.topic_id != topic.topic_id:
+                try:
+                    write_partition_metadata(plog.dir, topic.topic_id)
+                    plog.topic_id = topic.topic_id
+                except OSError as e:  # written again at the next start (adopted then)
+                    log.warning("cannot write the topic id of %s: %s", tp, e.strerror)
+            self.install_one(tp, plog, topic.partitions[tp.partition])
+
+    def install_one(self, tp: TopicPartition, plog: PartitionLog, state: PartitionState) -> None:
+        plog.high_watermark = plog.log_end_offset  # single node: ISR == {self}
+        self.partitions[tp] = Partition(tp, plog, state)
 
     def open_topic(self, topic: TopicState, indexes: Iterable[int]) -> None:
         self.install(topic, self.open_logs(topic, indexes))
 
     def delete_topic(self, name: str) -> None:
+        """Close the topic's logs, rename its partition directories to ``-delete`` names
+        (crash-safe: a restart finishes the job and never reopens them) and remove them in
+        a background thread. Called after the metadata forgot the topic."""
+        doomed: list[Path] = []
         for tp in [tp for tp in self.partitions if tp.topic == name]:
             p = self.partitions.pop(tp)
-            p.log.delete()
+            try:
+                p.log.close()
+            except Exception as e:  # the directory goes anyway
+                log.warning("closing log %s before deleting it failed: %s", tp, e)
             self.wake(tp)
-        # directories of partitions not open here (e.g. left by a crash mid-delete)
-        for d in self.data_dir.glob(f"{name}-*"):
-            suffix = d.name[len(name) + 1 :]
-            if d.is_dir() and suffix.isdigit():
-                shutil.rmtree(d, ignore_errors=True)
+        # and directories of partitions not open here (e.g. left by a crash mid-delete)
+        try:
+            entries = [Path(e.path) for e in os.scandir(self.data_dir)]
+        except OSError as e:
+            log.error("cannot list data dir %s: %s", self.data_dir, e.strerror)
+            entries = []
+        for d in entries:
+            m = _PARTITION_DIR.match(d.name)
+            if m is None or m.group(1) != name:
+                continue
+            target = delete_dir_name(d)
+            try:
+                d.rename(target)
+            except OSError as e:
+                log.error("cannot rename %s for deletion: %s", d, e.strerror)
+                continue
+            doomed.append(target)
+        if doomed:
+            self._fsync_data_dir()
+            log.info("deleting %d partition director%s of topic %s", len(doomed),
+                     "y" if len(doomed) == 1 else "ies", name)
+            self._remove_later(doomed)
 
     def update_topic_config(self, topic: TopicState) -> None:
         cfg = log_config(self.config, topic_overrides(topic))
@@ -217,12 +387,15 @@ class ReplicaManager:
         for p in list(self.partitions.values()):
             try:
                 p.log.flush_if_due()
-            except OSError:
-                log.exception("flush failed for %s", p.tp)
+            except (OSError, LogError) as e:  # the log went offline and said so
+                log.debug("flush failed for %s: %s", p.tp, e)
 
     def flush_all(self) -> None:
         for p in self.partitions.values():
-            p.log.flush()
+            try:
+                p.log.flush()
+            except LogError as e:
+                log.debug("flush failed for %s: %s", p.tp, e)
 
     # ---------------------------------------------------------------- long poll
     def watch(self, tps: Iterable[TopicPartition]) -> asyncio.Future[None]:

@@ -8,6 +8,13 @@
         00000000000000000000.timeindex
         leader-epoch-checkpoint          text: "0" (version), entry count, then one
                                          "<leader epoch> <start offset>" line per epoch
+        partition.metadata               text: "version: 0\ntopic_id: <id>\n" (Kafka's;
+                                         the id base64url without padding): whose
+                                         partition this is. ``open`` with a topic id
+                                         removes a directory holding another topic's id
+                                         and starts the log afresh (a new topic never
+                                         adopts old files); one without the file is
+                                         adopted and gets it.
         N.log.cleaned, N.log.swap        compaction output (``headrace.log.cleaner``); open
                                          discards .cleaned and completes .swap first
 
@@ -44,10 +51,12 @@ Thread-safety: none. Everything runs on the broker's event-loop thread.
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import shutil
 import struct
+import uuid
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -86,6 +95,7 @@ from headrace.protocol.records import (
 log = logging.getLogger("headrace.log")
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+PARTITION_METADATA = "partition.metadata"
 # A stored batch begins: baseOffset int64, batchLength int32, partitionLeaderEpoch int32.
 _OFFSET = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
@@ -133,18 +143,33 @@ class PartitionLog:
         self._tombstone_expiry_ms: int | None = None
         # why the log is offline (an I/O error it could not undo), None while it is online
         self.offline: str | None = None
+        self.topic_id: uuid.UUID | None = None  # as recorded in partition.metadata
 
     # ------------------------------------------------------------------ open / recovery
     @classmethod
-    def open(cls, dir: Path, config: LogConfig, clock: Clock) -> PartitionLog:
+    def open(cls, dir: Path, config: LogConfig, clock: Clock, *,
+             topic_id: uuid.UUID | None = None) -> PartitionLog:
         """Open (creating if needed) and recover the log in ``dir``.
 
         A directory that does not exist yet gets one empty segment and nothing else: there
         is nothing to recover, and nothing is fsynced (an empty partition lost in a crash
         is recreated, empty, by the next open), so creating a topic of many partitions
         (``__consumer_offsets``) does not stall the event loop.
+
+        ``topic_id`` (not 0): the topic this partition belongs to. An existing directory
+        whose ``partition.metadata`` names another topic is a stray of a deleted topic: it
+        is renamed to a ``-delete`` name, removed, and the log starts empty.
         """
         now = clock.wall_ms()
+        known_id = topic_id if topic_id is not None and topic_id.int else None
+        if known_id is not None and dir.is_dir():
+            found = read_partition_metadata(dir)
+            if found is not None and found != known_id:
+                log.warning("removing stray partition directory %s: it holds topic id %s, "
+                            "not %s", dir, found, known_id)
+                doomed = dir.with_name(f"{dir.name}.{uuid.uuid4().hex}-delete")
+                dir.rename(doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
         try:
             dir.mkdir(parents=True)
         except FileExistsError:
@@ -154,8 +179,20 @@ class PartitionLog:
                 dir, 0, index_interval_bytes=config.index_interval_bytes,
                 max_index_bytes=config.segment_index_bytes, now_ms=now)])
             plog._write_leader_epochs()
+            if known_id is not None:
+                write_partition_metadata(dir, known_id)
+                plog.topic_id = known_id
             log.info("created log %s", dir)
             return plog
+        plog = cls._recover(dir, config, clock, now)
+        plog.topic_id = read_partition_metadata(dir)
+        if known_id is not None and plog.topic_id is None:
+            write_partition_metadata(dir, known_id)  # adopted (made before topic ids)
+            plog.topic_id = known_id
+        return plog
+
+    @classmethod
+    def _recover(cls, dir: Path, config: LogConfig, clock: Clock, now: int) -> PartitionLog:
         for tmp in dir.glob("*.tmp"):
             tmp.unlink(missing_ok=True)
         cleaner.complete_swaps(dir)
@@ -710,7 +747,117 @@ class PartitionLog:
         log.info("deleted log %s", self.dir)
 
 
+# ---------------------------------------------------------------------- offline
+
+
+class OfflineLog(PartitionLog):
+    """A partition whose log could not be opened at start (an unreadable file, a directory
+    replaced by a file): it holds no file, answers every read and append with
+    KAFKA_STORAGE_ERROR, and reports empty offsets until the broker restarts."""
+
+    def __init__(self, directory: Path, config: LogConfig, clock: Clock, reason: str) -> None:
+        self.dir = directory
+        self.config = config
+        self.clock = clock
+        self._segments = []
+        self._bases = []
+        self.log_start_offset = 0
+        self.high_watermark = 0
+        self.producer_state = ProducerStateManager(strict_new_producers=False)
+        self.leader_epochs = []
+        self._unflushed = []
+        self._unflushed_messages = 0
+        self._last_flush_ms = clock.monotonic_ms()
+        self._cleaned_to = None
+        self._tombstone_expiry_ms = None
+        self.offline = reason
+        self.topic_id = None
+
+    @property
+    def active_segment(self) -> LogSegment:
+        raise LogError(ErrorCode.kafka_storage_error, f"log {self.dir} is offline")
+
+    @property
+    def log_end_offset(self) -> int:
+        return 0
+
+    @property
+    def size_in_bytes(self) -> int:
+        return 0
+
+    def compact(self, now_ms: int, *, force: bool = False) -> cleaner.CleanerStats | None:
+        return None
+
+    def delete_old_segments(self) -> int:
+        return 0
+
+    def truncate_to(self, offset: int) -> None:
+        self._check_online()
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+
+    def flush_if_due(self) -> bool:
+        return False
+
+    def flush(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def delete(self) -> None:
+        if self.dir.is_dir():
+            shutil.rmtree(self.dir, ignore_errors=True)
+        else:
+            self.dir.unlink(missing_ok=True)
+
+
 # ---------------------------------------------------------------------- helpers
+
+
+def _topic_id_text(topic_id: uuid.UUID) -> str:
+    """Kafka's ``Uuid.toString``: base64url of the 16 bytes, without padding."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def read_partition_metadata(directory: Path) -> uuid.UUID | None:
+    """The topic id in ``directory``'s partition.metadata; None if absent or unreadable."""
+    try:
+        text = (directory / PARTITION_METADATA).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    try:
+        if fields.get("version", "").strip() != "0":
+            return None
+        raw = fields["topic_id"].strip()
+        data = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
+        return uuid.UUID(bytes=data)
+    except (KeyError, ValueError):
+        return None
+
+
+def write_partition_metadata(directory: Path, topic_id: uuid.UUID) -> None:
+    """Write partition.metadata (renamed into place, not fsynced: losing it in a crash
+    only means the directory is adopted by its topic again at the next open)."""
+    write_atomically(directory / PARTITION_METADATA,
+                     f"version: 0\ntopic_id: {_topic_id_text(topic_id)}\n".encode(),
+                     fsync=False)
+
+
+def is_partition_dir(path: Path) -> bool:
+    """Whether ``path`` looks like a partition directory this broker made (so removing it
+    as a stray cannot destroy anything else a person put into the data dir)."""
+    try:
+        if not path.is_dir():
+            return False
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return not names or any(
+        n in (PARTITION_METADATA, LEADER_EPOCH_CHECKPOINT) or n.endswith(LOG_SUFFIX)
+        for n in names)
 
 
 def _largest_timestamp(seg: LogSegment) -> int:

@@ -1,4 +1,13 @@
-"""DeleteTopics (20): by name (all versions) or topic id (v6+)."""
+"""DeleteTopics (20): by name (all versions) or topic id (v6+).
+
+Topics the broker owns (``__consumer_offsets``, ``__transaction_state``, ...) are refused with
+INVALID_TOPIC_EXCEPTION: deleting ``__consumer_offsets`` loses every group's committed
+offsets. Kafka's own DeleteTopics has no such check (only ACLs: a client without ALTER on the
+topic gets TOPIC_AUTHORIZATION_FAILED, and kafka-topics.sh refuses internal topics); the code
+is the one Kafka answers for the other client writes to internal topics (Produce: "Cannot
+append to internal topic", DeleteRecords: "Cannot delete records of internal topic",
+``ReplicaManager.scala``).
+"""
 
 from __future__ import annotations
 
@@ -8,18 +17,22 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
-from headrace.broker.topics import TopicError
+from headrace.broker.topics import INTERNAL_TOPICS, TopicError
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
 
 
+# Kafka's Topic.isInternal set, plus its metadata log's name: all owned by the broker
+BROKER_OWNED_TOPICS = INTERNAL_TOPICS | {"__share_group_state", "__cluster_metadata"}
+
+
 @handler(20, "DeleteTopics", 1, 6)
 async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     if ctx.api_version >= 6:
-        wanted = [(t.name, t.topic_id) for t in req.topics]
+        wanted = [(t.name, t.topic_id) for t in req.topics or ()]
     else:
-        wanted = [(name, None) for name in req.topic_names]
+        wanted = [(name, None) for name in req.topic_names or ()]
     results = []
     for name, topic_id in wanted:
         entry: dict[str, Any] = {"name": name, "topic_id": topic_id or uuid.UUID(int=0),
@@ -37,6 +50,10 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) ->
         known = broker.metadata.topic(name)
         if known is not None:
             entry["topic_id"] = known.topic_id
+        if name in BROKER_OWNED_TOPICS:
+            entry["error_code"] = ErrorCode.invalid_topic_exception
+            entry["error_message"] = f"Cannot delete internal topic {name}"
+            continue
         try:
             broker.topics.delete(name)
         except TopicError as e:
