@@ -9,12 +9,15 @@ before the crash is never handed out again (a new producer reusing it would have
 batches taken for duplicates and silently dropped).
 
 The wire is driven by ``WireClient`` (real RecordBatch v2 bytes from ``tests/batches.py``)
-so the test sees exactly what the broker answers to each retry. kill -9 keeps the page
-cache: this tests recovery of the producer state, not fsync.
+so the test sees exactly what the broker answers to each retry; then confluent-kafka's
+idempotent producer does the same for real, behind a proxy that withholds the broker's
+responses so that its batches are written but never acknowledged before the kill.
+kill -9 keeps the page cache: this tests recovery of the producer state, not fsync.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -136,12 +139,86 @@ def test_retried_batches_after_kill_9_get_their_original_offsets(data_dir: Path)
         b.kill()
 
 
-def test_idempotent_producer_stream_across_kill_9_writes_each_record_at_most_once(
+class ResponseHoldingProxy:
+    """A TCP proxy in front of the broker that can withhold the broker's responses.
+
+    While ``hold`` is set, requests still reach the broker but its responses are dropped:
+    the broker writes the batches, the producer never hears so. Closing every connection
+    (``drop_all``) then makes the producer retry those batches on new connections.
+    """
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.upstream_port = 0
+        self.hold = threading.Event()
+        self._lock = threading.Lock()
+        self._socks: list[socket.socket] = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.upstream_port), 5)
+            except OSError:
+                client.close()  # the broker is down: the client retries later
+                continue
+            with self._lock:
+                self._socks += [client, upstream]
+            threading.Thread(target=self._pipe, args=(client, upstream, False),
+                             daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, True),
+                             daemon=True).start()
+
+    def _pipe(self, src: Any, dst: Any, responses: bool) -> None:
+        import socket
+
+        try:
+            while data := src.recv(65536):
+                if not (responses and self.hold.is_set()):
+                    dst.sendall(data)
+        except OSError:
+            pass  # either side closed: close both below
+        for s in (src, dst):  # shutdown first: it wakes the other thread's recv
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def drop_all(self) -> None:
+        import socket
+
+        with self._lock:
+            socks, self._socks = self._socks, []
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def close(self) -> None:
+        self.listener.close()
+        self.drop_all()
+
+
+def test_idempotent_producer_retries_unacknowledged_batches_after_kill_9(
         data_dir: Path) -> None:
-    """R-PROTO-7, R-LOG-4 with a real client: confluent-kafka's idempotent producer keeps
-    sending while the broker is killed with kill -9 and restarted on the same data dir. Its
-    in-flight batches are retried against the restarted broker; every acknowledged record
-    is in the log at its acknowledged offset, and no record is in the log twice."""
+    """R-PROTO-7, R-LOG-4 with a real client: confluent-kafka's idempotent producer sends
+    batches the broker writes but whose responses never arrive (a proxy withholds them);
+    the broker is killed with kill -9 and restarted on the same data dir; the producer
+    retries those batches, and the broker must answer them as duplicates: every record is
+    in the log exactly once, at the offset it was acknowledged with."""
     import threading
 
     from confluent_kafka import Producer
@@ -149,15 +226,20 @@ def test_idempotent_producer_stream_across_kill_9_writes_each_record_at_most_onc
     from tests.brokerproc import wait_until
     from tests.clients import consume
 
-    b = BrokerProcess(data_dir).start()
+    proxy = ResponseHoldingProxy()
+    # clients learn the broker's address from its metadata: advertise the proxy
+    b = BrokerProcess(data_dir, {"advertised.port": str(proxy.port)}).start()
+    proxy.upstream_port = b.port
+    p = None
     try:
         with WireClient.to(b.bootstrap) as wc:
             create_topic(wc)
         acked: dict[bytes, int] = {}
         errors: list[Any] = []
         lock = threading.Lock()
-        p = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True,
-                      "linger.ms": 5, "message.timeout.ms": 45_000,
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{proxy.port}",
+                      "enable.idempotence": True, "linger.ms": 5,
+                      "message.timeout.ms": 45_000, "reconnect.backoff.ms": 50,
                       "reconnect.backoff.max.ms": 200})
 
         def on_delivery(err: Any, msg: Any) -> None:
@@ -167,40 +249,45 @@ def test_idempotent_producer_stream_across_kill_9_writes_each_record_at_most_onc
                 else:
                     errors.append(err)
 
-        stop = threading.Event()
-        sent = [0]
+        def send(first: int, n: int) -> None:
+            assert p is not None
+            for i in range(first, first + n):
+                p.produce(TOPIC, f"r-{i:06d}".encode(), partition=0, on_delivery=on_delivery)
+            p.poll(0)
 
-        def run() -> None:  # about 5,000 records/s until stopped; serves the callbacks
-            while not stop.is_set():
-                if sent[0] < 40_000:
-                    try:
-                        p.produce(TOPIC, f"r-{sent[0]:06d}".encode(), partition=0,
-                                  on_delivery=on_delivery)
-                        sent[0] += 1
-                    except BufferError:
-                        pass
-                p.poll(0.0002)
+        def written() -> int:
+            with WireClient.to(b.bootstrap) as wc:
+                return log_end(wc)[1]
 
-        t = threading.Thread(target=run, daemon=True)
-        t.start()
-        wait_until(lambda: len(acked) > 2000, 30, what="2000 acknowledged records")
-        b.kill()
-        b.start()  # on the same port: the producer reconnects to it
-        wait_until(lambda: len(acked) > 4000 or errors, 30,
-                   what="acknowledgements after the restart")
-        stop.set()
-        t.join(10)
+        send(0, 1000)
+        assert p.flush(30) == 0 and len(acked) == 1000 and not errors
+
+        proxy.hold.set()  # from now on the broker's answers are lost
+        send(1000, 1000)
+        wait_until(lambda: p.poll(0) is not None and written() == 2000, 30, 0.05,
+                   "the unacknowledged batches written by the broker")
+        assert len(acked) == 1000, "a response got through the proxy"
+
+        b.kill()  # SIGKILL: the batches are in the log, their producer state is not saved
+        proxy.drop_all()
+        proxy.hold.clear()
+        b.start()  # same port: the proxy reaches it again
         assert p.flush(45) == 0
         assert not errors, errors[:3]
-        total = sent[0]
-        assert len(acked) == total
-        got = consume("confluent", b.bootstrap, TOPIC, [0], total, timeout_s=30)
+        assert len(acked) == 2000
+
+        got = consume("confluent", b.bootstrap, TOPIC, [0], 2000, timeout_s=30)
         offsets = {r.value: r.offset for r in got}
-        assert len(got) == len(offsets) == total, (
-            f"{len(got)} records in the log for {total} sent: "
-            f"{len(got) - len(offsets)} duplicated")
+        assert len(got) == len(offsets), (
+            f"{len(got) - len(offsets)} records stored twice: the retries were not deduped")
+        assert len(got) == 2000
+        with WireClient.to(b.bootstrap) as wc:
+            assert log_end(wc) == (0, 2000)
         assert offsets == acked  # each at the offset it was acknowledged with
         assert not [line for line in b.stderr_lines if "Traceback" in line], \
             "".join(b.stderr_lines)
     finally:
+        if p is not None:
+            p.flush(0)
+        proxy.close()
         b.kill()
