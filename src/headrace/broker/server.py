@@ -3,8 +3,19 @@
 ``Connection`` turns bytes into frames (``FrameDecoder``), frames into requests
 (``decode_request``), runs the handler for each request in arrival order and writes the
 responses in that order (R-PROTO-1: one request at a time per connection, as Kafka does).
-A peer's bad bytes (``ProtocolError``) close only that connection. A fully received request
-is handled even if the client disconnects right after sending it (acks=0 producers).
+A peer's bad bytes (``ProtocolError``) close only that connection. When a client
+disconnects, its queued requests are dropped, except a fully received Produce, which is
+still applied (acks=0 producers close right after sending).
+
+Resource bounds (R-NF-1), Kafka's settings: every frame reserves its size from one memory
+pool shared by all connections (``queued.max.request.bytes``) and one of
+``queued.max.requests`` slots when its size prefix arrives, and its connection is not read
+while that waits; responses nobody reads stop their connection and, past the pool's size
+in total, hold back Fetch; ``connections.max.idle.ms``, ``max.connections`` and
+``max.connections.per.ip`` close or refuse connections; EMFILE in accept and handler
+exceptions are one log line, not a traceback. ``sasl.server.max.receive.size`` (the limit
+before authentication) takes effect with SASL (issue 12); there is nothing to authenticate
+on a PLAINTEXT listener, so it is not applied there.
 
 Shutdown is a fixed, bounded sequence: stop accepting → wake parked requests → let
 connections finish their current request (with a timeout) → cancel → flush and close logs.
@@ -163,6 +174,7 @@ class Connection(asyncio.Protocol):
             self.broker.quotas.release(self.ip)
         self._drop_queued()
         self._writable.set()
+        self.broker.wake_response_waiters()  # a Fetch of ours may wait for room: end it
         self._wakeup.set()  # the server task drains what must still be applied, then ends
 
     def pause_writing(self) -> None:
@@ -306,7 +318,7 @@ class Connection(asyncio.Protocol):
                     self.unmute("queue")
                 try:
                     if _api_key(frame) == _FETCH and not self.closed:
-                        await self.broker.response_room()
+                        await self.broker.response_room(self)
                     self._handling = True
                     response = (None if self.closed and _api_key(frame) != _PRODUCE
                                 else await self._handle(frame))
@@ -500,14 +512,18 @@ class Broker:
         if self.response_budget is None or self.unsent_bytes <= self.response_budget:
             self._room.set()
 
-    async def response_room(self) -> None:
+    async def response_room(self, conn: Connection) -> None:
         """Wait while responses nobody reads hold more than the budget
         (``queued.max.request.bytes``): only Fetch waits, since only Fetch builds big
         responses; produce, metadata and group traffic go on."""
         budget = self.response_budget
-        while budget is not None and self.unsent_bytes > budget and not self.stopping:
+        while (budget is not None and self.unsent_bytes > budget and not self.stopping
+               and not conn.closed):
             self._room.clear()
             await self._room.wait()
+
+    def wake_response_waiters(self) -> None:
+        self._room.set()  # each waiter checks again (and clears it if still over budget)
 
     async def _idle_loop(self) -> None:
         """``connections.max.idle.ms``: close connections with no complete request and no
@@ -625,6 +641,7 @@ class Broker:
             return
         self.stopping = True
         self._stopped.set()
+        self._room.set()
         if self._server is not None:
             self._server.close()
         # wake every parked long poll and group request so it answers now

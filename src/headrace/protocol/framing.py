@@ -27,7 +27,7 @@ SIZE = struct.Struct(">i")
 SIZE_BYTES = SIZE.size
 # Frames at least this big are received into their own anonymous mapping: it goes back to
 # the kernel the moment the frame is dropped (glibc's heap may keep freed memory forever).
-MMAP_MIN_BYTES = 1 << 20
+MMAP_MIN_BYTES = 4 << 20
 Frame = bytes | memoryview
 
 
