@@ -17,7 +17,7 @@ Two levels:
   well-formed response with the request's correlation id, or a closed connection; the
   process never dies, logs no traceback, and a real client works afterwards.
 
-Budgets: ``FUZZ_EXAMPLES`` (in process, default 400 examples x 40 mutants, ~10 s) and
+Budgets: ``FUZZ_EXAMPLES`` (in process, default 1200 examples x 40 mutants, ~30 s) and
 ``FUZZ_SECONDS`` (against the broker, default 30 s).
 """
 
@@ -72,7 +72,7 @@ def test_every_schema_generates_and_decodes() -> None:
             assert req.header.api_key == api_key and req.header.correlation_id == 9
 
 
-@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "400")), deadline=None,
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "1200")), deadline=None,
           database=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(valid_requests(), min_size=1, max_size=3), st.randoms(use_true_random=False))
 def test_decoder_mutants_in_process(requests: list[bytes], rng: random.Random) -> None:
