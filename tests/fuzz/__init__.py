@@ -152,12 +152,14 @@ _HUGE = [
 
 def mutate(rng: random.Random, data: bytes, others: list[bytes]) -> bytes:
     """One to four mutations; the 8-byte header (key, version, correlation id) is kept
-    most of the time so that the body's decoding is what gets exercised."""
+    most of the time so that the body's decoding is what gets exercised. The last kind
+    grows a length or tagged-field size and hides a claim in the bytes it now covers (the
+    way a known tag's size hid a claim from the first prescan)."""
     b = bytearray(data)
     for _ in range(rng.randint(1, 4)):
         lo = 8 if rng.random() < 0.9 and len(b) > 8 else 0
         pos = rng.randint(lo, max(lo, len(b)))
-        op = rng.randrange(7)
+        op = rng.randrange(8)
         if op == 0 and pos < len(b):  # flip a byte
             b[pos] = rng.randrange(256)
         elif op == 1:  # a huge / negative / varint claim over whatever was there
@@ -172,8 +174,13 @@ def mutate(rng: random.Random, data: bytes, others: list[bytes]) -> bytes:
             b[pos:] = other[rng.randrange(len(other)):]
         elif op == 5:  # drop a segment
             del b[pos:pos + rng.randint(1, 16)]
-        else:  # repeat a segment
+        elif op == 6:  # repeat a segment
             b[pos:pos] = b[pos:pos + rng.randint(1, 16)]
+        elif pos < len(b):  # a size grown by k, with k bytes of claim hidden behind it
+            huge = rng.choice(_HUGE)
+            b[pos] = (b[pos] + len(huge)) & 0xFF
+            at = min(len(b), pos + 1 + rng.randint(0, 24))
+            b[at:at] = huge
     return bytes(b)
 
 

@@ -19,8 +19,15 @@ request's schema (header included) from kio's own field introspection, like code
   fields (a Fetch v17 partition's ``replica_directory_id`` hid a 2^32-1 claim that way).
 
 It raises ``ProtocolError`` (the server closes the connection, as Kafka does for a request
-it cannot parse). Runs of fixed-size fields are one addition, and an array of fixed-size
-elements one multiplication, so Produce and Fetch requests cost a few µs (see codec).
+it cannot parse). Wherever kio would read a value differently from this walk (a nullable
+struct's marker other than -1/0/1), the request is refused too, so that both walks always
+agree on where each field starts.
+
+Cost: the walk of a request type is generated once as straight-line Python source
+(``_Gen``: nested entities inlined, a run of fixed-size fields is one addition, an array of
+fixed-size elements one multiplication); the contents of tagged fields, which are rare, are
+walked by closures (``_compile``). A Produce request costs ~1 µs, a Fetch of 100 partitions
+~3-5 µs (decode itself: 2.5 and 15 µs).
 """
 
 from __future__ import annotations
