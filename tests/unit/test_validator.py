@@ -55,7 +55,8 @@ def records_with_deltas(deltas: list[int], codec: int = 0) -> bytes:
 
 
 @pytest.mark.parametrize("codec", [0, R.CODEC_ZSTD])
-@pytest.mark.parametrize("deltas", [[0, 1, 7], [0, 0, 1], [1, 2, 3], [0, 2, 1], [0, -1, 2]])
+@pytest.mark.parametrize("deltas", [[0, 1, 7], [0, 0, 1], [1, 2, 3], [0, 2, 1], [0, -1, 2],
+                                    [*range(150), 151, 151], [*range(99), 5]])
 def test_offset_deltas_must_be_0_to_n_minus_1(deltas: list[int], codec: int) -> None:
     """R-LOG-3: a record offset delta past lastOffsetDelta, repeated, negative or out of
     order is INVALID_RECORD naming the records (Kafka: "inner records offset should always
@@ -85,14 +86,17 @@ def test_count_must_match_last_offset_delta_and_the_records() -> None:
     pytest.param(b"\x10\x00\x00\x06\x02k\x02v\x02\x01\x00", id="negative-header-key-length"),
     pytest.param(b"\x10\x00\x00\x06\x02k\x02v\x00\x00\x00", id="bytes-left-in-the-record"),
 ])
-def test_broken_record_framing_is_invalid_record(tail: bytes) -> None:
+@pytest.mark.parametrize("good", [3, 200], ids=["loop", "numpy"])
+def test_broken_record_framing_is_invalid_record(tail: bytes, good: int) -> None:
     """R-LOG-4: DefaultRecord.readFrom's checks: lengths that overrun, impossible sizes,
     negative header counts or header keys, bytes left over → INVALID_RECORD, with the
-    index of the broken record (the fourth) in record_errors."""
-    body = b"".join(encode_record(i, 0, b"k", b"v", []) for i in range(3)) + tail
-    e = refused(raw_batch(body, 4))
+    index of the broken record (the last) in record_errors; both walkers (a plain loop for
+    small batches, numpy for large ones) agree."""
+    body = b"".join(encode_record(i, 0, b"k", b"v", [("h", b"x")] * (i % 2))
+                    for i in range(good)) + tail
+    e = refused(raw_batch(body, good + 1))
     assert e.error_code == ErrorCode.invalid_record
-    assert e.record_errors and e.record_errors[0][0] == 3, e.record_errors
+    assert e.record_errors and e.record_errors[0][0] == good, e.record_errors
 
 
 def test_undecompressable_records_are_corrupt_message() -> None:

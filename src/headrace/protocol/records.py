@@ -379,6 +379,8 @@ INFLATE_RATIO = 64
 """A batch may inflate to at most this many times max.message.bytes (see ``inflate_limit``)."""
 MIN_INFLATE_LIMIT = 16 << 20
 DEFAULT_INFLATE_LIMIT = 64 << 20
+_FIRST_TRY_MIN = 256 << 10
+_FIRST_TRY_RATIO = 8
 """The cap for readers without a topic config (1 MiB max.message.bytes x ``INFLATE_RATIO``)."""
 
 
@@ -450,26 +452,35 @@ def inflate(
         return view
     if codec not in _DECOMPRESS_INTO and codec != CODEC_SNAPPY:
         raise InvalidRecordError(ErrorCode.corrupt_message, f"unknown compression codec {codec}")
-    # One spare byte: filling it proves the data inflates past ``limit``.
-    out: memoryview = np.zeros(limit + 1, dtype=np.uint8).data
-    try:
-        if codec == CODEC_SNAPPY:
-            n = _snappy_into(view, out, limit)
-        else:
-            n = int(_DECOMPRESS_INTO[codec](view, out))
-    except cramjam.DecompressionError as e:
-        if "failed to write whole buffer" in str(e):
-            raise _too_large(codec, limit) from None
-        raise InvalidRecordError(
-            ErrorCode.corrupt_message, f"cannot decompress codec {codec}: {e}"
-        ) from None
-    except (ValueError, OverflowError, struct.error) as e:
-        raise InvalidRecordError(
-            ErrorCode.corrupt_message, f"cannot decompress codec {codec}: {e}"
-        ) from None
-    if n > limit:
-        raise _too_large(codec, limit)
-    return out[:n]
+    # A small buffer first (most batches inflate a few times at most: a 64 MiB calloc costs
+    # more than decompressing them), the whole ``limit`` only if that overflows. One spare
+    # byte: filling it proves the data inflates past the buffer's room.
+    first = min(limit, max(_FIRST_TRY_MIN, _FIRST_TRY_RATIO * len(view)))
+    for room in (first, limit) if first < limit else (limit,):
+        out: memoryview = np.zeros(room + 1, dtype=np.uint8).data
+        try:
+            if codec == CODEC_SNAPPY:
+                n = _snappy_into(view, out, room)
+            else:
+                n = int(_DECOMPRESS_INTO[codec](view, out))
+        except cramjam.DecompressionError as e:
+            if "failed to write whole buffer" in str(e):
+                n = room + 1
+            else:
+                raise InvalidRecordError(
+                    ErrorCode.corrupt_message, f"cannot decompress codec {codec}: {e}"
+                ) from None
+        except InvalidRecordError as e:
+            if e.error_code != ErrorCode.invalid_record or room == limit:  # snappy's claim
+                raise
+            n = room + 1
+        except (ValueError, OverflowError, struct.error) as e:
+            raise InvalidRecordError(
+                ErrorCode.corrupt_message, f"cannot decompress codec {codec}: {e}"
+            ) from None
+        if n <= room:
+            return out[:n]
+    raise _too_large(codec, limit)
 
 
 def decompress(codec: int, data: bytes, limit: int = DEFAULT_INFLATE_LIMIT) -> bytes:
@@ -649,6 +660,8 @@ def scan_records(data: memoryview | bytes, count: int) -> RecordScan:
             raise _Framing(0, f"invalid record count {count}")
         if count > len(arr) // 7:  # no record is shorter than 7 bytes
             raise _Framing(0, f"{count} records cannot fit in {len(arr)} bytes")
+        if count <= _SMALL_BATCH:
+            return _scan_small(view, count)
         starts = _record_starts(view, arr, count)
         rec_len, len_size = _varints(arr, starts, 5)
         body = starts + len_size
@@ -684,6 +697,84 @@ def scan_records(data: memoryview | bytes, count: int) -> RecordScan:
             ErrorCode.invalid_record, f"record {e.index}: {e}", ((e.index, str(e)),)
         ) from None
     return RecordScan(ts_delta, off_delta, key_len, value_len, header_count)
+
+
+# Up to this many records a plain loop beats numpy's fixed cost per call (~100 us a batch).
+_SMALL_BATCH = 64
+
+
+def _small_varint(data: memoryview, pos: int, end: int, max_size: int, i: int) -> tuple[int, int]:
+    """``read_varint`` for ``_scan_small``: a fast path for one-byte varints, errors as
+    ``_Framing`` for record ``i``, never reading at or past ``end``."""
+    if pos >= end:
+        raise _Framing(i, "a record field runs past its record")
+    b = data[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    raw = 0
+    shift = 0
+    start = pos
+    while True:
+        if pos >= end:
+            raise _Framing(i, "truncated varint")
+        if pos - start >= max_size:
+            raise _Framing(i, f"varint longer than {max_size} bytes")
+        b = data[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+
+
+def _scan_small(data: memoryview, count: int) -> RecordScan:
+    """``scan_records`` for a few records: the same checks, one record at a time."""
+    n = len(data)
+    ts_deltas = [0] * count
+    off_deltas = [0] * count
+    key_lens = [0] * count
+    value_lens = [0] * count
+    header_counts = [0] * count
+    pos = 0
+    for i in range(count):
+        if pos >= n:
+            raise _Framing(i, f"the batch holds fewer records than its count {count}")
+        length, body = _small_varint(data, pos, n, 5, i)
+        if length < 0:
+            raise _Framing(i, f"negative record length {length}")
+        if length < 6:
+            raise _Framing(i, f"record of {length} bytes is too short")
+        end = body + length
+        if end > n:
+            raise _Framing(i, "record lengths add up past the end of the records bytes")
+        ts_deltas[i], p = _small_varint(data, body + 1, end, 10, i)
+        off_deltas[i], p = _small_varint(data, p, end, 5, i)
+        key_len, p = _small_varint(data, p, end, 5, i)
+        key_lens[i] = key_len
+        p += max(key_len, 0)
+        value_len, p = _small_varint(data, p, end, 5, i)
+        value_lens[i] = value_len
+        p += max(value_len, 0)
+        headers, p = _small_varint(data, p, end, 5, i)
+        if headers < 0:
+            raise _Framing(i, "invalid negative number of record headers")
+        header_counts[i] = headers
+        for _ in range(headers):
+            key_size, p = _small_varint(data, p, end, 5, i)
+            if key_size < 0:
+                raise _Framing(i, "invalid negative header key size")
+            value_size, p = _small_varint(data, p + key_size, end, 5, i)
+            p += max(value_size, 0)
+        if p != end:
+            raise _Framing(i, f"invalid record size: expected to read {length} bytes "
+                              f"in record payload, but instead read {p - body}")
+        pos = end
+    if pos != n:
+        raise _Framing(count - 1, f"record lengths add up to {pos} bytes, short of the {n} "
+                                  "records bytes")
+    return RecordScan(np.array(ts_deltas, dtype=np.int64), np.array(off_deltas, dtype=np.int64),
+                      np.array(key_lens, dtype=np.int64), np.array(value_lens, dtype=np.int64),
+                      np.array(header_counts, dtype=np.int64))
 
 
 def _check_within(p: I64, end: I64, field_name: str) -> None:
