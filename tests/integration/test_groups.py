@@ -255,3 +255,20 @@ def test_static_member_restart_keeps_partitions_without_rebalance(
         assert b.revokes == revokes
     finally:
         stop_all([a, b])
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_an_error_in_a_member_thread_fails_the_test(broker: BrokerProcess, topic_name: str,
+                                                    client: str) -> None:
+    """The harness itself: a member whose client raises in its thread (here: a config the
+    client refuses) fails the waiting test at once with that error, and ``stop`` re-raises
+    it, instead of the test timing out or passing with the member silently gone."""
+    bad = {"confluent": {"no.such.property": "1"},
+           "kafka-python": {"no_such_option": 1},
+           "aiokafka": {"no_such_option": 1}}[client]
+    member = GroupMember(client, broker.bootstrap, [topic_name], group_name(),
+                         extra=bad).start()
+    with pytest.raises(AssertionError, match="failed"):
+        wait_settled([member], 1, timeout_s=20)
+    with pytest.raises(AssertionError, match=f"{client} member"):
+        member.stop()
