@@ -1,4 +1,4 @@
-"""No client can exhaust the broker's memory, connections or event loop (R-NF-1).
+"""No client can exhaust the broker's memory, connections or event loop (R-NF-3).
 
 Hostile clients are raw sockets (half-sent frames, pipelined requests never read, idle
 connections, too many connections); a confluent-kafka producer must keep working meanwhile.
@@ -150,7 +150,7 @@ def limited(tmp_path: Path) -> Iterator[BrokerProcess]:
 
 
 def test_half_sent_frames_are_bounded_by_the_shared_memory_pool(limited: BrokerProcess) -> None:
-    """R-NF-1: 40 connections each sending 7 MB of an 8 MB frame hold at most the pool
+    """R-NF-3: 40 connections each sending 7 MB of an 8 MB frame hold at most the pool
     (queued.max.request.bytes = 32 MB) — not 280 MB; a good client keeps producing; and the
     memory goes back when they close (before the fix: +280 MB, still held after)."""
     assert limited.proc is not None
@@ -187,7 +187,7 @@ def test_half_sent_frames_are_bounded_by_the_shared_memory_pool(limited: BrokerP
 
 
 def test_a_frame_larger_than_the_pool_can_ever_give_is_refused(tmp_path: Path) -> None:
-    """R-NF-1: with queued.max.request.bytes (16 MB) smaller than socket.request.max.bytes
+    """R-NF-3: with queued.max.request.bytes (16 MB) smaller than socket.request.max.bytes
     (64 MB), a 20 MB frame could never be reserved: its connection is closed at once
     instead of waiting forever, and the broker serves the next one."""
     with BrokerProcess(tmp_path / "data", {"socket.request.max.bytes": str(64 * MB),
@@ -205,7 +205,7 @@ def test_a_frame_larger_than_the_pool_can_ever_give_is_refused(tmp_path: Path) -
 
 def test_pipelined_fetches_never_read_are_bounded_and_dropped_on_close(
         limited: BrokerProcess) -> None:
-    """R-NF-1: 30 clients pipelining 20 Fetches of a 10 MB partition and never reading
+    """R-NF-3: 30 clients pipelining 20 Fetches of a 10 MB partition and never reading
     their socket: response memory stays bounded (before the fix: one 10 MB response or
     more per client, 300+ MB), a producer keeps working, and once they close the broker
     does not work through their queued Fetches (its CPU goes quiet at once)."""
@@ -264,7 +264,7 @@ def test_pipelined_fetches_never_read_are_bounded_and_dropped_on_close(
 
 def test_queued_requests_across_connections_never_exceed_the_limit(tmp_path: Path,
                                                                    monkeypatch: Any) -> None:
-    """R-NF-1: queued.max.requests bounds requests received but not handled across all
+    """R-NF-3: queued.max.requests bounds requests received but not handled across all
     connections (one more per connection with none queued, so nobody is starved): 10
     connections pipelining 30 requests each into a stalled handler hold at most the limit."""
     gate = threading.Event()
@@ -306,7 +306,7 @@ def test_queued_requests_across_connections_never_exceed_the_limit(tmp_path: Pat
 
 
 def test_idle_and_half_sent_connections_are_closed(tmp_path: Path) -> None:
-    """R-NF-1: connections.max.idle.ms closes a connection that sent nothing, one stuck
+    """R-NF-3: connections.max.idle.ms closes a connection that sent nothing, one stuck
     mid-frame, and one idle after a request, each after about the idle time (not before);
     one log line per sweep, and a producer that goes on afterwards."""
     with BrokerProcess(tmp_path / "data", {"connections.max.idle.ms": "1500"}) as b:
@@ -338,7 +338,7 @@ def test_idle_and_half_sent_connections_are_closed(tmp_path: Path) -> None:
 
 
 def test_max_connections_and_per_ip_refuse_past_the_limit(tmp_path: Path) -> None:
-    """R-NF-1: max.connections.per.ip=4 and max.connections=6: the 5th connection from
+    """R-NF-3: max.connections.per.ip=4 and max.connections=6: the 5th connection from
     127.0.0.1 and the 3rd from 127.0.0.2 are closed at once; a refusal burst is one log line;
     a slot freed by a close is usable again."""
     with BrokerProcess(tmp_path / "data", {"max.connections": "6",
@@ -381,7 +381,7 @@ def test_max_connections_and_per_ip_refuse_past_the_limit(tmp_path: Path) -> Non
 
 
 def test_emfile_in_accept_is_one_log_line_and_the_broker_serves_again(tmp_path: Path) -> None:
-    """R-NF-1 (issue 8 item 9): past RLIMIT_NOFILE accept() fails with EMFILE; the broker
+    """R-NF-3 (issue 8 item 9): past RLIMIT_NOFILE accept() fails with EMFILE; the broker
     stays up, logs it once per interval (before the fix: a traceback every second), and
     serves new connections once the others close."""
     nofile = 64
@@ -443,7 +443,7 @@ def test_emfile_in_accept_is_one_log_line_and_the_broker_serves_again(tmp_path: 
 
 def test_a_handler_exception_is_one_log_line_and_a_closed_connection(
         tmp_path: Path, monkeypatch: Any, caplog: pytest.LogCaptureFixture) -> None:
-    """Issue 8 item 11's safety net (R-NF-1): an exception escaping a handler closes that
+    """Issue 8 item 11's safety net (R-NF-1, R-NF-3): an exception escaping a handler closes that
     connection with one ERROR line naming the API and the error; the traceback only at
     DEBUG; the broker goes on serving."""
     h = HANDLERS[16]

@@ -35,7 +35,7 @@ def test_whole_frames_are_read_only_views_of_the_data() -> None:
 
 
 def test_a_small_frame_in_a_big_read_is_copied_not_a_view_pinning_the_read() -> None:
-    """R-NF-1: a 3-byte frame must not keep a 256 KiB read buffer alive while queued."""
+    """R-NF-3: a 3-byte frame must not keep a 256 KiB read buffer alive while queued."""
     data = frame(b"abc") + frame(b"x" * 20_000)[:10_000]
     frames = FrameDecoder(100_000).feed(data)
     assert frames == [b"abc"] and isinstance(frames[0], bytes)
@@ -73,7 +73,7 @@ class Pool:
 
 
 def test_the_reservation_is_asked_for_the_full_size_when_the_prefix_arrives() -> None:
-    """R-NF-1 (queued.max.request.bytes): the frame's size is reserved from its prefix,
+    """R-NF-3 (queued.max.request.bytes): the frame's size is reserved from its prefix,
     before any body byte is buffered."""
     pool = Pool(10_000)
     dec = FrameDecoder(1_000_000, pool)

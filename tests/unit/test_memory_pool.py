@@ -1,4 +1,4 @@
-"""The broker's resource accounting (R-NF-1): memory pool, connection quotas, log pacing."""
+"""The broker's resource accounting (R-NF-3): memory pool, connection quotas, log pacing."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from headrace.broker.memory_pool import (
 
 
 def test_reservations_up_to_the_capacity_then_waiters_in_order() -> None:
-    """R-NF-1: queued.max.request.bytes bounds what all connections hold; large frames
+    """R-NF-3: queued.max.request.bytes bounds what all connections hold; large frames
     that do not fit wait in arrival order and are granted as memory comes back."""
     pool = MemoryPool(800, small_frame_bytes=10, headroom=100)
     assert pool.max_single == 700

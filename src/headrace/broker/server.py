@@ -7,7 +7,7 @@ A peer's bad bytes (``ProtocolError``) close only that connection. When a client
 disconnects, its queued requests are dropped, except a fully received Produce, which is
 still applied (acks=0 producers close right after sending).
 
-Resource bounds (R-NF-1), Kafka's settings: every frame reserves its size from one memory
+Resource bounds (R-NF-3), Kafka's settings: every frame reserves its size from one memory
 pool shared by all connections (``queued.max.request.bytes``) and one of
 ``queued.max.requests`` slots when its size prefix arrives, and its connection is not read
 while that waits; responses nobody reads stop their connection and, past the pool's size
@@ -112,7 +112,7 @@ class Connection(asyncio.Protocol):
     pool, ``queued.max.request.bytes``, cannot give the frame's size yet) or while this
     connection has ``QUEUE_HIGH_WATER`` frames queued (``queue``) or while its responses
     are not being read (``writing``). A connection whose responses
-    are not being read handles nothing more until they drain (R-NF-1)."""
+    are not being read handles nothing more until they drain (R-NF-3)."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -445,7 +445,7 @@ class Broker:
         self._tasks: set[asyncio.Task[None]] = set()
         self.host = str(config["host"])
         self.port = int(config["port"])
-        # R-NF-1: what all connections together may hold
+        # R-NF-3: what all connections together may hold
         self.memory_pool = MemoryPool(int(config["queued.max.request.bytes"]))
         self.max_queued_requests = int(config["queued.max.requests"])
         self.queued_requests = 0  # received, not yet handled, across connections
@@ -481,7 +481,7 @@ class Broker:
         except DataDirError as e:
             raise StartupError(str(e)) from None
 
-    # ------------------------------------------------------------ resource bounds (R-NF-1)
+    # ------------------------------------------------------------ resource bounds (R-NF-3)
     def now(self) -> float:
         return self.clock.monotonic_ms() / 1000
 
