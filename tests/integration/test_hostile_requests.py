@@ -151,6 +151,34 @@ def test_fetch_naming_the_all_zero_topic_id(broker: BrokerProcess, version: int)
     assert_healthy(broker)
 
 
+def test_partition_outside_the_topic_is_unknown(broker: BrokerProcess) -> None:
+    """Fetch and ListOffsets naming partition -1 or 7 of a one-partition topic answer
+    UNKNOWN_TOPIC_OR_PARTITION, as Kafka does (they answered NOT_LEADER_OR_FOLLOWER, which
+    sends a client to refresh metadata for ever); the other partition is served
+    (R-PROTO-4, R-PROTO-5)."""
+    with WireClient.to(broker.bootstrap) as wc:
+        create_topic("confluent", broker.bootstrap, "one-part", 1)
+        resp = wc.request(1, 12, {
+            "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "forgotten_topics_data": [], "rack_id": "",
+            "topics": [{"topic": "one-part", "partitions": [
+                {"partition": p, "current_leader_epoch": -1, "fetch_offset": 0,
+                 "log_start_offset": -1, "partition_max_bytes": 1 << 20}
+                for p in (-1, 0, 7)]}]})
+        codes = [(p.partition_index, p.error_code) for p in resp.responses[0].partitions]
+        assert codes == [(-1, ErrorCode.unknown_topic_or_partition), (0, ErrorCode.none),
+                         (7, ErrorCode.unknown_topic_or_partition)]
+        resp = wc.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": "one-part", "partitions": [
+                {"partition_index": p, "current_leader_epoch": -1, "timestamp": -1}
+                for p in (-1, 0, 7)]}]})
+        codes = [(p.partition_index, p.error_code) for p in resp.topics[0].partitions]
+        assert codes == [(-1, ErrorCode.unknown_topic_or_partition), (0, ErrorCode.none),
+                         (7, ErrorCode.unknown_topic_or_partition)]
+    assert_healthy(broker)
+
+
 def _null_array_frame(api_key: int, version: int, field: str, cid: int) -> bytes:
     """A minimal request whose top-level array ``field`` is sent as null."""
     from tests.fuzz import array_count_positions, header_size

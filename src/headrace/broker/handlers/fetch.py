@@ -54,9 +54,13 @@ class _Plan:
                 name = t.topic
                 missing = ErrorCode.unknown_topic_or_partition
             parts: list[tuple[TopicPartition | None, Any, ErrorCode]] = []
+            state = broker.metadata.topic(name) if name is not None else None
+            count = len(state.partitions) if state is not None else 0
             for p in t.partitions:
-                if name is None or broker.metadata.topic(name) is None:
+                if state is None or name is None:
                     parts.append((None, p, missing))
+                elif not 0 <= p.partition < count:  # Kafka: UNKNOWN_TOPIC_OR_PARTITION
+                    parts.append((None, p, ErrorCode.unknown_topic_or_partition))
                 else:
                     parts.append((TopicPartition(name, int(p.partition)), p, ErrorCode.none))
             self.entries.append((t, parts))

@@ -30,7 +30,7 @@ def _lookup(broker: Broker, tp: TopicPartition, p: Any, isolation: int) -> dict[
         known = broker.metadata.topic(tp.topic)
         entry["error_code"] = (
             ErrorCode.not_leader_or_follower
-            if known is not None and index < len(known.partitions)
+            if known is not None and 0 <= index < len(known.partitions)
             else ErrorCode.unknown_topic_or_partition
         )
         return entry
