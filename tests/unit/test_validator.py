@@ -151,6 +151,16 @@ def test_create_time_out_of_range_is_invalid_timestamp() -> None:
     check(with_crc(buf), config)
 
 
+def test_a_lying_batch_max_timestamp_is_invalid_timestamp() -> None:
+    """KIP-937: the header's maxTimestamp (what the time index and retention use) may not
+    escape the bounds either, even when every record is in range."""
+    body = encode_record(0, 0, b"k", b"v", [])
+    buf = bytearray(raw_batch(body, 1))
+    struct.pack_into(">q", buf, 35, NOW + 1000 * HOUR)  # maxTimestamp
+    assert refused(with_crc(buf)).error_code == ErrorCode.invalid_timestamp
+    check(raw_batch(body, 1))
+
+
 def test_timestamp_errors_win_over_record_errors() -> None:
     """Kafka's processRecordErrors: INVALID_TIMESTAMP if any record's timestamp is bad,
     with every record error listed."""

@@ -18,7 +18,8 @@ the request is appended. Per batch, as Kafka's ``LogValidator`` (``validateBatch
 - compacted topics refuse records without a key (INVALID_RECORD);
 - with CreateTime, a record timestamp (other than -1) more than
   message.timestamp.before.max.ms before ``now_ms`` or message.timestamp.after.max.ms after
-  it is INVALID_TIMESTAMP (KIP-937).
+  it is INVALID_TIMESTAMP (KIP-937); so is a batch whose header maxTimestamp is (Kafka
+  would rewrite it to the records' largest timestamp; here batches are stored as sent).
 
 Record errors are collected as Kafka's ``processRecordErrors`` does: one (record index,
 message) per bad record in ``InvalidRecordError.record_errors`` (Produce v8+), and the error
@@ -112,6 +113,14 @@ def validate_batch(
             errors.setdefault(i, (ErrorCode.invalid_timestamp,
                                   f"timestamp {int(stamps[i])} of record {i} is out of range: "
                                   f"it should be within [{lo}, {hi}]"))
+        if not errors and h.max_timestamp != NO_TIMESTAMP and not lo <= h.max_timestamp <= hi:
+            # The header's maxTimestamp feeds the time index and retention; Kafka rewrites
+            # it to the records' largest timestamp, headrace stores batches as sent: refuse.
+            raise InvalidRecordError(
+                ErrorCode.invalid_timestamp,
+                f"batch maxTimestamp {h.max_timestamp} is out of range: it should be within "
+                f"[{lo}, {hi}]",
+            )
     if errors:
         _raise_record_errors(errors)
     return scan
