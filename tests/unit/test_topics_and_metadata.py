@@ -303,3 +303,31 @@ def test_create_handlers_answer_null_arrays(tmp_path: Path) -> None:
     ], validate_only=False, timeout_ms=1000)))
     assert resp.results[0].error_code == ErrorCode.none
     assert len(admin.metadata.topic("grow").partitions) == 3  # type: ignore[union-attr]
+
+
+def test_a_cancelled_create_request_does_not_cut_the_create_in_half(tmp_path: Path) -> None:
+    """The request of a CreateTopics is cancelled (its client gone, the broker stopping)
+    while the directories are made in the worker thread: the create still completes whole
+    (all partitions in metadata, installed, on disk), never half (issue 8 item 2)."""
+    admin = make_admin(tmp_path)
+
+    async def main() -> None:
+        request = asyncio.ensure_future(
+            admin.create_topics([TopicSpec("c", 300, 1)], validate_only=False))
+        deadline = asyncio.get_running_loop().time() + 10
+        while "c" not in admin._reserved:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.001)
+        request.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        assert admin.metadata.topic("c") is None  # still in the worker thread
+        while admin.metadata.topic("c") is None:
+            assert asyncio.get_running_loop().time() < deadline, "the create never finished"
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    topic = admin.metadata.topic("c")
+    assert topic is not None and len(topic.partitions) == 300
+    assert len([tp for tp in admin.replicas.partitions if tp.topic == "c"]) == 300
+    assert len(partition_dirs(tmp_path)) == 300

@@ -22,9 +22,9 @@ import logging
 import re
 import shutil
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -125,10 +125,28 @@ class TopicPlan:
 
 
 Outcome = TopicState | TopicPlan | TopicError
+T = TypeVar("T")
 
 
 def _storage_error(what: str, e: BaseException) -> TopicError:
     return TopicError(ErrorCode.kafka_storage_error, f"{what} failed: {e}")
+
+
+async def _to_completion(coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro`` shielded: a request cancelled (its client gone, the broker stopping)
+    does not cut a create in half; the create finishes or undoes itself on its own, and
+    its outcome is logged if nobody is left to read it."""
+    task = asyncio.ensure_future(coro)
+
+    def settle(t: asyncio.Future[T]) -> None:
+        if not t.cancelled() and t.exception() is not None:
+            log.info("a create finished after its request was cancelled: %s", t.exception())
+
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(settle)
+        raise
 
 
 class TopicAdmin:
@@ -274,9 +292,7 @@ class TopicAdmin:
             for i, o in enumerate(out):
                 if isinstance(o, TopicPlan):
                     try:
-                        # shielded: a client that goes away does not cut a create in half
-                        out[i] = await asyncio.shield(asyncio.ensure_future(
-                            self._create_off_loop(o)))
+                        out[i] = await _to_completion(self._create_off_loop(o))
                     except TopicError as e:
                         out[i] = e
                     finally:
@@ -483,7 +499,7 @@ class TopicAdmin:
                 continue
             assert not isinstance(r, TopicError)
             try:
-                await asyncio.shield(asyncio.ensure_future(self._grow_off_loop(r[0], o)))
+                await _to_completion(self._grow_off_loop(r[0], o))
             except TopicError as e:
                 results.append(e)
             else:
