@@ -39,6 +39,7 @@ MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 MAX_PARTITIONS = 100_000  # per topic, per request
+INSTALL_CHUNK = 1000  # partitions made live per event-loop turn
 
 
 class TopicError(Exception):
@@ -314,7 +315,9 @@ class TopicAdmin:
             await asyncio.to_thread(self._discard, logs, provisional, indexes)
             raise TopicError(ErrorCode.topic_already_exists,
                              f"Topic '{plan.name}' already exists.")
-        return self._commit_create(plan, provisional, logs)
+        topic = self._commit_create(plan, provisional, logs, install=False)
+        await self._install_gradually(topic, logs)
+        return topic
 
     @staticmethod
     def _provisional(plan: TopicPlan) -> TopicState:
@@ -323,7 +326,7 @@ class TopicAdmin:
 
     def _commit_create(
         self, plan: TopicPlan, provisional: TopicState,
-        logs: dict[TopicPartition, PartitionLog],
+        logs: dict[TopicPartition, PartitionLog], *, install: bool = True,
     ) -> TopicState:
         try:
             topic = self.metadata.create_topic(plan.name, plan.states, plan.overrides,
@@ -332,10 +335,30 @@ class TopicAdmin:
             self._discard(logs, provisional, range(len(plan.states)))
             log.error("creating topic %s failed, nothing created: %s", plan.name, e)
             raise _storage_error(f"Saving the metadata of topic '{plan.name}'", e) from None
-        self.replicas.install(topic, logs)
+        if install:
+            self.replicas.install(topic, logs)
         log.info("created topic %s partitions=%d replication=%d configs=%s",
                  plan.name, len(plan.states), plan.replication_factor, plan.overrides)
         return topic
+
+    async def _install_gradually(
+        self, topic: TopicState, logs: dict[TopicPartition, PartitionLog]
+    ) -> None:
+        """``install`` in chunks, yielding to the event loop between them (installing
+        10,000 partitions at once held the loop for ~170 ms). A partition not yet installed
+        answers a retriable error for a moment; a topic deleted meanwhile gets no more."""
+        items = list(logs.items())
+        for start in range(0, len(items), INSTALL_CHUNK):
+            if self.metadata.topic(topic.name) is not topic:  # deleted meanwhile
+                for _, plog in items[start:]:
+                    try:
+                        plog.close()
+                    except Exception as e:
+                        log.warning("closing %s failed: %s", plog.dir, e)
+                return
+            self.replicas.install(topic, dict(items[start:start + INSTALL_CHUNK]))
+            if start + INSTALL_CHUNK < len(items):
+                await asyncio.sleep(0)
 
     def _open_fresh(
         self, topic: TopicState, indexes: range
@@ -516,7 +539,8 @@ class TopicAdmin:
                 raise _storage_error(f"Creating partitions of topic '{name}'", e) from None
         finally:
             self._busy.discard(name)
-        self._commit_partitions(topic, new, provisional, indexes, logs)
+        self._commit_partitions(topic, new, provisional, indexes, logs, install=False)
+        await self._install_gradually(topic, logs)
 
     def _provisional_growth(
         self, name: str, new: list[PartitionState]
@@ -529,7 +553,7 @@ class TopicAdmin:
 
     def _commit_partitions(
         self, topic: TopicState, new: list[PartitionState], provisional: TopicState,
-        indexes: range, logs: dict[TopicPartition, PartitionLog],
+        indexes: range, logs: dict[TopicPartition, PartitionLog], *, install: bool = True,
     ) -> None:
         if self.metadata.topic(topic.name) is not topic or len(topic.partitions) != indexes.start:
             self._discard(logs, provisional, indexes)
@@ -541,7 +565,8 @@ class TopicAdmin:
             self._discard(logs, provisional, indexes)
             log.error("adding partitions to %s failed, nothing added: %s", topic.name, e)
             raise _storage_error(f"Saving the metadata of topic '{topic.name}'", e) from None
-        self.replicas.install(topic, logs)
+        if install:
+            self.replicas.install(topic, logs)
         log.info("topic %s now has %d partitions", topic.name, len(topic.partitions))
 
     # ------------------------------------------------------------------ configs
