@@ -308,7 +308,8 @@ def test_create_handlers_answer_null_arrays(tmp_path: Path) -> None:
 def test_a_cancelled_create_request_does_not_cut_the_create_in_half(tmp_path: Path) -> None:
     """The request of a CreateTopics is cancelled (its client gone, the broker stopping)
     while the directories are made in the worker thread: the create still completes whole
-    (all partitions in metadata, installed, on disk), never half (issue 8 item 2)."""
+    (all partitions in metadata, installed, on disk), never half, and no other create can
+    take the name meanwhile (issue 8 item 2)."""
     admin = make_admin(tmp_path)
 
     async def main() -> None:
@@ -322,6 +323,9 @@ def test_a_cancelled_create_request_does_not_cut_the_create_in_half(tmp_path: Pa
         with pytest.raises(asyncio.CancelledError):
             await request
         assert admin.metadata.topic("c") is None  # still in the worker thread
+        with pytest.raises(TopicError) as info:  # and the name stays taken meanwhile
+            admin.create("c", 1, 1, {})
+        assert info.value.error_code == ErrorCode.topic_already_exists
         while admin.metadata.topic("c") is None:
             assert asyncio.get_running_loop().time() < deadline, "the create never finished"
             await asyncio.sleep(0.01)

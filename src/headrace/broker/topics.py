@@ -289,33 +289,41 @@ class TopicAdmin:
             return out
         for p in plans:
             self._reserved[p.name] = self._hosted(p.states)
+        started: set[str] = set()
         try:
             for i, o in enumerate(out):
                 if isinstance(o, TopicPlan):
+                    started.add(o.name)  # from here its create releases its reservation
                     try:
                         out[i] = await _to_completion(self._create_off_loop(o))
                     except TopicError as e:
                         out[i] = e
-                    finally:
-                        self._reserved.pop(o.name, None)
         finally:
             for p in plans:
-                self._reserved.pop(p.name, None)
+                if p.name not in started:
+                    self._reserved.pop(p.name, None)
         return out
 
     async def _create_off_loop(self, plan: TopicPlan) -> TopicState:
+        """Directories and logs in a worker thread, then the commit on the loop. The name
+        stays reserved until the commit (even if the request is cancelled meanwhile), so
+        no other create can take it or clear its directories."""
         provisional = self._provisional(plan)
         indexes = range(len(plan.states))
         try:
-            logs = await asyncio.to_thread(self._open_fresh, provisional, indexes)
-        except OSError as e:
-            raise _storage_error(f"Creating the partitions of topic '{plan.name}'", e) from None
-        self._reserved.pop(plan.name, None)  # the metadata check takes over from here
-        if self.metadata.topic(plan.name) is not None:  # auto-created meanwhile
-            await asyncio.to_thread(self._discard, logs, provisional, indexes)
-            raise TopicError(ErrorCode.topic_already_exists,
-                             f"Topic '{plan.name}' already exists.")
-        topic = self._commit_create(plan, provisional, logs, install=False)
+            try:
+                logs = await asyncio.to_thread(self._open_fresh, provisional, indexes)
+            except OSError as e:
+                raise _storage_error(
+                    f"Creating the partitions of topic '{plan.name}'", e) from None
+            if self.metadata.topic(plan.name) is not None:  # not while reserved; defensive
+                for plog in logs.values():
+                    plog.close()
+                raise TopicError(ErrorCode.topic_already_exists,
+                                 f"Topic '{plan.name}' already exists.")
+            topic = self._commit_create(plan, provisional, logs, install=False)
+        finally:
+            self._reserved.pop(plan.name, None)  # the metadata holds it now (or nothing)
         await self._install_gradually(topic, logs)
         return topic
 
