@@ -335,3 +335,28 @@ def test_a_cancelled_create_request_does_not_cut_the_create_in_half(tmp_path: Pa
     assert topic is not None and len(topic.partitions) == 300
     assert len([tp for tp in admin.replicas.partitions if tp.topic == "c"]) == 300
     assert len(partition_dirs(tmp_path)) == 300
+
+
+def test_a_log_that_cannot_open_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The third partition's log fails to open (not an OSError): KAFKA_STORAGE_ERROR, the
+    logs opened so far closed and their directories removed, no metadata (issue 8 item 2;
+    a traceback in the log is a bug)."""
+    from headrace.log.partition_log import PartitionLog
+
+    admin = make_admin(tmp_path)
+    real_open = PartitionLog.open
+    opened: list[Any] = []
+
+    def open_(*args: Any, **kwargs: Any) -> Any:
+        if len(opened) == 2:
+            raise ValueError("unexpected file in the new log")
+        opened.append(real_open(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(PartitionLog, "open", staticmethod(open_))
+    out = asyncio.run(admin.create_topics([TopicSpec("t", 4, 1)], validate_only=False))
+    assert isinstance(out[0], TopicError)
+    assert out[0].error_code == ErrorCode.kafka_storage_error
+    assert "unexpected file" in out[0].message
+    nothing_of(admin, tmp_path, "t")

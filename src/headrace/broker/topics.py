@@ -130,6 +130,9 @@ T = TypeVar("T")
 
 
 def _storage_error(what: str, e: BaseException) -> TopicError:
+    """What a create that could not be made on disk answers (KAFKA_STORAGE_ERROR, as Kafka
+    answers for a failed log directory; retriable: it works once the disk is fixed)."""
+    log.error("%s failed, nothing created: %s: %s", what, type(e).__name__, e)
     return TopicError(ErrorCode.kafka_storage_error, f"{what} failed: {e}")
 
 
@@ -253,7 +256,7 @@ class TopicAdmin:
         indexes = range(len(plan.states))
         try:
             logs = self._open_fresh(provisional, indexes)
-        except OSError as e:
+        except Exception as e:  # OSError, or a log that cannot open
             raise _storage_error(f"Creating the partitions of topic '{name}'", e) from None
         return self._commit_create(plan, provisional, logs)
 
@@ -313,7 +316,7 @@ class TopicAdmin:
         try:
             try:
                 logs = await asyncio.to_thread(self._open_fresh, provisional, indexes)
-            except OSError as e:
+            except Exception as e:  # OSError, or a log that cannot open
                 raise _storage_error(
                     f"Creating the partitions of topic '{plan.name}'", e) from None
             if self.metadata.topic(plan.name) is not None:  # not while reserved; defensive
@@ -341,7 +344,6 @@ class TopicAdmin:
                                                topic_id=plan.topic_id)
         except (MetadataError, OSError) as e:
             self._discard(logs, provisional, range(len(plan.states)))
-            log.error("creating topic %s failed, nothing created: %s", plan.name, e)
             raise _storage_error(f"Saving the metadata of topic '{plan.name}'", e) from None
         if install:
             self.replicas.install(topic, logs)
@@ -494,7 +496,7 @@ class TopicAdmin:
         topic, provisional, indexes = self._provisional_growth(name, new)
         try:
             logs = self._open_fresh(provisional, indexes)
-        except OSError as e:
+        except Exception as e:  # OSError, or a log that cannot open
             raise _storage_error(f"Creating partitions of topic '{name}'", e) from None
         self._commit_partitions(topic, new, provisional, indexes, logs)
 
@@ -543,7 +545,7 @@ class TopicAdmin:
         try:
             try:
                 logs = await asyncio.to_thread(self._open_fresh, provisional, indexes)
-            except OSError as e:
+            except Exception as e:  # OSError, or a log that cannot open
                 raise _storage_error(f"Creating partitions of topic '{name}'", e) from None
         finally:
             self._busy.discard(name)
@@ -571,7 +573,6 @@ class TopicAdmin:
             self.metadata.add_partitions(topic.name, new)
         except (MetadataError, OSError) as e:
             self._discard(logs, provisional, indexes)
-            log.error("adding partitions to %s failed, nothing added: %s", topic.name, e)
             raise _storage_error(f"Saving the metadata of topic '{topic.name}'", e) from None
         if install:
             self.replicas.install(topic, logs)
