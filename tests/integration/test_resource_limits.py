@@ -76,6 +76,24 @@ class GoodClient:
         self.p.flush(5)
 
 
+def consume_one(bootstrap: str, topic: str, deadline_s: float) -> bytes | None:
+    """The first record of partition 0, read by a confluent-kafka consumer."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                  "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is not None and msg.error() is None:
+                return bytes(msg.value())
+        return None
+    finally:
+        c.close()
+
+
 def create_topic(bootstrap: str, name: str) -> str:
     with WireClient.to(bootstrap) as wc:
         resp = wc.request(19, 7, {"topics": [{
@@ -232,8 +250,15 @@ def test_pipelined_fetches_never_read_are_bounded_and_dropped_on_close(
     socks = [small_rcvbuf_socket(limited.port) for _ in range(30)]
     try:
         fill_sockets(socks, [fetch * 20] * len(socks), deadline_s=10.0)
+        # a consumer gets its records meanwhile: non-readers are closed once they hold the
+        # budget and a Fetch waits, and a Fetch with nothing queued behind it goes first
+        t0 = time.monotonic()
+        got = consume_one(limited.bootstrap, topic, deadline_s=20.0)
+        consumer_wait = time.monotonic() - t0
+        print(f"unread fetches: a consumer got its first record after {consumer_wait:.1f} s")
+        assert got and consumer_wait < 12.0
         # observe for a bounded window: the broker does all it will do with them
-        deadline = time.monotonic() + 6.0
+        deadline = time.monotonic() + 4.0
         while time.monotonic() < deadline:
             assert good.round_trip() < 5.0  # produce is never held back
             peak = status_kb(pid, "VmHWM")
@@ -257,6 +282,7 @@ def test_pipelined_fetches_never_read_are_bounded_and_dropped_on_close(
     good.round_trip()
     good.close()
     assert "Traceback" not in log_text(limited)
+    assert "not reading their responses" in log_text(limited)
 
 
 # ------------------------------------------------------------------ queued.max.requests

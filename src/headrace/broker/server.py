@@ -27,6 +27,7 @@ import asyncio
 import collections
 import contextlib
 import ctypes
+import dataclasses
 import errno
 import logging
 import os
@@ -61,16 +62,34 @@ _IOV_MAX = 1024  # Linux's limit on writev's buffer count
 
 
 TRIM_AFTER_BYTES = 16 * 1024 * 1024
+# with unread responses over the budget and a Fetch waiting, a connection that has taken
+# none of its response for this long is closed
+STALLED_RESPONSE_S = 2.0
 
 
-def _find_malloc_trim() -> Any:
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MMAP_THRESHOLD_BYTES = 4 * 1024 * 1024
+
+
+def _glibc(name: str) -> Any:
     try:
-        return ctypes.CDLL(None).malloc_trim
+        return getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError):  # not glibc
         return None
 
 
-_malloc_trim = _find_malloc_trim()
+_malloc_trim = _glibc("malloc_trim")
+
+
+def _fix_mmap_threshold() -> None:
+    """Allocations of 4 MiB and more (big frames, responses left in a transport, big
+    reads) get their own mapping, given back to the kernel when freed. glibc otherwise
+    raises this threshold each time such a block is freed (up to 32 MiB), after which
+    they come from a heap that keeps its high-water mark: RSS would stay at the peak of
+    the last burst."""
+    mallopt = _glibc("mallopt")
+    if mallopt is not None:
+        mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
 
 
 class StartupError(Exception):
@@ -134,6 +153,7 @@ class Connection(asyncio.Protocol):
         self._handling = False
         self._partial_slots = 0  # request slots taken by frames not yet fully received
         self.last_activity = broker.now()
+        self.last_write_progress = self.last_activity
         self._seen_write_buffer = 0
         self.task: asyncio.Task[None] | None = None
 
@@ -183,7 +203,7 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._set_unsent(0)
-        self.last_activity = self.broker.now()
+        self.last_activity = self.last_write_progress = self.broker.now()
         self._writable.set()
         self.unmute("writing")
 
@@ -284,9 +304,14 @@ class Connection(asyncio.Protocol):
         log.warning("closing connection from %s: %s", self.peer, e)
         self.close()
 
-    def close(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.close()
+    def close(self, abort: bool = False) -> None:
+        """Close; ``abort`` also discards responses not yet taken (a peer that does not
+        read would otherwise keep the connection, and its memory, forever)."""
+        if self.transport is not None:
+            if abort:
+                self.transport.abort()
+            elif not self.transport.is_closing():
+                self.transport.close()
         if not self.closed:
             self.closed = True
             self._drop_queued()
@@ -301,8 +326,12 @@ class Connection(asyncio.Protocol):
             size = self.transport.get_write_buffer_size()
             if size != self._seen_write_buffer:
                 self._seen_write_buffer = size
-                self.last_activity = now
+                self.last_activity = self.last_write_progress = now
         return self.last_activity
+
+    def stalled_response(self, now: float) -> bool:
+        """A response is waiting in the transport and the peer took none of it lately."""
+        return bool(self._unsent) and now - self.last_write_progress >= STALLED_RESPONSE_S
 
     async def _serve(self) -> None:
         try:
@@ -316,24 +345,30 @@ class Connection(asyncio.Protocol):
                 frame = self.frames.popleft()
                 if len(self.frames) < QUEUE_HIGH_WATER // 2:
                     self.unmute("queue")
+                api_key = _api_key(frame)
                 try:
-                    if _api_key(frame) == _FETCH and not self.closed:
-                        await self.broker.response_room(self)
-                    self._handling = True
-                    response = (None if self.closed and _api_key(frame) != _PRODUCE
-                                else await self._handle(frame))
+                    try:
+                        if api_key == _FETCH and not self.closed:
+                            await self.broker.response_room(self)
+                        self._handling = True
+                        response = (None if self.closed and api_key != _PRODUCE
+                                    else await self._handle(frame))
+                    finally:
+                        self._handling = False
+                        self._finished(frame)
+                    del frame
+                    if response is not None and not self.closed:
+                        self._write(response)
+                        del response
+                        self.last_activity = self.last_write_progress = self.broker.now()
+                        if not self._writable.is_set():
+                            assert self.transport is not None
+                            self._set_unsent(self.transport.get_write_buffer_size())
                 finally:
-                    self._handling = False
-                    self._finished(frame)
-                del frame
-                if response is not None and not self.closed:
-                    self._write(response)
-                    del response
-                    self.last_activity = self.broker.now()
-                    if not self._writable.is_set():
-                        assert self.transport is not None
-                        self._set_unsent(self.transport.get_write_buffer_size())
-                        await self._writable.wait()
+                    if api_key == _FETCH:
+                        self.broker.fetch_done(self)
+                if not self._writable.is_set():
+                    await self._writable.wait()
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -401,8 +436,14 @@ class Connection(asyncio.Protocol):
             )
             return None
         ctx = RequestContext(header, self.peer)
+        req_body = request.body
+        room = self.broker.response_room_left()
+        if header.api_key == _FETCH and room is not None and req_body.max_bytes > room:
+            # a Fetch may always answer less than max_bytes (the first batch still goes
+            # whole, KIP-74): unread responses leave this much of the budget
+            req_body = dataclasses.replace(req_body, max_bytes=max(room, 1))
         try:
-            body = await h.fn(self.broker, ctx, request.body)
+            body = await h.fn(self.broker, ctx, req_body)
             if body is None:
                 return None
             return encode_response_chunks(
@@ -453,8 +494,9 @@ class Broker:
         self.response_budget: int | None = (
             None if self.memory_pool.unlimited else self.memory_pool.capacity)
         self.unsent_bytes = 0  # response bytes waiting in transports
-        self._room = asyncio.Event()
-        self._room.set()
+        self._room_queue: collections.deque[tuple[Connection, asyncio.Future[None]]] = (
+            collections.deque())
+        self._pressured_fetch: Connection | None = None  # let through, not yet answered
         self.quotas = ConnectionQuotas(int(config["max.connections"]),
                                        int(config["max.connections.per.ip"]))
         self.idle_s = int(config["connections.max.idle.ms"]) / 1000
@@ -509,21 +551,73 @@ class Broker:
 
     def unsent_changed(self, delta: int) -> None:
         self.unsent_bytes += delta
-        if self.response_budget is None or self.unsent_bytes <= self.response_budget:
-            self._room.set()
+        if delta < 0:
+            self._admit_fetches()
 
     async def response_room(self, conn: Connection) -> None:
         """Wait while responses nobody reads hold more than the budget
         (``queued.max.request.bytes``): only Fetch waits, since only Fetch builds big
-        responses; produce, metadata and group traffic go on."""
+        responses; produce, metadata and group traffic go on. Waiting Fetches go one at a
+        time in arrival order (each one's response is counted before the next is built).
+        While one waits, the idle sweep closes connections that have taken none of their
+        response for ``STALLED_RESPONSE_S``: a consumer waits seconds, not
+        ``connections.max.idle.ms``."""
         budget = self.response_budget
-        while (budget is not None and self.unsent_bytes > budget and not self.stopping
-               and not conn.closed):
-            self._room.clear()
-            await self._room.wait()
+        if budget is None or self.stopping:
+            return
+        if (self.unsent_bytes <= budget and not self._room_queue
+                and self._pressured_fetch is None):
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._room_queue.append((conn, fut))
+        self._admit_fetches()
+        try:
+            await fut
+        finally:
+            if not fut.done():
+                fut.cancel()
+                if self._pressured_fetch is conn:
+                    self._pressured_fetch = None
+
+    def response_room_left(self) -> int | None:
+        budget = self.response_budget
+        return None if budget is None else max(budget - self.unsent_bytes, 0)
+
+    def _admit_fetches(self) -> None:
+        """Let the next waiting Fetch through: in arrival order, but connections with more
+        requests queued behind it (pipelining while their responses are held) go last."""
+        budget = self.response_budget
+        queue = self._room_queue
+        while queue and self._pressured_fetch is None:
+            while queue and queue[0][1].done():
+                queue.popleft()
+            if not queue:
+                return
+            pick = next((i for i, (c, f) in enumerate(queue)
+                         if not f.done() and (c.closed or not c.frames)), 0)
+            conn, fut = queue[pick]
+            if not (conn.closed or self.stopping or budget is None
+                    or self.unsent_bytes <= budget):
+                return
+            del queue[pick]
+            if not conn.closed and not self.stopping:
+                self._pressured_fetch = conn
+            fut.set_result(None)
+
+    def fetch_done(self, conn: Connection) -> None:
+        """A Fetch let through by ``response_room`` is answered (its response counted)."""
+        if self._pressured_fetch is conn:
+            self._pressured_fetch = None
+            self._admit_fetches()
 
     def wake_response_waiters(self) -> None:
-        self._room.set()  # each waiter checks again (and clears it if still over budget)
+        """A connection closed: its waiting Fetch (if any) ends without being handled."""
+        for conn, fut in self._room_queue:
+            if conn.closed and not fut.done():
+                fut.set_result(None)
+        if self._pressured_fetch is not None and self._pressured_fetch.closed:
+            self._pressured_fetch = None
+        self._admit_fetches()
 
     async def _idle_loop(self) -> None:
         """``connections.max.idle.ms``: close connections with no complete request and no
@@ -539,14 +633,24 @@ class Broker:
             last = {c: c.idle_check(now) for c in self.connections if not c.closed}
             idle = idle_connections(now, last, self.idle_s)
             for conn in idle:
-                conn.close()
+                conn.close(abort=True)
             if idle:
                 log.info("closed %d connection(s) idle for over %d ms (e.g. %s)", len(idle),
                          int(self.idle_s * 1000), idle[0].peer)
+            budget = self.response_budget
+            if self._room_queue and budget is not None and self.unsent_bytes > budget:
+                stalled = [c for c in self.connections
+                           if not c.closed and c.stalled_response(now)]
+                for conn in stalled:
+                    conn.close(abort=True)
+                if stalled:
+                    log.warning("closed %d connection(s) not reading their responses for %.0f s "
+                                "while unread responses exceed queued.max.request.bytes "
+                                "(e.g. %s)", len(stalled), STALLED_RESPONSE_S, stalled[0].peer)
 
     def _maybe_trim(self) -> None:
         """After a burst of request memory has gone back to the pool, ask glibc to return
-        its free heap to the kernel (frames of 1 MiB and more are mappings of their own
+        its free heap to the kernel (frames of 4 MiB and more are mappings of their own
         and go back by themselves; smaller ones and read buffers come from the heap)."""
         pool = self.memory_pool
         if pool.peak >= TRIM_AFTER_BYTES and pool.used <= pool.peak // 4:
@@ -585,6 +689,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._previous_exception_handler = loop.get_exception_handler()
         loop.set_exception_handler(self._loop_exception)
+        _fix_mmap_threshold()
         self.replicas.load()
         self.groups.start()
         try:
@@ -641,7 +746,9 @@ class Broker:
             return
         self.stopping = True
         self._stopped.set()
-        self._room.set()
+        for _, fut in self._room_queue:
+            if not fut.done():
+                fut.set_result(None)
         if self._server is not None:
             self._server.close()
         # wake every parked long poll and group request so it answers now
