@@ -360,3 +360,33 @@ def test_a_log_that_cannot_open_leaves_nothing(
     assert out[0].error_code == ErrorCode.kafka_storage_error
     assert "unexpected file" in out[0].message
     nothing_of(admin, tmp_path, "t")
+
+
+def test_concurrent_creates_of_one_name_and_concurrent_growth(tmp_path: Path) -> None:
+    """Two CreateTopics of the same name at once (the first one's directories still being
+    made in the worker thread): one creates it, the other answers TOPIC_ALREADY_EXISTS and
+    touches nothing. Two CreatePartitions of one topic at once are applied one after the
+    other, as Kafka's controller does (issue 8 items 2 and 10)."""
+    admin = make_admin(tmp_path)
+
+    async def creates() -> list[Any]:
+        return list(await asyncio.gather(
+            admin.create_topics([TopicSpec("a", 400, 1)], validate_only=False),
+            admin.create_topics([TopicSpec("a", 400, 1)], validate_only=False)))
+
+    first, second = asyncio.run(creates())
+    assert isinstance(first[0], TopicState)
+    assert isinstance(second[0], TopicError)
+    assert second[0].error_code == ErrorCode.topic_already_exists
+    assert len(partition_dirs(tmp_path)) == 400
+    assert len(admin.replicas.partitions) == 400
+
+    async def grows() -> list[Any]:
+        return list(await asyncio.gather(
+            admin.create_partitions([("a", 500, None)], validate_only=False),
+            admin.create_partitions([("a", 600, None)], validate_only=False)))
+
+    assert asyncio.run(grows()) == [[None], [None]]
+    assert len(admin.metadata.topic("a").partitions) == 600  # type: ignore[union-attr]
+    assert len(partition_dirs(tmp_path)) == 600
+    assert len(admin.replicas.partitions) == 600

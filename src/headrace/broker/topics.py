@@ -164,6 +164,7 @@ class TopicAdmin:
         # partitions are taken from the moment a request is validated)
         self._reserved: dict[str, int] = {}
         self._busy: set[str] = set()  # topics gaining partitions off the event loop
+        self._growing: asyncio.Lock | None = None  # CreatePartitions requests, one at a time
 
     # ------------------------------------------------------------------ limits
     def hosted_partitions(self) -> int:
@@ -506,7 +507,17 @@ class TopicAdmin:
     ) -> list[TopicError | None]:
         """CreatePartitions: each topic its own result (None: done), each all or nothing;
         the partition limit checked for the whole request first (every topic refused when
-        together they exceed it). Directories and logs are made in a worker thread."""
+        together they exceed it). Directories and logs are made in a worker thread; requests
+        run one after another, as Kafka's controller applies them."""
+        if self._growing is None:
+            self._growing = asyncio.Lock()
+        async with self._growing:
+            return await self._create_partitions(requests, validate_only)
+
+    async def _create_partitions(
+        self, requests: Sequence[tuple[str, int, list[list[int]] | None] | TopicError],
+        validate_only: bool,
+    ) -> list[TopicError | None]:
         out: list[TopicError | list[PartitionState] | None] = []
         for r in requests:
             if isinstance(r, TopicError):
