@@ -598,6 +598,41 @@ def _record_starts(data: memoryview, arr: npt.NDArray[np.uint8], count: int) -> 
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 
+# Up to this many records, a plain loop over the length varints finds the record starts
+# faster than guessing runs of equal lengths with numpy.
+_WALK_LENGTHS_MAX = 1000
+
+
+def _walk_lengths(data: memoryview, count: int) -> I64:
+    """Positions of ``count`` consecutive records filling ``data`` exactly, one length
+    varint at a time (one- and two-byte lengths inline)."""
+    n = len(data)
+    starts = [0] * count
+    pos = 0
+    for i in range(count):
+        starts[i] = pos
+        if pos + 1 < n and data[pos] < 0x80:
+            b = data[pos]
+            length = (b >> 1) ^ -(b & 1)
+            pos += 1
+        elif pos + 2 < n and data[pos + 1] < 0x80:
+            raw = (data[pos] & 0x7F) | (data[pos + 1] << 7)
+            length = (raw >> 1) ^ -(raw & 1)
+            pos += 2
+        else:
+            if pos >= n:
+                raise _Framing(i, f"the batch holds fewer records than its count {count}")
+            length, pos = _small_varint(data, pos, n, 5, i)
+        if length < 0:
+            raise _Framing(i, f"negative record length {length}")
+        pos += length
+    if pos != n:
+        where = "past the end of" if pos > n else "short of"
+        raise _Framing(count - 1,
+                       f"record lengths add up to {pos} bytes, {where} the {n} records bytes")
+    return np.array(starts, dtype=np.int64)
+
+
 @dataclass(frozen=True, slots=True)
 class RecordScan:
     """Fields of every record of one batch's (uncompressed) records block, as arrays."""
@@ -665,7 +700,8 @@ def scan_records(data: memoryview | bytes, count: int) -> RecordScan:
             raise _Framing(0, f"{count} records cannot fit in {len(arr)} bytes")
         if count <= _SMALL_BATCH:
             return _scan_small(view, count)
-        starts = _record_starts(view, arr, count)
+        starts = (_walk_lengths(view, count) if count <= _WALK_LENGTHS_MAX
+                  else _record_starts(view, arr, count))
         rec_len, len_size = _varints(arr, starts, 5)
         body = starts + len_size
         end = body + rec_len
@@ -702,7 +738,7 @@ def scan_records(data: memoryview | bytes, count: int) -> RecordScan:
 
 
 # Up to this many records a plain loop beats numpy's fixed cost (~150 us a batch).
-_SMALL_BATCH = 128
+_SMALL_BATCH = 80
 
 
 def _small_varint(data: memoryview, pos: int, end: int, max_size: int, i: int) -> tuple[int, int]:
