@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import fields
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hypothesis import strategies as st
 from kio.index import load_request_schema
@@ -221,12 +221,43 @@ def minimal(cls: Any, items: int = 0) -> Any:
     return cls(**kwargs)
 
 
-def array_count_positions(cls: Any, buf: bytes, pos: int) -> Iterator[tuple[str, int, int]]:
-    """(field path, offset, encoded width) of every array count in an entity encoded at
-    ``pos`` (a walk of kio's schema, as the decoder's own); returns via StopIteration."""
-    out: list[tuple[str, int, int]] = []
+class Span(NamedTuple):
+    """A length on the wire: ``kind`` is "array" (a count), "length" (string / bytes /
+    records) or "tag" (a tagged field's size; ``end`` is where its content ends)."""
+
+    kind: str
+    path: str
+    pos: int
+    width: int
+    flexible: bool
+    end: int
+
+
+def length_spans(cls: Any, buf: bytes, pos: int) -> list[Span]:
+    """Every length, count and tagged-field size of an entity encoded at ``pos`` (a walk
+    of kio's schema, as the decoder's own), in wire order."""
+    out: list[Span] = []
     _walk(cls, buf, pos, out, "")
-    yield from out
+    return out
+
+
+def request_spans(frame: bytes) -> list[Span]:
+    """``length_spans`` of a whole request frame (no size prefix), header included."""
+    api_key, version = struct.unpack_from(">hh", frame, 0)
+    cls = load_request_schema(api_key, version)
+    out = [Span("length", "client_id", 8, 2, False, 0)]
+    start = header_size(frame)
+    if cls.__header_schema__.__flexible__:
+        _tags(frame, start - 1, out, "header.")
+    _walk(cls, frame, start, out, "")
+    return out
+
+
+def array_count_positions(cls: Any, buf: bytes, pos: int) -> Iterator[tuple[str, int, int]]:
+    """(field path, offset, encoded width) of every array count in an entity at ``pos``."""
+    for span in length_spans(cls, buf, pos):
+        if span.kind == "array":
+            yield span.path, span.pos, span.width
 
 
 def _uvarint_at(buf: bytes, pos: int) -> tuple[int, int]:
@@ -244,14 +275,30 @@ _FIXED = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "int64": 8,
           "float64": 8, "uuid": 16, "timedelta_i32": 4, "timedelta_i64": 8}
 
 
-def _walk(cls: Any, buf: bytes, pos: int, out: list[tuple[str, int, int]], path: str) -> int:
+def _tags(buf: bytes, pos: int, out: list[Span], path: str) -> int:
+    n, w = _uvarint_at(buf, pos)
+    pos += w
+    for _ in range(n):
+        tag, w = _uvarint_at(buf, pos)
+        pos += w
+        size, w = _uvarint_at(buf, pos)
+        out.append(Span("tag", f"{path}tag{tag}", pos, w, True, pos + w + size))
+        pos += w + size
+    return pos
+
+
+def _walk(cls: Any, buf: bytes, pos: int, out: list[Span], path: str) -> int:
     flexible = bool(cls.__flexible__)
 
-    def length(width: int) -> tuple[int, int]:
+    def length(kind: str, name: str, width: int) -> tuple[int, int]:
         if flexible:
             n, w = _uvarint_at(buf, pos)
-            return n - 1, w
-        return struct.unpack_from(">h" if width == 2 else ">i", buf, pos)[0], width
+            n -= 1
+        else:
+            n = struct.unpack_from(">h" if width == 2 else ">i", buf, pos)[0]
+            w = width
+        out.append(Span(kind, name, pos, w, flexible, 0))
+        return n, w
 
     for f in fields(cls):
         if get_field_tag(f) is not None:
@@ -263,15 +310,16 @@ def _walk(cls: Any, buf: bytes, pos: int, out: list[tuple[str, int, int]], path:
             if t in _FIXED:
                 pos += _FIXED[t]
             else:
-                n, w = length(2 if t == "string" else 4)
+                n, w = length("length", name, 2 if t == "string" else 4)
                 pos += w + max(n, 0)
         elif isinstance(kind, EntityField):
             if _nullable(f):
                 pos += 1
+                if buf[pos - 1] == 0xFF:
+                    continue
             pos = _walk(kind.type_, buf, pos, out, name + ".")
         else:
-            n, w = length(4)
-            out.append((name, pos, w))
+            n, w = length("array", name, 4)
             pos += w
             for _ in range(max(n, 0)):
                 if isinstance(kind, PrimitiveTupleField):
@@ -279,15 +327,34 @@ def _walk(cls: Any, buf: bytes, pos: int, out: list[tuple[str, int, int]], path:
                     if t in _FIXED:
                         pos += _FIXED[t]
                     else:
-                        m, mw = length(2)
+                        m, mw = length("length", name + "[]", 2)
                         pos += mw + max(m, 0)
                 else:
                     pos = _walk(kind.type_, buf, pos, out, name + ".")
     if flexible:
-        n, w = _uvarint_at(buf, pos)
-        assert n == 0, "minimal entities carry no tagged fields"
-        pos += w
+        pos = _tags(buf, pos, out, path)
     return pos
+
+
+def mutate_structured(rng: random.Random, frame: bytes) -> bytes:
+    """One mutation at a real length of a valid request: a count or length replaced by a
+    huge, negative or zero claim, or a tagged field's size grown over a hidden claim."""
+    spans = request_spans(frame)
+    span = rng.choice(spans)
+    b = bytearray(frame)
+    if span.kind == "tag" and rng.random() < 0.8:
+        # empty tag sections or null markers may stand between the content and a count
+        huge = b"\x00" * rng.randint(0, 2) + rng.choice(_HUGE)
+        size, w = _uvarint_at(frame, span.pos)
+        grown = encode_claim(True, size + len(huge) - 1)  # count + 1 encoding: size itself
+        return bytes(b[:span.pos] + grown + b[span.pos + w:span.end] + huge + b[span.end:])
+    if span.flexible:
+        claim = encode_claim(True, rng.choice([2**32 - 2, 2**31, 2**20, 2**28, 0, -1, 127]))
+    elif span.width == 2:
+        claim = struct.pack(">h", rng.choice([32767, -2, -1, 0x4000]))
+    else:
+        claim = struct.pack(">i", rng.choice([2**31 - 1, -2, -1, 2**20, 2**28]))
+    return bytes(b[:span.pos] + claim + b[span.pos + span.width:])
 
 
 def header_size(frame: bytes) -> int:
@@ -381,3 +448,17 @@ def random_entity(cls: Any, rng: random.Random, depth: int = 0) -> Any:
             kwargs[f.name] = tuple(random_entity(kind.type_, rng, depth + 1)
                                    for _ in range(rng.randint(0, 3 if depth < 2 else 1)))
     return cls(**kwargs)
+
+
+def _has_known_tags(cls: Any) -> bool:
+    for f in fields(cls):
+        if get_field_tag(f) is not None:
+            return True
+        kind = classify_field(f)
+        if isinstance(kind, EntityField | EntityTupleField) and _has_known_tags(kind.type_):
+            return True
+    return False
+
+
+TAGGED_VERSIONS = [kv for kv in ALL_VERSIONS if _has_known_tags(load_request_schema(*kv))]
+"""Request versions whose schema knows tagged fields (kio parses their content)."""
