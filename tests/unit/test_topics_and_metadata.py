@@ -219,8 +219,10 @@ def test_partition_limit_refuses_the_whole_request_up_front(tmp_path: Path) -> N
     with pytest.raises(TopicError) as info:
         admin.create("z", 6, 1, {})
     assert info.value.error_code == ErrorCode.policy_violation
-    out2 = asyncio.run(admin.create_partitions([("base", 20, None)], validate_only=False))
-    assert out2[0] is not None and out2[0].error_code == ErrorCode.policy_violation
+    for validate_only in (True, False):
+        out2 = asyncio.run(admin.create_partitions([("base", 20, None)],
+                                                   validate_only=validate_only))
+        assert out2[0] is not None and out2[0].error_code == ErrorCode.policy_violation
     assert len(admin.metadata.topic("base").partitions) == 4  # type: ignore[union-attr]
     out2 = asyncio.run(admin.create_partitions([("base", 9, None)], validate_only=False))
     assert out2 == [None]
