@@ -17,8 +17,8 @@ Two levels:
   well-formed response with the request's correlation id, or a closed connection; the
   process never dies, logs no traceback, and a real client works afterwards.
 
-Budgets: ``FUZZ_EXAMPLES`` (in process, default 1200 examples x 40 mutants, ~30 s) and
-``FUZZ_SECONDS`` (against the broker, default 30 s).
+Budgets: ``FUZZ_EXAMPLES`` (in process, default 1200 examples x 40 mutants, 20-40 s) and
+``FUZZ_SECONDS`` (against the broker, default 25 s).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from tests.fuzz import (
     valid_requests,
 )
 
-FUZZ_SECONDS = float(os.environ.get("FUZZ_SECONDS", "30"))
+FUZZ_SECONDS = float(os.environ.get("FUZZ_SECONDS", "25"))
 
 
 def _decode_ok(frame: bytes) -> None:
@@ -74,8 +74,11 @@ def test_every_schema_generates_and_decodes() -> None:
             assert req.header.api_key == api_key and req.header.correlation_id == 9
 
 
+# under CI the examples are derandomized: an abort leaves no report, so a run must be
+# reproducible from the commit alone; locally each run explores new inputs
 @settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "1200")), deadline=None,
-          database=None, suppress_health_check=list(HealthCheck))
+          database=None, suppress_health_check=list(HealthCheck),
+          derandomize=os.environ.get("CI") == "true")
 @given(st.lists(valid_requests(), min_size=1, max_size=3), st.randoms(use_true_random=False))
 def test_decoder_mutants_in_process(requests: list[bytes], rng: random.Random) -> None:
     """Every generated request decodes, and every mutant of it (30 blind ones, 10 at its
