@@ -111,8 +111,9 @@ def test_clients_are_served_during_a_10000_partition_create(tmp_path: Path) -> N
 
 def test_a_thousand_topics_are_created_in_bounded_time(tmp_path: Path) -> None:
     """Creating 1,000 topics took 74 s when every change rewrote and fsynced one JSON
-    document (issue 8 item 10; 9.6 s on this test's machine). With one SQLite transaction
-    per change it took 1.4 s; the bound is 6 s. Every topic survives a restart (R-REP-9)."""
+    document (issue 8 item 10; 9.6-22 s on this test's machine, depending on its load).
+    With one SQLite transaction per change it took 1.4-3.8 s; the bound is 8 s. Every
+    topic survives a restart (R-REP-9)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     n = 1000
@@ -123,7 +124,7 @@ def test_a_thousand_topics_are_created_in_bounded_time(tmp_path: Path) -> None:
             admin.create_topics([NewTopic(f"t-{i}", 1, 1)])[f"t-{i}"].result(30)
         took = time.monotonic() - t0
         print(f"\n{n} topics created one request each in {took:.2f} s")
-        assert took < 6, f"{n} topics took {took:.1f} s"
+        assert took < 8, f"{n} topics took {took:.1f} s"
         b.restart()
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
         names = set(admin.list_topics(timeout=30).topics)
