@@ -1,7 +1,8 @@
 """Produce throughput with and without record validation, side by side in one run.
 
     .venv/bin/python bench/validation_bench.py [--producers 3] [--records 200000]
-        [--size 100] [--partitions 8] [--codecs none,zstd] [--acks 1] [--json]
+        [--size 100] [--partitions 8] [--codecs none,zstd] [--acks 1] [--rounds N] [--json]
+    .venv/bin/python bench/validation_bench.py --micro    # validate_batches in process
 
 Issue 8 made the broker check every record of every produced batch (Kafka's LogValidator:
 framing, offset deltas, timestamps, bounded decompression; ``headrace/log/validator.py``).
@@ -23,11 +24,14 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import struct
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import cramjam
+import crc32c
 from confluent_kafka import KafkaError, Message, Producer
 from harness.brokers import start_broker
 from harness.workloads import PRODUCER_DEFAULTS, create_topic, percentile
@@ -175,6 +179,41 @@ def table(runs: list[Run], ns: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def micro() -> str:
+    """In-process cost of ``validate_batches`` per batch and per record (CPU time), by
+    batch size and codec: 10-byte keys, 100-byte values (hex text), one timestamp."""
+    from headrace.config import LogConfig
+    from headrace.log.validator import validate_batches
+    from headrace.protocol.records import build_batch, split_batches
+
+    config = LogConfig()
+    now = int(time.time() * 1000)
+    lines = ["| records per batch | codec | µs per batch | µs per record |",
+             "| ---: | --- | ---: | ---: |"]
+    for n in (1, 10, 100, 200, 500, 1000, 5000, 10000):
+        plain = build_batch([(b"key-%06d" % i, os.urandom(50).hex().encode())
+                             for i in range(n)], now)
+        for codec in ("none", "zstd"):
+            batch = plain
+            if codec == "zstd":  # the same records, zstd-compressed, CRC recomputed
+                body = bytes(cramjam.zstd.compress(plain[61:]))
+                buf = bytearray(plain[:61]) + body
+                struct.pack_into(">i", buf, 8, len(buf) - 12)
+                struct.pack_into(">h", buf, 21, 4)
+                struct.pack_into(">I", buf, 17, crc32c.crc32c(bytes(buf[21:])))
+                batch = bytes(buf)
+            headers = split_batches(batch, 1 << 30)
+            reps = max(20, 20_000 // n)
+            best = float("inf")
+            for _ in range(3):
+                start = time.process_time()
+                for _ in range(reps):
+                    validate_batches(batch, headers, config, now)
+                best = min(best, (time.process_time() - start) / reps)
+            lines.append(f"| {n:,} | {codec} | {best * 1e6:,.1f} | {best * 1e6 / n:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--producers", type=int, default=3)
@@ -185,7 +224,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--acks", default="1")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--micro", action="store_true",
+                    help="only time validate_batches in process, by batch size")
     ns = ap.parse_args(argv)
+    if ns.micro:
+        print(micro())
+        return 0
     best: dict[tuple[str, str], Run] = {}
     for codec in ns.codecs.split(","):
         for rnd in range(ns.rounds):
