@@ -68,7 +68,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32
 
 from headrace.protocol.errors import ProtocolError, UnknownApiError
-from headrace.protocol.prescan import prescanner
+from headrace.protocol.prescan import LengthError, prescanner
 
 API_VERSIONS_KEY = 18
 _HEAD = struct.Struct(">hhi")  # api key, api version, correlation id
@@ -122,10 +122,12 @@ def response_class(api_key: int, api_version: int) -> Any:
 
 
 @cache
-def _readers(api_key: int, api_version: int) -> tuple[Any, Any, Any, Any]:
+def _readers(api_key: int, api_version: int) -> tuple[
+        Any, Any, Any, Any, Callable[[Any, int], int]]:
     req_cls = request_class(api_key, api_version)
     header_cls = req_cls.__header_schema__
-    return header_cls, entity_reader(header_cls), req_cls, entity_reader(req_cls)
+    return (header_cls, entity_reader(header_cls), req_cls, entity_reader(req_cls),
+            prescanner(api_key, api_version))
 
 
 def decode_request(frame: bytes | memoryview) -> Request:
@@ -134,13 +136,16 @@ def decode_request(frame: bytes | memoryview) -> Request:
     if supported_versions(api_key) is None:
         raise UnknownApiError(api_key, api_version, correlation_id)
     try:
-        header_cls, read_header, req_cls, read_body = _readers(api_key, api_version)
-        check_lengths = prescanner(api_key, api_version)
+        header_cls, read_header, req_cls, read_body, check_lengths = _readers(api_key,
+                                                                              api_version)
     except Exception:
         raise UnknownApiError(api_key, api_version, correlation_id) from None
     # kio's native reader allocates from claimed counts before reading (2^32-1 elements:
     # ~34 GB, then abort): every claimed length is checked first (protocol/prescan.py)
-    check_lengths(frame)
+    try:
+        check_lengths(frame, len(frame))
+    except LengthError as e:
+        raise ProtocolError(f"API {api_key} v{api_version} request: {e}") from None
     try:
         try:
             header, n = read_header(frame, 0)

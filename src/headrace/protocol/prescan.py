@@ -507,8 +507,10 @@ def _claims(what: str, n: int, per: int, left: int) -> None:
 
 
 @cache
-def prescanner(api_key: int, api_version: int) -> Callable[[Any], None]:
-    """The length check of one request type: ``check(frame)`` raises ``ProtocolError``."""
+def prescanner(api_key: int, api_version: int) -> Callable[[Any, int], int]:
+    """The length check of one request type: ``scan(frame, len(frame))`` returns the end
+    of the request or raises ``LengthError`` (a ``ProtocolError``). Its generated source
+    is ``scan.source``."""
     req_cls = load_request_schema(api_key, api_version)
     gen = _Gen()
     gen.entity(req_cls.__header_schema__, True, 1)
@@ -516,16 +518,10 @@ def prescanner(api_key: int, api_version: int) -> Callable[[Any], None]:
     gen.flush(1)
     gen.emit(1, "if pos > end:")
     gen.emit(2, "raise LengthError(f'frame ends {pos - end} byte(s) early')")
+    gen.emit(1, "return pos")
     source = "def scan(buf, end):\n    pos = 0\n" + "\n".join(gen.lines) + "\n"
     namespace = dict(gen.env)
     exec(compile(source, f"<prescan {api_key} v{api_version}>", "exec"), namespace)
-    scan = namespace["scan"]
-
-    def check(frame: Any) -> None:
-        try:
-            scan(frame, len(frame))
-        except LengthError as e:
-            raise ProtocolError(f"API {api_key} v{api_version} request: {e}") from None
-
-    check.source = source  # type: ignore[attr-defined]
-    return check
+    scan: Callable[[Any, int], int] = namespace["scan"]
+    scan.source = source  # type: ignore[attr-defined]
+    return scan
