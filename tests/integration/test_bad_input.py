@@ -779,3 +779,45 @@ def test_compression_bomb_is_refused_in_bounded_memory(tmp_path: Path) -> None:
         assert produce("confluent", b.bootstrap, plain, [Rec(0, b"k", b"v")]) == [
             (0, 0)]
         assert not [line for line in b.stderr_lines if "Traceback" in line]
+
+
+def test_a_bomb_already_on_disk_is_served_and_compacted_in_bounded_memory(
+        tmp_path: Path) -> None:
+    """R-LOG-6, R-NF-1 (issue 8): a zstd bomb stored before records were validated (written
+    here straight into a segment file while the broker is down) neither breaks ListOffsets
+    by timestamp (answered at the bomb's batch, not by inflating 1.5 GiB) nor the log
+    cleaner of its compacted topic (which keeps the batch and logs it, every pass, instead
+    of failing with MemoryError); the broker's VmHWM stays bounded, no traceback."""
+    old_ts, bomb_ts = 1_600_000_000_000, 1_700_000_000_000
+    data = tmp_path / "ondisk"
+    overrides = {"num.partitions": "1", "log.retention.check.interval.ms": "200"}
+    with BrokerProcess(data, overrides) as b, wire(b) as wc:
+        topic = f"ondisk-{uuid.uuid4().hex[:8]}"
+        res = create_topics(wc, [(topic, {"cleanup.policy": "compact",
+                                          "segment.bytes": "2000"})])
+        assert res[topic].error_code == ErrorCode.none
+        for i in range(10):
+            p = produce_raw(wc, topic, make_batch([(b"k%d" % (i % 3), b"old", old_ts + i, [])]))
+            assert p.error_code == ErrorCode.none
+    seg = max((data / f"{topic}-0").glob("*.log"))
+    bomb = bytearray(BOMB.read_bytes())
+    struct.pack_into(">q", bomb, 0, 10)  # its base offset: the log end offset
+    with seg.open("ab") as f:
+        f.write(bomb)
+    with BrokerProcess(data, overrides) as b, wire(b) as wc:
+        assert b.proc is not None
+        assert _leo(wc, topic) == 11
+        hwm_before = _vm_kb(b.proc.pid, "VmHWM")
+        now = int(time.time() * 1000)
+        for i in range(40):  # roll past the bomb: it lands in a closed, cleanable segment
+            p = produce_raw(wc, topic, make_batch([(b"k%d" % (i % 3), b"new" * 20, now, [])]))
+            assert p.error_code == ErrorCode.none
+        code, offset = list_offset(wc, topic, (old_ts + bomb_ts) // 2)
+        assert (code, offset) == (ErrorCode.none, 10)
+        wait_until(lambda: any("unreadable batch" in line for line in b.stderr_lines),
+                   timeout_s=30)
+        assert list_offset(wc, topic, (old_ts + bomb_ts) // 2) == (ErrorCode.none, 10)
+        grown_mb = (_vm_kb(b.proc.pid, "VmHWM") - hwm_before) / 1024
+        assert grown_mb < 200, grown_mb
+        assert not [line for line in b.stderr_lines if "Traceback" in line or "MemoryError"
+                    in line]
