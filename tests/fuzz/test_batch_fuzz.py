@@ -170,8 +170,8 @@ def test_corpus_batches_are_refused_with_kafkas_code(name: str, blob: bytes) -> 
 
 
 def test_corpus_is_up_to_date() -> None:
-    """The generator and the checked-in files agree (``python -m tests.fuzz.test_batch_fuzz``
-    rewrites them); the bomb's size is checked, not its bytes."""
+    """R-NF-1: the generator and the checked-in files agree (``python -m
+    tests.fuzz.test_batch_fuzz`` rewrites them); the bomb's size is checked, not its bytes."""
     files = dict(corpus_files())
     bomb = files.pop("invalid_record--zstd-bomb-1.5GiB.bin")
     assert len(bomb) < 64 * 1024
@@ -295,7 +295,7 @@ def test_random_records_blocks_never_escape(body: bytes, codec: int, count: int)
 
 
 def test_the_fuzzer_reaches_both_outcomes() -> None:
-    """The mutants are neither all refused nor all accepted (else the fuzzer tests little);
+    """R-NF-1: the mutants are neither all refused nor all accepted (else the fuzzer tests little);
     runs after the fuzz test in file order."""
     if OUTCOMES["accepted"] + OUTCOMES["refused"] < 100:
         return  # run alone (-k): nothing to judge

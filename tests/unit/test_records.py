@@ -124,7 +124,7 @@ def test_produce_records_are_exactly_one_batch(blob: bytes | None, code: ErrorCo
 
 
 def test_produce_records_ignore_a_torn_tail() -> None:
-    """Kafka's iterator stops before bytes that are not a whole batch and the log trims
+    """R-LOG-3: Kafka's iterator stops before bytes that are not a whole batch and the log trims
     them: the request's one batch is what is appended."""
     one = simple_batch(2)
     assert R.check_produce_records(one) == len(one)
@@ -337,7 +337,7 @@ def test_decompression_is_bounded_and_a_bomb_is_refused() -> None:
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
 def test_inflate_limit_is_exact(codec: str) -> None:
-    """The cap admits records of exactly ``limit`` bytes and refuses one byte more."""
+    """R-NF-1: the cap admits records of exactly ``limit`` bytes, refuses one byte more."""
     from tests.batches import compress
 
     data = bytes(range(256)) * 40
@@ -349,7 +349,8 @@ def test_inflate_limit_is_exact(codec: str) -> None:
 
 
 def test_xerial_snappy_chunks_are_checked_before_decompressing() -> None:
-    """Java's xerial framing: each chunk's length and claimed output are checked first."""
+    """R-NF-1: Java's xerial snappy framing: each chunk's length and claimed output are
+    checked before it is decompressed."""
     import cramjam
 
     data = b"abc" * 1000

@@ -100,6 +100,7 @@ def test_broken_record_framing_is_invalid_record(tail: bytes, good: int) -> None
 
 
 def test_undecompressable_records_are_corrupt_message() -> None:
+    """R-LOG-4: a compressed records block that does not decompress → CORRUPT_MESSAGE."""
     body = b"\x28\xb5\x2f\xfd" + b"garbage" * 5
     assert refused(raw_batch(body, 1, codec=R.CODEC_ZSTD)).error_code == (
         ErrorCode.corrupt_message)
@@ -117,6 +118,8 @@ def test_a_compression_bomb_is_refused_at_the_topic_cap() -> None:
 
 
 def test_compacted_topics_refuse_keyless_records_by_index() -> None:
+    """R-LOG-6: Kafka's validateKey: a compacted topic refuses records without a key
+    (INVALID_RECORD), naming each one in record_errors."""
     rows = [(b"k", b"v", NOW, []), (None, b"v", NOW, []), (b"k", b"v", NOW, []),
             (None, None, NOW, [])]
     batch = make_batch(rows, compression="lz4")  # type: ignore[arg-type]
@@ -162,7 +165,8 @@ def test_a_lying_batch_max_timestamp_is_invalid_timestamp() -> None:
 
 
 def test_timestamp_errors_win_over_record_errors() -> None:
-    """Kafka's processRecordErrors: INVALID_TIMESTAMP if any record's timestamp is bad,
+    """R-LOG-3, KIP-937: Kafka's processRecordErrors: INVALID_TIMESTAMP if any record's
+    timestamp is bad,
     with every record error listed."""
     rows = [(None, b"v", NOW, []), (b"k", b"v", NOW + 10 * HOUR, [])]
     e = refused(make_batch(rows), LogConfig(cleanup_policy="compact"))  # type: ignore[arg-type]
@@ -171,12 +175,13 @@ def test_timestamp_errors_win_over_record_errors() -> None:
 
 
 def test_log_append_time_topics_do_not_check_create_times() -> None:
+    """KIP-937: the bounds apply to CreateTime topics only."""
     config = LogConfig(message_timestamp_type="LogAppendTime")
     check(make_batch([(b"k", b"v", NOW + 100 * HOUR, [])]), config)
 
 
 def test_client_may_not_set_log_append_time() -> None:
-    """Kafka: "Producer should not set timestamp type to LogAppendTime"."""
+    """R-LOG-3: Kafka: "Producer should not set timestamp type to LogAppendTime"."""
     batch = raw_batch(encode_record(0, 0, b"k", b"v", []), 1, attributes=R.TIMESTAMP_TYPE_BIT)
     assert refused(batch).error_code == ErrorCode.invalid_timestamp
 
