@@ -40,21 +40,25 @@ class BrokerProcess:
         self.stderr_lines = []
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                      text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        found = threading.Event()
+        found = threading.Event()  # the listening line, or stderr's end
+        listening = threading.Event()  # the listening line itself
         lines = self.stderr_lines
+        proc = self.proc
 
         def pump() -> None:
-            assert self.proc is not None and self.proc.stderr is not None
-            for line in self.proc.stderr:
+            assert proc.stderr is not None
+            for line in proc.stderr:
                 lines.append(line)
                 m = _LISTENING.search(line)
-                if m and not found.is_set():
+                if m and not listening.is_set():
                     self.port = int(m.group(2))
+                    listening.set()
                     found.set()
             found.set()
 
         threading.Thread(target=pump, daemon=True).start()
-        if not found.wait(timeout_s) or self.proc.poll() is not None:
+        if (not found.wait(timeout_s) or not listening.is_set()
+                or self.proc.poll() is not None):
             self.kill()
             raise RuntimeError("broker did not start:\n" + "".join(lines))
         return self
