@@ -21,6 +21,7 @@ import random
 import sqlite3
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -255,9 +256,6 @@ def test_offset_store_start_offset_is_the_contiguous_processed_prefix() -> None:
     with store.transaction("t", 0, 12) as conn:
         assert conn is not None
     assert store.start_offset("t", 0, base_offset=0) == 15
-    try:
-        with store.transaction("t", 0, 15) as conn:
-            raise RuntimeError("handler failed")
-    except RuntimeError:
-        pass
+    with pytest.raises(RuntimeError, match="handler failed"), store.transaction("t", 0, 15):
+        raise RuntimeError("handler failed")
     assert not store.is_processed("t", 0, 15)  # rolled back with the results
