@@ -442,6 +442,7 @@ def test_emfile_in_accept_is_one_log_line_and_the_broker_serves_again(tmp_path: 
         text = "".join(lines)
         assert "Traceback" not in text
         assert sum("accept" in ln for ln in lines) <= 2, text[-2000:]
+        assert sum("file descriptor limit" in ln for ln in lines) == 1  # said once, at start
         assert len(text) < 5000
         for s in socks:
             s.close()

@@ -31,6 +31,7 @@ import dataclasses
 import errno
 import logging
 import os
+import resource
 from pathlib import Path
 from typing import Any
 
@@ -648,6 +649,15 @@ class Broker:
                                 "while unread responses exceed queued.max.request.bytes "
                                 "(e.g. %s)", len(stalled), STALLED_RESPONSE_S, stalled[0].peer)
 
+    def _check_fd_limit(self) -> None:
+        """One line at start when ``max.connections`` cannot be reached before the process
+        runs out of file descriptors (accept then fails with EMFILE and is retried)."""
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and self.quotas.max_connections >= soft:
+            log.warning("max.connections=%d is not below the file descriptor limit (%d): "
+                        "past that, new connections wait in the listen backlog",
+                        self.quotas.max_connections, soft)
+
     def _maybe_trim(self) -> None:
         """After a burst of request memory has gone back to the pool, ask glibc to return
         its free heap to the kernel (frames of 4 MiB and more are mappings of their own
@@ -705,6 +715,7 @@ class Broker:
             raise StartupError(f"cannot listen on {self.host}:{self.port}: {e.strerror}") from None
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
+        self._check_fd_limit()
         self._spawn(self._retention_loop())
         self._spawn(self._flush_loop())
         self._spawn(self._idle_loop())
