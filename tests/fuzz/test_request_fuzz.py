@@ -268,6 +268,8 @@ def test_corpus_against_broker(fuzz_broker: BrokerProcess) -> None:
         _assert_healthy(fuzz_broker)
     assert outcomes["metadata-v12-topics-2pow32.bin"] == "closed"
     assert outcomes["fetch-v13-zero-topic-id.bin"] == "answered"
+    assert outcomes["fetch-v17-tag-hides-claim.bin"] == "closed"
+    assert outcomes["offset-fetch-v7-null-topics-valid.bin"] == "answered"
     _real_client_works(fuzz_broker.bootstrap, "after-corpus")
 
 
