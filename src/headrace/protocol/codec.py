@@ -63,7 +63,7 @@ from kio.serial._introspect import (
     get_schema_field_type,
     is_optional,
 )
-from kio.serial.errors import DecodeError
+from kio.serial.errors import SerialError  # DecodeError and OutOfBoundValue
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32
 
@@ -153,7 +153,7 @@ def decode_request(frame: bytes | memoryview) -> Request:
         except KeyError:  # an unknown tagged field (KIP-482): skip it, slowly
             header, n = _TolerantReader.read(header_cls, frame, 0, is_header=True)
             body, _ = _TolerantReader.read(req_cls, frame, n)
-    except (DecodeError, ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
+    except (SerialError, ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
         raise ProtocolError(
             f"malformed API {api_key} v{api_version} request: "
             f"{type(e).__name__}: {e}"
