@@ -168,12 +168,17 @@ class _Conn:
 
 def _check_response(request: bytes, response: bytes) -> None:
     """A well-formed response to ``request``: kio reads it whole."""
+    from headrace.broker.handlers import HANDLERS
+
     api_key, version = struct.unpack_from(">hh", request)
-    try:
-        cls = load_response_schema(api_key, version)
-    except Exception:  # a version kio does not know: only ApiVersions' v0 fallback
-        assert api_key == 18, f"answer to unknown API {api_key} v{version}"
+    h = HANDLERS.get(api_key)
+    if h is None or not h.min_version <= version <= h.max_version:
+        # a version the broker does not serve: only ApiVersions is answered (Kafka's v0
+        # fallback with UNSUPPORTED_VERSION), anything else is a closed connection
+        assert api_key == 18, f"answer to unserved API {api_key} v{version}"
         cls = load_response_schema(18, 0)
+    else:
+        cls = load_response_schema(api_key, version)
     hdr = ResponseHeaderV0 if api_key == 18 else cls.__header_schema__
     _, n = entity_reader(hdr)(response, 0)
     _, m = entity_reader(cls)(response, n)
