@@ -272,7 +272,7 @@ def test_mutated_batches_are_accepted_consistently_or_refused(blob: bytes, compa
     assert len(recs) == h.records_count == h.last_offset_delta + 1
     assert [r.offset for r in recs] == list(range(h.records_count))
     assert all(r.key is not None for r in recs) or not compact
-    stamps = R.record_timestamps(blob)
+    stamps = list(R.record_timestamps(blob))
     assert [o for o, _ in stamps] == list(range(h.records_count))
     assert all(ts <= NOW + CONFIG.message_timestamp_after_max_ms for _, ts in stamps)
 

@@ -205,3 +205,56 @@ def test_partition_log_appends_nothing_of_a_refused_batch(tmp_path: object) -> N
         assert log.log_end_offset == 3
     finally:
         log.close()
+
+
+def _tiny_records(n: int) -> bytes:
+    """``n`` minimal records (no key, no value, no headers): 7-9 bytes each."""
+    from tests.batches import varint
+
+    enc = [varint(i) for i in range(n)]
+    return b"".join(varint(5 + len(e)) + b"\x00\x00" + e + b"\x01\x01\x00" for e in enc)
+
+
+def test_chunk_boundaries_keep_absolute_record_indexes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """R-LOG-3: records are scanned a chunk at a time; errors in later chunks name the
+    record's index in the batch, and both walkers (loop and numpy) cross chunks."""
+    monkeypatch.setattr(R, "SCAN_CHUNK", 300)
+    body = bytearray(_tiny_records(2500))
+    check(raw_batch(bytes(body), 2500))
+    rows = [encode_record(i if i != 1750 else 3, 0, b"k", b"v", []) for i in range(2500)]
+    e = refused(raw_batch(b"".join(rows), 2500))
+    assert e.error_code == ErrorCode.invalid_record
+    assert [i for i, _ in e.record_errors] == [1750]
+    broken = b"".join(rows[:2000]) + b"\x01" + b"".join(rows[2001:])
+    e = refused(raw_batch(broken, 2500))
+    assert e.record_errors[0][0] == 2000, e.record_errors
+    stamps = [(b"k", b"v", NOW + (10 * HOUR if i in (601, 2499) else 0), []) for i in range(2500)]
+    e = refused(make_batch(stamps))  # type: ignore[arg-type]
+    assert e.error_code == ErrorCode.invalid_timestamp
+    assert [i for i, _ in e.record_errors] == [601, 2499]
+    assert list(R.record_timestamps(make_batch(stamps)))[2499] == (2499, NOW + 10 * HOUR)  # type: ignore[arg-type]
+
+
+def test_a_batch_of_a_million_tiny_records_is_checked_in_bounded_memory() -> None:
+    """R-NF-1: a batch may claim millions of 7-byte records (a 64 MiB records block holds
+    9.6 M): scanning them a chunk at a time keeps numpy's arrays to a few MB, not ~15
+    int64 per record at once (120 MB here); all-bad records are reported as a count and
+    the first MAX_RECORD_ERRORS of them."""
+    import tracemalloc
+
+    from headrace.log import validator
+
+    n = 1_000_000
+    batch = raw_batch(_tiny_records(n), n)
+    config = LogConfig(max_message_bytes=len(batch) + 1)
+    tracemalloc.start()
+    try:
+        check(batch, config)
+        e = refused(batch, LogConfig(max_message_bytes=len(batch) + 1, cleanup_policy="compact"))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 << 20, peak
+    assert e.error_code == ErrorCode.invalid_record
+    assert len(e.record_errors) == validator.MAX_RECORD_ERRORS
+    assert f"due to {n} record errors in total" in str(e)

@@ -22,9 +22,10 @@ the request is appended. Per batch, as Kafka's ``LogValidator`` (``validateBatch
   would rewrite it to the records' largest timestamp; here batches are stored as sent).
 
 Record errors are collected as Kafka's ``processRecordErrors`` does: one (record index,
-message) per bad record in ``InvalidRecordError.record_errors`` (Produce v8+), and the error
-is INVALID_TIMESTAMP if any record's is, else INVALID_RECORD. All of it is numpy over the
-records bytes: no Python work per record (except records with many headers).
+message) per bad record in ``InvalidRecordError.record_errors`` (Produce v8+; the first
+``MAX_RECORD_ERRORS`` of them), and the error is INVALID_TIMESTAMP if any record's is, else
+INVALID_RECORD. All of it is bulk work over the records bytes (``records.iter_record_scans``,
+a chunk of records at a time so memory stays bounded), no Python object per record.
 
 ``HEADRACE_BENCH_SKIP_RECORD_VALIDATION=1`` in the broker's environment skips everything
 but the compacted-topic key check (for ``bench/validation_bench.py`` only).
@@ -42,10 +43,9 @@ from headrace.protocol.records import (
     HEADER_SIZE,
     BatchHeader,
     InvalidRecordError,
-    RecordScan,
     inflate,
     inflate_limit,
-    scan_records,
+    iter_record_scans,
 )
 
 SKIP_ENV = "HEADRACE_BENCH_SKIP_RECORD_VALIDATION"
@@ -66,19 +66,15 @@ def validate_batches(
         batch = view[h.position:h.position + h.size]
         if _SKIP:
             if config.compact:
-                _check_keys(_scan(batch, h, limit), config)
+                _validate_records(batch, h, config, now_ms, limit, keys_only=True)
             continue
         validate_batch(batch, h, config, now_ms, limit)
 
 
-def _scan(batch: memoryview, h: BatchHeader, limit: int) -> RecordScan:
-    return scan_records(inflate(h.compression, batch[HEADER_SIZE:], limit), h.records_count)
-
-
 def validate_batch(
     batch: memoryview, h: BatchHeader, config: LogConfig, now_ms: int, limit: int | None = None
-) -> RecordScan:
-    """Validate one batch (``batch``: its bytes, header included); returns its scan."""
+) -> None:
+    """Validate one batch (``batch``: its bytes, header included)."""
     if h.last_offset_delta + 1 != h.records_count:
         raise InvalidRecordError(
             ErrorCode.invalid_record,
@@ -90,57 +86,72 @@ def validate_batch(
         raise InvalidRecordError(ErrorCode.invalid_timestamp, message, ((0, message),))
     if limit is None:
         limit = inflate_limit(config.max_message_bytes)
-    scan = _scan(batch, h, limit)
+    _validate_records(batch, h, config, now_ms, limit)
+
+
+MAX_RECORD_ERRORS = 1000
+"""Record errors kept for the response (Kafka lists all; a batch may hold millions)."""
+
+
+def _validate_records(batch: memoryview, h: BatchHeader, config: LogConfig, now_ms: int,
+                      limit: int, keys_only: bool = False) -> None:
+    """The per-record checks, a chunk of records at a time (bounded memory)."""
+    check_time = not keys_only and config.message_timestamp_type != LOG_APPEND_TIME
+    lo = max(now_ms - config.message_timestamp_before_max_ms, _INT64_MIN)
+    hi = min(now_ms + config.message_timestamp_after_max_ms, _INT64_MAX)
     errors: dict[int, tuple[ErrorCode, str]] = {}
-    n = h.records_count
-    expected = np.arange(n, dtype=np.int64)
-    for i in np.flatnonzero(scan.offset_delta != expected)[:n].tolist():
-        errors.setdefault(i, (ErrorCode.invalid_record,
-                              f"record {i} has offset delta {int(scan.offset_delta[i])}, "
-                              f"expected {i}"))
-    if config.compact:
-        for i in np.flatnonzero(scan.key_length < 0).tolist():
-            errors.setdefault(i, (ErrorCode.invalid_record,
-                                  "compacted topic cannot accept message without key "
-                                  f"(record {i})"))
-    if config.message_timestamp_type != LOG_APPEND_TIME:
-        lo = max(now_ms - config.message_timestamp_before_max_ms, _INT64_MIN)
-        hi = min(now_ms + config.message_timestamp_after_max_ms, _INT64_MAX)
-        with np.errstate(over="ignore"):
-            stamps = scan.timestamp_delta + np.int64(h.base_timestamp)
-        bad = (stamps != NO_TIMESTAMP) & ((stamps < lo) | (stamps > hi))
-        for i in np.flatnonzero(bad).tolist():
-            errors.setdefault(i, (ErrorCode.invalid_timestamp,
-                                  f"timestamp {int(stamps[i])} of record {i} is out of range: "
-                                  f"it should be within [{lo}, {hi}]"))
-        if not errors and h.max_timestamp != NO_TIMESTAMP and not lo <= h.max_timestamp <= hi:
-            # The header's maxTimestamp feeds the time index and retention; Kafka rewrites
-            # it to the records' largest timestamp, headrace stores batches as sent: refuse.
-            raise InvalidRecordError(
-                ErrorCode.invalid_timestamp,
-                f"batch maxTimestamp {h.max_timestamp} is out of range: it should be within "
-                f"[{lo}, {hi}]",
-            )
-    if errors:
-        _raise_record_errors(errors)
-    return scan
+    total = 0
+    bad_time = False
+    data = inflate(h.compression, batch[HEADER_SIZE:], limit)
+    for first, scan in iter_record_scans(data, h.records_count):
+        n = len(scan.offset_delta)
+        bad_offset = (scan.offset_delta != np.arange(first, first + n, dtype=np.int64)
+                      if not keys_only else np.zeros(n, dtype=bool))
+        keyless = scan.key_length < 0 if config.compact else np.zeros(n, dtype=bool)
+        if check_time:
+            with np.errstate(over="ignore"):
+                stamps = scan.timestamp_delta + np.int64(h.base_timestamp)
+            out_of_range = (stamps != NO_TIMESTAMP) & ((stamps < lo) | (stamps > hi))
+        else:
+            out_of_range = np.zeros(n, dtype=bool)
+        bad = bad_offset | keyless | out_of_range
+        if not bool(bad.any()):
+            continue
+        total += int(np.count_nonzero(bad))
+        bad_time = bad_time or bool(out_of_range.any())
+        for i in np.flatnonzero(bad)[:max(MAX_RECORD_ERRORS - len(errors), 0)].tolist():
+            index = first + i
+            if bad_offset[i]:
+                errors[index] = (ErrorCode.invalid_record,
+                                 f"record {index} has offset delta {int(scan.offset_delta[i])}, "
+                                 f"expected {index}")
+            elif keyless[i]:
+                errors[index] = (ErrorCode.invalid_record,
+                                 f"compacted topic cannot accept message without key "
+                                 f"(record {index})")
+            else:
+                errors[index] = (ErrorCode.invalid_timestamp,
+                                 f"timestamp {int(stamps[i])} of record {index} is out of "
+                                 f"range: it should be within [{lo}, {hi}]")
+    if total:
+        _raise_record_errors(errors, total, bad_time)
+    if check_time and h.max_timestamp != NO_TIMESTAMP and not lo <= h.max_timestamp <= hi:
+        # The header's maxTimestamp feeds the time index and retention; Kafka rewrites it
+        # to the records' largest timestamp, headrace stores batches as sent: refuse.
+        raise InvalidRecordError(
+            ErrorCode.invalid_timestamp,
+            f"batch maxTimestamp {h.max_timestamp} is out of range: it should be within "
+            f"[{lo}, {hi}]",
+        )
 
 
-def _check_keys(scan: RecordScan, config: LogConfig) -> None:
-    keyless = np.flatnonzero(scan.key_length < 0).tolist()
-    if keyless:
-        _raise_record_errors({
-            i: (ErrorCode.invalid_record,
-                f"compacted topic cannot accept message without key (record {i})")
-            for i in keyless
-        })
-
-
-def _raise_record_errors(errors: dict[int, tuple[ErrorCode, str]]) -> None:
+def _raise_record_errors(errors: dict[int, tuple[ErrorCode, str]], total: int,
+                         bad_time: bool) -> None:
     """Kafka's ``processRecordErrors``: INVALID_TIMESTAMP if any record's timestamp is out
-    of range, else INVALID_RECORD listing (at most) the first three errors."""
+    of range, else INVALID_RECORD listing (at most) the first three errors; ``errors`` holds
+    the first ``MAX_RECORD_ERRORS`` of ``total``."""
     record_errors = tuple((i, msg) for i, (_, msg) in sorted(errors.items()))
-    if any(code == ErrorCode.invalid_timestamp for code, _ in errors.values()):
+    if bad_time:
         raise InvalidRecordError(
             ErrorCode.invalid_timestamp,
             "one or more records have been rejected due to invalid timestamp: "
@@ -149,7 +160,7 @@ def _raise_record_errors(errors: dict[int, tuple[ErrorCode, str]]) -> None:
         )
     raise InvalidRecordError(
         ErrorCode.invalid_record,
-        f"one or more records have been rejected due to {len(record_errors)} record errors "
+        f"one or more records have been rejected due to {total} record errors "
         "in total, and only showing the first three errors at most: "
         + "; ".join(msg for _, msg in record_errors[:3]),
         record_errors,

@@ -545,20 +545,20 @@ def _varints(arr: npt.NDArray[np.uint8], pos: I64, max_size: int,
     return values, size
 
 
-def _record_starts(data: memoryview, arr: npt.NDArray[np.uint8], count: int) -> I64:
-    """Positions of ``count`` consecutive records filling ``data`` exactly (each starts with
-    its length varint). Runs of records of one length are found by guessing that the next
-    records have the last one's length and checking all guesses at once with numpy (the
-    length only changes where a delta needs one more varint byte); where lengths keep
-    changing, a plain loop walks a stretch of records."""
+def _record_starts(data: memoryview, arr: npt.NDArray[np.uint8], count: int,
+                   pos: int) -> tuple[I64, int]:
+    """Positions of ``count`` consecutive records from ``pos`` in ``data`` (each starts
+    with its length varint) and the position after the last. Runs of records of one length
+    are found by guessing that the next records have the last one's length and checking
+    all guesses at once with numpy (the length only changes where a delta needs one more
+    varint byte); where lengths keep changing, a plain loop walks a stretch of records."""
     out: list[I64] = []
-    pos = 0
     i = 0
     end = len(data)
     chunk = 64
     while i < count:
         if pos >= end:
-            raise _Framing(i, f"the batch holds fewer records than its count {count}")
+            raise _Framing(i, "the batch holds fewer records than its count")
         lengths1, sizes1 = _varints(arr, np.array([pos], dtype=np.int64), 5)
         length, after = int(lengths1[0]), pos + int(sizes1[0])
         if length < 0:
@@ -581,7 +581,7 @@ def _record_starts(data: memoryview, arr: npt.NDArray[np.uint8], count: int) -> 
             for j in range(len(walk)):
                 walk[j] = pos
                 if pos >= end:
-                    raise _Framing(i + j, f"the batch holds fewer records than its count {count}")
+                    raise _Framing(i + j, "the batch holds fewer records than its count")
                 try:
                     length, after = read_varint(data, pos)  # type: ignore[arg-type]
                 except InvalidRecordError as e:
@@ -591,11 +591,7 @@ def _record_starts(data: memoryview, arr: npt.NDArray[np.uint8], count: int) -> 
                 pos = after + length
             out.append(np.array(walk, dtype=np.int64))
             i += len(walk)
-    if pos != end:
-        where = "past the end of" if pos > end else "short of"
-        raise _Framing(max(count - 1, 0),
-                       f"record lengths add up to {pos} bytes, {where} the {end} records bytes")
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+    return (np.concatenate(out) if out else np.zeros(0, dtype=np.int64)), pos
 
 
 # Up to this many records, a plain loop over the length varints finds the record starts
@@ -603,12 +599,11 @@ def _record_starts(data: memoryview, arr: npt.NDArray[np.uint8], count: int) -> 
 _WALK_LENGTHS_MAX = 1000
 
 
-def _walk_lengths(data: memoryview, count: int) -> I64:
-    """Positions of ``count`` consecutive records filling ``data`` exactly, one length
-    varint at a time (one- and two-byte lengths inline)."""
+def _walk_lengths(data: memoryview, count: int, pos: int) -> tuple[I64, int]:
+    """``_record_starts`` by a plain loop, one length varint at a time (one- and two-byte
+    lengths inline)."""
     n = len(data)
     starts = [0] * count
-    pos = 0
     for i in range(count):
         starts[i] = pos
         if pos + 1 < n and data[pos] < 0x80:
@@ -621,16 +616,12 @@ def _walk_lengths(data: memoryview, count: int) -> I64:
             pos += 2
         else:
             if pos >= n:
-                raise _Framing(i, f"the batch holds fewer records than its count {count}")
+                raise _Framing(i, "the batch holds fewer records than its count")
             length, pos = _small_varint(data, pos, n, 5, i)
         if length < 0:
             raise _Framing(i, f"negative record length {length}")
         pos += length
-    if pos != n:
-        where = "past the end of" if pos > n else "short of"
-        raise _Framing(count - 1,
-                       f"record lengths add up to {pos} bytes, {where} the {n} records bytes")
-    return np.array(starts, dtype=np.int64)
+    return np.array(starts, dtype=np.int64), pos
 
 
 @dataclass(frozen=True, slots=True)
@@ -683,57 +674,95 @@ def _walk_headers(data: memoryview, arr: npt.NDArray[np.uint8], pos: I64, count:
     return pos
 
 
-def scan_records(data: memoryview | bytes, count: int) -> RecordScan:
-    """Walk the ``count`` records of an uncompressed records block in bulk (numpy), checking
-    their framing as Kafka's ``DefaultRecord.readFrom`` does: each record's length varint,
-    its fields (varints no longer than Kafka reads: 5 bytes for int32, 10 for int64) and
-    its headers (a non-negative count, non-null keys) end exactly where its length says,
-    and the records fill the block exactly. Raises INVALID_RECORD naming the first broken
-    record in ``record_errors``.
+# Records scanned per numpy pass: bounds the scan's arrays (~15 int64 per record) whatever
+# the batch claims (a 64 MiB records block can hold 9.6 M seven-byte records).
+SCAN_CHUNK = 32768
+
+
+def iter_record_scans(data: memoryview | bytes, count: int,
+                      chunk: int | None = None) -> Iterator[tuple[int, RecordScan]]:
+    """Walk the ``count`` records of an uncompressed records block in bulk, ``chunk``
+    records at a time (default ``SCAN_CHUNK``): (index of the chunk's first record, its
+    scan). Checks their framing as Kafka's ``DefaultRecord.readFrom`` does: each record's
+    length varint, its fields (varints no longer than Kafka reads: 5 bytes for int32, 10
+    for int64) and its headers (a non-negative count, non-null keys) end exactly where its
+    length says, and the records fill the block exactly. Raises INVALID_RECORD naming the
+    first broken record in ``record_errors`` (after yielding the chunks before it).
     """
     view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data
     arr = np.frombuffer(view, dtype=np.uint8)
+    chunk = chunk or SCAN_CHUNK
+    first = 0
     try:
         if count < 1:
             raise _Framing(0, f"invalid record count {count}")
         if count > len(arr) // 7:  # no record is shorter than 7 bytes
             raise _Framing(0, f"{count} records cannot fit in {len(arr)} bytes")
         if count <= _SMALL_BATCH:
-            return _scan_small(view, count)
-        starts = (_walk_lengths(view, count) if count <= _WALK_LENGTHS_MAX
-                  else _record_starts(view, arr, count))
-        rec_len, len_size = _varints(arr, starts, 5)
-        body = starts + len_size
-        end = body + rec_len
-        if int(rec_len.min()) < 6:
-            i = int(np.flatnonzero(rec_len < 6)[0])
-            raise _Framing(i, f"record of {int(rec_len[i])} bytes is too short")
-        ts_delta, s1 = _varints(arr, body + 1, 10)  # after the attributes byte
-        p = body + 1 + s1
-        off_delta, s2 = _varints(arr, np.minimum(p, end), 5)
-        p = p + s2
-        key_len, s3 = _varints(arr, np.minimum(p, end), 5)
-        p = p + s3 + np.maximum(key_len, 0)
-        _check_within(p, end, "key")
-        value_len, s4 = _varints(arr, p, 5)
-        p = p + s4 + np.maximum(value_len, 0)
-        _check_within(p, end, "value")
-        header_count, s5 = _varints(arr, p, 5)
-        p = p + s5
-        if int(header_count.min()) < 0:
-            raise _Framing(int(np.flatnonzero(header_count < 0)[0]),
-                           "invalid negative number of record headers")
-        _check_within(p, end + 1, "header count")
-        if bool(header_count.any()):
-            p = _walk_headers(view, arr, p, header_count)
-        if not np.array_equal(p, end):
-            i = int(np.flatnonzero(p != end)[0])
-            raise _Framing(i, f"invalid record size: expected to read {int(rec_len[i])} bytes "
-                              f"in record payload, but instead read {int(p[i] - body[i])}")
-    except _Framing as e:
+            scan = _scan_small(view, count)
+            yield 0, scan
+            return
+        pos = 0
+        while first < count:
+            k = min(chunk, count - first)
+            starts, pos = (_walk_lengths(view, k, pos) if k <= _WALK_LENGTHS_MAX
+                           else _record_starts(view, arr, k, pos))
+            scan = _scan_fields(view, arr, starts)
+            yield first, scan
+            first += k
+    except _Framing as e:  # e.index counts from the chunk's first record
+        index = first + e.index
         raise InvalidRecordError(
-            ErrorCode.invalid_record, f"record {e.index}: {e}", ((e.index, str(e)),)
+            ErrorCode.invalid_record, f"record {index}: {e}", ((index, str(e)),)
         ) from None
+    if pos != len(view):
+        where = "past the end of" if pos > len(view) else "short of"
+        message = (f"record lengths add up to {pos} bytes, {where} the {len(view)} records "
+                   "bytes")
+        raise InvalidRecordError(ErrorCode.invalid_record, f"record {count - 1}: {message}",
+                                 ((count - 1, message),))
+
+
+def scan_records(data: memoryview | bytes, count: int) -> RecordScan:
+    """``iter_record_scans`` in one piece (its arrays hold ``count`` entries: for tests and
+    small batches)."""
+    parts = [scan for _, scan in iter_record_scans(data, count)]
+    if len(parts) == 1:
+        return parts[0]
+    return RecordScan(*(np.concatenate([getattr(p, f) for p in parts])
+                        for f in RecordScan.__slots__))
+
+
+def _scan_fields(view: memoryview, arr: npt.NDArray[np.uint8], starts: I64) -> RecordScan:
+    """The fields of the records at ``starts`` (``_Framing`` indexes are into ``starts``)."""
+    rec_len, len_size = _varints(arr, starts, 5)
+    body = starts + len_size
+    end = body + rec_len
+    if int(rec_len.min()) < 6:
+        i = int(np.flatnonzero(rec_len < 6)[0])
+        raise _Framing(i, f"record of {int(rec_len[i])} bytes is too short")
+    ts_delta, s1 = _varints(arr, body + 1, 10)  # after the attributes byte
+    p = body + 1 + s1
+    off_delta, s2 = _varints(arr, np.minimum(p, end), 5)
+    p = p + s2
+    key_len, s3 = _varints(arr, np.minimum(p, end), 5)
+    p = p + s3 + np.maximum(key_len, 0)
+    _check_within(p, end, "key")
+    value_len, s4 = _varints(arr, p, 5)
+    p = p + s4 + np.maximum(value_len, 0)
+    _check_within(p, end, "value")
+    header_count, s5 = _varints(arr, p, 5)
+    p = p + s5
+    if int(header_count.min()) < 0:
+        raise _Framing(int(np.flatnonzero(header_count < 0)[0]),
+                       "invalid negative number of record headers")
+    _check_within(p, end + 1, "header count")
+    if bool(header_count.any()):
+        p = _walk_headers(view, arr, p, header_count)
+    if not np.array_equal(p, end):
+        i = int(np.flatnonzero(p != end)[0])
+        raise _Framing(i, f"invalid record size: expected to read {int(rec_len[i])} bytes "
+                          f"in record payload, but instead read {int(p[i] - body[i])}")
     return RecordScan(ts_delta, off_delta, key_len, value_len, header_count)
 
 
@@ -850,27 +879,28 @@ def _check_within(p: I64, end: I64, field_name: str) -> None:
 
 def record_timestamps(
     batch: bytes | bytearray | memoryview, limit: int = DEFAULT_INFLATE_LIMIT
-) -> list[tuple[int, int]]:
-    """(offset, timestamp) of every record of one whole batch, in order.
+) -> Iterator[tuple[int, int]]:
+    """(offset, timestamp) of every record of one whole batch, in order, lazily.
 
-    Decompresses at most ``limit`` bytes and scans the records in bulk (for ListOffsets by
-    timestamp). In a LogAppendTime batch every record's timestamp is ``maxTimestamp``. A
-    batch that cannot be read within bounds (a compression bomb or broken records stored
-    before records were validated) is answered at batch level: ``[(baseOffset,
-    maxTimestamp)]``, so a search lands at its start instead of failing.
+    Decompresses at most ``limit`` bytes and scans the records in bulk, ``SCAN_CHUNK`` at a
+    time (for ListOffsets by timestamp, which stops at the first match). In a LogAppendTime
+    batch every record's timestamp is ``maxTimestamp``. A batch that cannot be read within
+    bounds (a compression bomb or broken records stored before records were validated) is
+    answered at batch level: ``(baseOffset, maxTimestamp)`` after whatever records could be
+    read, so a search lands at its start instead of failing.
     """
     header = read_header(batch, 0)
     try:
         data = inflate(header.compression, memoryview(batch)[HEADER_SIZE : header.size], limit)
-        scan = scan_records(data, header.records_count)
+        for _, scan in iter_record_scans(data, header.records_count):
+            offsets = scan.offset_delta + header.base_offset
+            if header.is_log_append_time:
+                stamps = np.full(len(offsets), header.max_timestamp, dtype=np.int64)
+            else:
+                stamps = scan.timestamp_delta + header.base_timestamp
+            yield from zip(offsets.tolist(), stamps.tolist(), strict=True)
     except InvalidRecordError:
-        return [(header.base_offset, header.max_timestamp)]
-    offsets = scan.offset_delta + header.base_offset
-    if header.is_log_append_time:
-        stamps = np.full(len(offsets), header.max_timestamp, dtype=np.int64)
-    else:
-        stamps = scan.timestamp_delta + header.base_timestamp
-    return list(zip(offsets.tolist(), stamps.tolist(), strict=True))
+        yield header.base_offset, header.max_timestamp
 
 
 def check_produce_records(records: bytes | memoryview | None) -> int:
