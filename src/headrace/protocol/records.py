@@ -521,6 +521,12 @@ def _varints(arr: npt.NDArray[np.uint8], pos: I64, max_size: int,
     if not len(b) or int(b.max()) < 0x80:  # the common case: every varint is one byte
         v = b.astype(np.int64)
         return (v >> 1) ^ -(v & 1), np.ones(len(pos), dtype=np.int64)
+    if int(pos.max()) + 1 < n and max_size >= 2:  # next common case: at most two bytes
+        two = b >= 0x80
+        b1 = arr[pos + 1]
+        if not bool((two & (b1 >= 0x80)).any()):
+            v = (b & 0x7F).astype(np.int64) | np.where(two, b1.astype(np.int64) << 7, 0)
+            return (v >> 1) ^ -(v & 1), two.astype(np.int64) + 1
     raw = (b & 0x7F).astype(np.uint64)
     size = np.ones(len(pos), dtype=np.int64)
     idx = np.flatnonzero(b >= 0x80)
