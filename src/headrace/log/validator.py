@@ -10,7 +10,7 @@ the request is appended. Per batch, as Kafka's ``LogValidator`` (``validateBatch
   (INVALID_TIMESTAMP);
 - the records block (decompressed into at most ``inflate_limit(max.message.bytes)`` bytes:
   a compression bomb is INVALID_RECORD, undecompressable bytes CORRUPT_MESSAGE) holds
-  exactly ``recordsCount`` well-framed records (``records.scan_records``: INVALID_RECORD);
+  exactly ``recordsCount`` well-framed records (``records.iter_record_scans``: INVALID_RECORD);
 - offset deltas are exactly 0, 1, ..., n-1 (Kafka checks this for compressed batches, whose
   offsets it reassigns, "inner records offset should always be continuous"; here for every
   batch, since the stored bytes are what consumers read and a delta past
@@ -24,8 +24,9 @@ the request is appended. Per batch, as Kafka's ``LogValidator`` (``validateBatch
 Record errors are collected as Kafka's ``processRecordErrors`` does: one (record index,
 message) per bad record in ``InvalidRecordError.record_errors`` (Produce v8+; the first
 ``MAX_RECORD_ERRORS`` of them), and the error is INVALID_TIMESTAMP if any record's is, else
-INVALID_RECORD. All of it is bulk work over the records bytes (``records.iter_record_scans``,
-a chunk of records at a time so memory stays bounded), no Python object per record.
+INVALID_RECORD. All of it is bulk work over the records bytes (``records.iter_record_scans``:
+numpy, a chunk of records at a time so memory stays bounded; batches of up to 80 records,
+where numpy's fixed cost dominates, by one plain loop).
 
 ``HEADRACE_BENCH_SKIP_RECORD_VALIDATION=1`` in the broker's environment skips everything
 but the compacted-topic key check (for ``bench/validation_bench.py`` only).
