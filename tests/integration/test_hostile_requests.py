@@ -60,6 +60,12 @@ def metadata(wc: WireClient) -> Any:
                               "include_topic_authorized_operations": False})
 
 
+def _is_bug(log_line: str) -> bool:
+    """A traceback, or an ERROR line (the server logs a handler's exception as one ERROR
+    line, R-NF-1): what hostile input must never cause."""
+    return "Traceback" in log_line or "level=ERROR" in log_line or "level=CRITICAL" in log_line
+
+
 def assert_healthy(broker: BrokerProcess, witness: WireClient | None = None) -> None:
     assert broker.proc is not None and broker.proc.poll() is None, "broker died:\n" + "".join(
         broker.stderr_lines[-40:])
@@ -67,7 +73,7 @@ def assert_healthy(broker: BrokerProcess, witness: WireClient | None = None) -> 
         metadata(witness)
     with WireClient.to(broker.bootstrap) as fresh:
         metadata(fresh)
-    tracebacks = [line for line in broker.stderr_lines if "Traceback" in line]
+    tracebacks = [line for line in broker.stderr_lines if _is_bug(line)]
     assert not tracebacks, "".join(broker.stderr_lines[-60:])
 
 
@@ -176,6 +182,31 @@ def test_partition_outside_the_topic_is_unknown(broker: BrokerProcess) -> None:
         codes = [(p.partition_index, p.error_code) for p in resp.topics[0].partitions]
         assert codes == [(-1, ErrorCode.unknown_topic_or_partition), (0, ErrorCode.none),
                          (7, ErrorCode.unknown_topic_or_partition)]
+    assert_healthy(broker)
+
+
+@pytest.mark.parametrize("version", [10, 11])
+def test_metadata_v10_v11_null_name_or_topic_id_is_invalid_request(
+        broker: BrokerProcess, version: int) -> None:
+    """Metadata v10/v11 may carry a null topic name or a topic id on the wire, but their
+    responses have no null names: the handler raised TypeError while encoding (found by
+    the fuzzer). Kafka answers INVALID_REQUEST for every requested topic (a null name as
+    ""), and the connection stays usable (issue 8 item 11; R-PROTO-1)."""
+    with WireClient.to(broker.bootstrap) as wc:
+        some_id = uuid.uuid4()
+        resp = wc.request(3, version, {
+            "topics": [{"name": None, "topic_id": None},
+                       {"name": "named", "topic_id": some_id}],
+            "allow_auto_topic_creation": False, "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False})
+        assert [(t.name, t.error_code) for t in resp.topics] == [
+            ("", ErrorCode.invalid_request), ("named", ErrorCode.invalid_request)]
+        assert resp.topics[1].topic_id == some_id
+        resp = wc.request(3, version, {"topics": [{"name": "plain", "topic_id": None}],
+                                       "allow_auto_topic_creation": False,
+                                       "include_cluster_authorized_operations": False,
+                                       "include_topic_authorized_operations": False})
+        assert resp.topics[0].error_code == ErrorCode.unknown_topic_or_partition
     assert_healthy(broker)
 
 

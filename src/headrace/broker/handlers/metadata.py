@@ -66,6 +66,9 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     topics: list[dict[str, Any]] = []
     if req.topics is None:
         topics = [topic_entry(broker, t) for t in list(store.topics().values())]
+    elif ctx.api_version < 12 and any(
+            t.name is None or getattr(t, "topic_id", None) is not None for t in req.topics):
+        return _invalid_before_v12(ctx, req)
     else:
         allow_auto = getattr(req, "allow_auto_topic_creation", True)
         for t in req.topics:
@@ -108,3 +111,21 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             "cluster_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS,
         }
     )
+
+
+def _invalid_before_v12(ctx: RequestContext, req: Any) -> Any:
+    """Kafka's answer to a v10/v11 request naming a topic by id or with a null name
+    (``KafkaApis.handleTopicMetadataRequest`` throws InvalidRequestException, answered by
+    ``MetadataRequest.getErrorResponse``): INVALID_REQUEST for every requested topic, a
+    null name as "" (v10/v11 responses have no null names), no brokers."""
+    import uuid
+
+    return ctx.response({
+        "throttle_time": 0, "brokers": [], "cluster_id": None, "controller_id": -1,
+        "cluster_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS,
+        "topics": [{"error_code": ErrorCode.invalid_request, "name": t.name or "",
+                    "topic_id": getattr(t, "topic_id", None) or uuid.UUID(int=0),
+                    "is_internal": False, "partitions": (),
+                    "topic_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS}
+                   for t in req.topics],
+    })
