@@ -493,3 +493,57 @@ def test_a_handler_exception_is_one_log_line_and_a_closed_connection(
     assert "ListGroups" in msg and "KeyError" in msg and "deliberate handler bug" in msg
     assert errors[0].exc_info is None
     assert not any(r.exc_info for r in caplog.records if r.levelno > logging.DEBUG)
+
+
+# ------------------------------------------------------------------ queued work of the gone
+
+
+def test_queued_requests_of_a_closed_connection_are_dropped_but_produce_is_applied(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """R-NF-3: a client that pipelines requests and leaves does not keep the broker busy
+    with them (before the fix, every queued request was still handled); a fully received
+    Produce (acks=0) queued among them is still appended (R-PROTO-3)."""
+    from tests.batches import make_batch
+
+    gate = threading.Event()
+    calls: list[int] = []
+    h = HANDLERS[16]
+
+    async def slow(broker: Any, ctx: Any, req: Any) -> Any:
+        import asyncio
+
+        calls.append(ctx.header.correlation_id)
+        while not gate.is_set():
+            await asyncio.sleep(0.01)
+        return await h.fn(broker, ctx, req)
+
+    monkeypatch.setitem(HANDLERS, 16, dataclasses.replace(h, fn=slow))
+    with EmbeddedBroker(tmp_path) as eb:
+        topic = create_topic(eb.bootstrap_servers, "kept")
+        wc = WireClient.to(eb.bootstrap_servers)
+        list_groups = [wc.encode(16, 4, {"states_filter": [], "types_filter": []})
+                       for _ in range(6)]
+        produces = [wc.encode(0, 9, {
+            "transactional_id": None, "acks": 0, "timeout": 10_000, "topic_data": [{
+                "name": topic, "partition_data": [{
+                    "index": 0, "records": make_batch([(None, b"v%d" % i, 1, [])])}]}]})
+            for i in range(3)]
+        wc.send_raw(b"".join([*list_groups[:3], produces[0], *list_groups[3:], *produces[1:]]))
+        def queued() -> int | None:
+            return eb.call(lambda b: getattr(b, "queued_requests", None))  # type: ignore[no-any-return]
+
+        wait_until(lambda: queued() in (9, None) and calls, 5.0,
+                   what="all nine requests queued behind the first")
+        wc.close()
+        wait_until(lambda: (queued() or 0) <= 4, 5.0,
+                   what="the closed connection's queued ListGroups to be dropped")
+        gate.set()
+        with WireClient.to(eb.bootstrap_servers) as wc2:
+            def end_offset() -> int:
+                resp = wc2.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+                    {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}]})
+                return int(resp.topics[0].partitions[0].offset)
+
+            wait_until(lambda: end_offset() == 3, 5.0, what="the three acks=0 batches")
+        wait_until(lambda: not queued(), 5.0, what="nothing left queued")
+        assert len(calls) == 1, f"{len(calls)} ListGroups handled for a gone client"
