@@ -10,12 +10,15 @@ still applied (acks=0 producers close right after sending).
 Resource bounds (R-NF-3), Kafka's settings: every frame reserves its size from one memory
 pool shared by all connections (``queued.max.request.bytes``) and one of
 ``queued.max.requests`` slots when its size prefix arrives, and its connection is not read
-while that waits; responses nobody reads stop their connection and, past the pool's size
-in total, hold back Fetch; ``connections.max.idle.ms``, ``max.connections`` and
-``max.connections.per.ip`` close or refuse connections; EMFILE in accept and handler
-exceptions are one log line, not a traceback. ``sasl.server.max.receive.size`` (the limit
-before authentication) takes effect with SASL (issue 12); there is nothing to authenticate
-on a PLAINTEXT listener, so it is not applied there.
+while that waits (a connection with nothing queued always gets one slot, so pipelining
+clients cannot starve the rest). Responses nobody reads stop their connection; past the
+pool's size in unread responses, Fetches wait their turn (those with nothing queued behind
+first), a Fetch's max_bytes is capped by what is left, and connections that took none of
+their response for ``STALLED_RESPONSE_S`` are closed. ``connections.max.idle.ms``,
+``max.connections`` and ``max.connections.per.ip`` close or refuse connections; EMFILE in
+accept and handler exceptions are one log line, not a traceback.
+``sasl.server.max.receive.size`` (the limit before authentication) takes effect with SASL
+(issue 12); there is nothing to authenticate on a PLAINTEXT listener, so it is not applied.
 
 Shutdown is a fixed, bounded sequence: stop accepting → wake parked requests → let
 connections finish their current request (with a timeout) → cancel → flush and close logs.
