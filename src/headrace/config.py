@@ -183,8 +183,9 @@ BROKER_CONFIGS = _defs(
     ConfigDef("cluster.id", "string", "", "Cluster id (default: generated once, persisted)."),
     # ---- resource bounds (R-NF-1): no client can exhaust memory, connections or files
     ConfigDef("queued.max.requests", "int", 500,
-              "Requests received but not yet handled, across all connections; past it "
-              "connections stop being read.", at_least=1),
+              "Requests received but not yet handled, across all connections (plus one per "
+              "connection with none queued); past it connections stop being read.",
+              at_least=1),
     ConfigDef("queued.max.request.bytes", "long", 268_435_456,
               "Memory pool for request frames being received or queued, shared by all "
               "connections (-1: no limit); a connection whose next frame does not fit waits.",

@@ -712,6 +712,7 @@ class Broker:
             )
         except OSError as e:
             self.replicas.close()
+            self.metadata.close()
             self._dir_lock.release()
             if e.errno == errno.EADDRINUSE:
                 raise StartupError(f"port {self.port} on {self.host} is already in use") from None
@@ -784,6 +785,7 @@ class Broker:
             if c.transport is not None:
                 c.transport.close()
         self.replicas.close()
+        self.metadata.close()
         self._dir_lock.release()
         asyncio.get_running_loop().set_exception_handler(self._previous_exception_handler)
         log.info("headrace broker %d stopped", self.node_id)

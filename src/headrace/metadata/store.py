@@ -134,6 +134,8 @@ class MetadataStore(Protocol):
 
     def controller_id(self) -> int: ...
 
+    def close(self) -> None: ...
+
 
 class MetadataError(Exception):
     """The metadata is unreadable (a clear message, never a silent reset)."""
