@@ -35,11 +35,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from headrace.broker.memory_pool import LogPacer
 from headrace.broker.replica_manager import Partition, TopicPartition
 from headrace.broker.topics import TopicError
 from headrace.config import BrokerConfig
@@ -87,6 +89,7 @@ class GroupService:
         ))
         self.coordinator.consumer_group_factory = self.new_consumer_group
         self.loading: set[int] = set()
+        self._create_failed_log = LogPacer(10.0)  # clients retry FindCoordinator often
         self._waiters: dict[tuple[str, int], asyncio.Future[Completion]] = {}
         self._sync_tickets: set[tuple[str, int]] = set()
         self._closed = False
@@ -174,7 +177,10 @@ class GroupService:
         except TopicError as e:
             if e.error_code == ErrorCode.topic_already_exists:
                 return True
-            log.error("cannot create %s: %s", OFFSETS_TOPIC, e.message)
+            held = self._create_failed_log.ready(time.monotonic())
+            if held is not None:
+                log.error("cannot create %s: %s%s", OFFSETS_TOPIC, e.message,
+                          f" ({held} more attempts failed since the last line)" if held else "")
             return False
         self.load_all()
         return True
