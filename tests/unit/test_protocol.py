@@ -235,6 +235,17 @@ def test_nullable_entity_marker_other_than_minus_one_is_refused() -> None:
         decode_request(raw[:-2] + b"\xfe\x02x" + bytes(4) + b"\x00\x00")
 
 
+def test_prescan_reads_memoryview_frames() -> None:
+    """The server hands the decoder a view of its receive buffer: the checks and the
+    decoding work on a memoryview as on bytes (R-NF-1)."""
+    with pytest.raises(ProtocolError, match="claims 4294967294"):
+        decode_request(memoryview(bytearray(_METADATA_22)))
+    _, bad = _fetch_v17_hiding_a_claim_behind_a_tag()
+    with pytest.raises(ProtocolError, match="does not fill"):
+        decode_request(memoryview(bytearray(bad)))
+    assert decode_request(memoryview(bytearray(_metadata_v12()))).header.correlation_id == 7
+
+
 def test_nullable_array_may_be_null() -> None:
     """Metadata v12 topics null (every topic) and OffsetFetch v7 topics null still decode."""
     assert decode_request(_metadata_v12(None)).body.topics is None
