@@ -236,14 +236,17 @@ def test_nullable_entity_marker_other_than_minus_one_is_refused() -> None:
 
 
 def test_prescan_reads_memoryview_frames() -> None:
-    """The server hands the decoder a view of its receive buffer: the checks and the
-    decoding work on a memoryview as on bytes (R-NF-1)."""
+    """The server hands the decoder a read-only view of its receive buffer (framing.py):
+    the checks and the decoding work on it as on bytes (R-NF-1)."""
+    def view(b: bytes) -> memoryview:
+        return memoryview(bytearray(b)).toreadonly()
+
     with pytest.raises(ProtocolError, match="claims 4294967294"):
-        decode_request(memoryview(bytearray(_METADATA_22)))
+        decode_request(view(_METADATA_22))
     _, bad = _fetch_v17_hiding_a_claim_behind_a_tag()
     with pytest.raises(ProtocolError, match="does not fill"):
-        decode_request(memoryview(bytearray(bad)))
-    assert decode_request(memoryview(bytearray(_metadata_v12()))).header.correlation_id == 7
+        decode_request(view(bad))
+    assert decode_request(view(_metadata_v12())).header.correlation_id == 7
 
 
 def test_nullable_array_may_be_null() -> None:
