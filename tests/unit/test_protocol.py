@@ -249,6 +249,33 @@ def test_prescan_reads_memoryview_frames() -> None:
     assert decode_request(view(_metadata_v12())).header.correlation_id == 7
 
 
+def _fetch_v12(partitions: int) -> bytes:
+    return _request_bytes(1, 12, build(load_request_schema(1, 12), {
+        "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "forgotten_topics_data": [],
+        "topics": [{"topic": "t", "partitions": [
+            {"partition": i, "fetch_offset": 7, "partition_max_bytes": 1 << 20}
+            for i in range(partitions)]}]}))
+
+
+def test_fixed_size_elements_are_skipped_in_one_step_and_checked() -> None:
+    """Fetch v12+ partitions (fixed fields and an empty tagged-field section) are skipped
+    at a stride of 33 bytes when every section is empty; a partition carrying a tag takes
+    the element-by-element walk; a partition missing from the frame is refused (R-NF-1)."""
+    raw = _fetch_v12(50)
+    assert len(decode_request(raw).body.topics[0].partitions) == 50
+    start = raw.index(bytes([51]), raw.index(b"\x02t")) + 1  # partitions: compact 50 + 1
+    tag_at = start + 7 * 33 + 32  # partition 7's tag section
+    assert raw[tag_at] == 0
+    tagged = raw[:tag_at] + bytes([1, 9, 2, 0xAA, 0xBB]) + raw[tag_at + 1:]  # unknown tag 9
+    body = decode_request(tagged).body
+    assert [p.partition for p in body.topics[0].partitions] == list(range(50))
+    with pytest.raises(ProtocolError, match="claims 50 elements"):
+        decode_request(raw[:start + 10 * 33] + raw[start + 11 * 33 + 40:])
+    short = raw[:start + 49 * 33] + raw[start + 50 * 33:]  # 49 partitions, claims 50
+    with pytest.raises(ProtocolError):
+        decode_request(short)
+
+
 def test_nullable_array_may_be_null() -> None:
     """Metadata v12 topics null (every topic) and OffsetFetch v7 topics null still decode."""
     assert decode_request(_metadata_v12(None)).body.topics is None

@@ -412,10 +412,27 @@ class _Gen:
         assert isinstance(kind, EntityTupleField)
         element = _compile(kind.type_, False)
         n = self.count(flexible, nullable, element.min_size, what, indent)
+        size = _fixed_body(kind.type_)
+        loop_indent = indent
+        if size is not None and not kind.type_.__flexible__:
+            # elements of fixed size (Fetch v4-v11 partitions): one multiplication
+            self.emit(indent, f"if {n} > 0:")
+            self.emit(indent + 1, f"pos += {n} * {size}")
+            return
+        if size is not None:
+            # fixed fields then a tagged-field section (Fetch v12+ partitions): when every
+            # element's section is empty (one zero byte), they are ``size + 1`` bytes
+            # apart; the count check above keeps the slice inside the frame
+            stride = size + 1
+            self.emit(indent, f"if {n} > 0 and bytes(buf[pos + {size}:pos + {stride} * {n}:"
+                              f"{stride}]).count(0) == {n}:")
+            self.emit(indent + 1, f"pos += {n} * {stride}")
+            self.emit(indent, "else:")
+            loop_indent = indent + 1
         self.depth += 1
-        self.emit(indent, f"for _ in range({n}):")
-        self.entity(kind.type_, False, indent + 1)
-        self.flush(indent + 1)
+        self.emit(loop_indent, f"for _ in range({n}):")
+        self.entity(kind.type_, False, loop_indent + 1)
+        self.flush(loop_indent + 1)
         self.depth -= 1
 
     def primitive(self, kafka_type: str, flexible: bool, nullable: bool, what: str,
@@ -488,6 +505,21 @@ class _Gen:
         e(indent, f"elif {n} * {per} > end - pos:")
         e(indent + 1, f"_claims({what!r}, {n}, {per}, end - pos)")
         return n
+
+
+def _fixed_body(cls: Any) -> int | None:
+    """The size of an entity's non-tagged fields when all are fixed-size primitives."""
+    size = 0
+    for f in fields(cls):
+        if get_field_tag(f) is not None:
+            continue
+        if not isinstance(classify_field(f), PrimitiveField):
+            return None
+        width = _FIXED.get(get_schema_field_type(f))
+        if width is None:
+            return None
+        size += width
+    return size
 
 
 def _null(what: str) -> None:
