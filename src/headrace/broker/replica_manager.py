@@ -359,18 +359,17 @@ class ReplicaManager:
     # ---------------------------------------------------------------- retention
     async def run_retention(self) -> int:
         """Delete segments past retention (cleanup.policy delete) and compact logs
-        (cleanup.policy compact, R-LOG-6); returns the number of segments deleted."""
+        (cleanup.policy compact, R-LOG-6); returns the number of segments deleted.
+
+        A compaction's heavy part (decoding every record, writing the cleaned files) runs
+        in a worker thread while the partition keeps appending and serving reads; its
+        output is swapped in back on the event loop, and discarded if the log changed
+        under it (``PartitionLog.prepare_compaction``)."""
         deleted = 0
         for p in list(self.partitions.values()):
-            try:
-                stats = p.log.compact(self.clock.wall_ms())
-            except Exception:
-                log.exception("compaction failed for %s", p.tp)
-            else:
-                if stats is not None and stats.groups_rewritten:
-                    log.info("compacted %s: %d group(s), %d record(s) removed, %d -> %d bytes",
-                             p.tp, stats.groups_rewritten, stats.records_removed,
-                             stats.bytes_before, stats.bytes_after)
+            await self._compact(p)
+            if self.partitions.get(p.tp) is not p:  # deleted meanwhile
+                continue
             try:
                 n = p.log.delete_old_segments()
             except Exception:
@@ -381,6 +380,37 @@ class ReplicaManager:
                          n, p.tp, p.log.log_start_offset)
             deleted += n
         return deleted
+
+    async def _compact(self, p: Partition) -> None:
+        try:
+            job = p.log.prepare_compaction(self.clock.wall_ms())
+        except Exception:
+            log.exception("compaction failed for %s", p.tp)
+            return
+        if job is None:
+            return
+        try:
+            await asyncio.to_thread(job.run)
+        except asyncio.CancelledError:
+            p.log.abandon_compaction(job)
+            raise
+        except (OSError, LogError) as e:
+            p.log.abandon_compaction(job)
+            log.warning("compaction of %s failed: %s", p.tp, e)
+            return
+        except Exception:
+            p.log.abandon_compaction(job)
+            log.exception("compaction failed for %s", p.tp)
+            return
+        try:
+            stats = p.log.finish_compaction(job)
+        except LogError as e:
+            log.warning("compaction of %s failed: %s", p.tp, e)
+            return
+        if stats is not None and stats.groups_rewritten:
+            log.info("compacted %s: %d group(s), %d record(s) removed, %d -> %d bytes",
+                     p.tp, stats.groups_rewritten, stats.records_removed,
+                     stats.bytes_before, stats.bytes_after)
 
     def flush_due(self) -> None:
         """Flush every log whose unflushed data is older than its ``flush.ms``."""

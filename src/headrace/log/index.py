@@ -106,6 +106,9 @@ class OpenFiles:
         self._open[id(f)] = f
         return fd
 
+    def touch_locked(self, f: LazyFile) -> None:
+        self._open.move_to_end(id(f))
+
     def forget_locked(self, f: LazyFile) -> None:
         self._open.pop(id(f), None)
 
@@ -118,7 +121,7 @@ class LazyFile:
     evicted). ``flags`` must not contain O_TRUNC or O_EXCL (reopens use them);
     ``open_now(extra)`` opens it at once, e.g. with O_TRUNC the first time."""
 
-    __slots__ = ("dirty", "fd", "flags", "path", "pins")
+    __slots__ = ("close_pending", "dirty", "fd", "flags", "path", "pins")
 
     def __init__(self, path: Path, flags: int) -> None:
         self.path = path
@@ -126,6 +129,7 @@ class LazyFile:
         self.fd: int | None = None
         self.pins = 0
         self.dirty = False  # written since the last fsync
+        self.close_pending = False  # closed while pinned: the last user closes the fd
 
     def open_now(self, extra_flags: int = 0) -> None:
         with OPEN_FILES.lock:
@@ -145,14 +149,19 @@ class LazyFile:
             fd = self.fd
             if fd is None:
                 fd = OPEN_FILES.open_locked(self)
-            else:
-                OPEN_FILES._open.move_to_end(id(self))
+            elif not self.close_pending:
+                OPEN_FILES.touch_locked(self)
             self.pins += 1
         try:
             yield fd
         finally:
             with lock:
                 self.pins -= 1
+                if not self.pins and self.close_pending:
+                    self.close_pending = False
+                    if self.fd is not None:
+                        os.close(self.fd)
+                        self.fd = None
 
     def fsync(self) -> None:
         """fsync the file if it was written since the last fsync (through any fd: fsync
@@ -163,8 +172,13 @@ class LazyFile:
             self.dirty = False
 
     def close(self) -> None:
+        """Close the fd, or, while another thread uses it, have that user close it when
+        done (an fd is never closed under a reader, whose number could then be reused)."""
         with OPEN_FILES.lock:
             OPEN_FILES.forget_locked(self)
+            if self.pins:
+                self.close_pending = self.fd is not None
+                return
             fd, self.fd = self.fd, None
         if fd is not None:
             os.close(fd)

@@ -66,7 +66,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.clock import Clock
 from headrace.config import LogConfig
-from headrace.fsutil import write_atomically
+from headrace.fsutil import fsync_dir, write_atomically
 from headrace.log import cleaner
 from headrace.log.errors import LogError, OffsetOutOfRangeError
 from headrace.log.producer_state import ProducerStateManager
@@ -83,6 +83,7 @@ from headrace.protocol.records import (
     TIMESTAMP_TYPE_BIT,
     BatchHeader,
     InvalidRecordError,
+    inflate_limit,
     read_header,
     record_timestamps,
     set_base_offset,
@@ -144,6 +145,11 @@ class PartitionLog:
         # why the log is offline (an I/O error it could not undo), None while it is online
         self.offline: str | None = None
         self.topic_id: uuid.UUID | None = None  # as recorded in partition.metadata
+        # bumped whenever segments are removed or replaced (retention, truncation,
+        # compaction, config, close): a compaction job read in a worker thread is swapped
+        # in only if nothing changed under it
+        self._generation = 0
+        self._compaction: CompactionJob | None = None
 
     # ------------------------------------------------------------------ open / recovery
     @classmethod
@@ -630,20 +636,35 @@ class PartitionLog:
                 self._unflushed.remove(seg)
             seg.delete()
         self._bases = [s.base_offset for s in self._segments]
+        self._generation += 1
         self.log_start_offset = self._segments[0].base_offset
         self._truncate_epochs_from_start(self.log_start_offset)
         return len(deletable)
 
     # ------------------------------------------------------------------ compaction
     def compact(self, now_ms: int, *, force: bool = False) -> cleaner.CleanerStats | None:
-        """Compact the closed segments below the high watermark (R-LOG-6, ``cleaner``).
+        """Compact the closed segments below the high watermark (R-LOG-6, ``cleaner``), all
+        on this thread: ``prepare_compaction``, ``CompactionJob.run``, ``finish_compaction``.
 
         Only with cleanup.policy compact. Skipped (None) unless a segment became cleanable
         since the last run or a kept tombstone has expired (``force`` runs it anyway).
-        Decoding problems raise before any file changes; an I/O error while swapping files
-        propagates and the log must then be reopened (open completes or discards the swap).
         """
-        if not self.config.compact:
+        job = self.prepare_compaction(now_ms, force=force)
+        if job is None:
+            return None
+        try:
+            job.run()
+        except BaseException:
+            self.abandon_compaction(job)
+            raise
+        return self.finish_compaction(job)
+
+    def prepare_compaction(self, now_ms: int, *, force: bool = False) -> CompactionJob | None:
+        """On the log's thread: a compaction job if one is due (see ``compact``), whose
+        ``run`` (the decoding, filtering and writing of ``.cleaned`` files: the heavy part)
+        may go to a worker thread while appends and reads go on; then ``finish_compaction``
+        (or ``abandon_compaction``) on the log's thread again. One job at a time."""
+        if not self.config.compact or self._compaction is not None or self.offline:
             return None
         upto = min(self.high_watermark, self.log_end_offset)
         k = 0
@@ -655,13 +676,79 @@ class PartitionLog:
             expiry is None or now_ms < expiry
         ):
             return None
-        segments, stats = cleaner.clean(self._segments, upto, self.config, now_ms)
-        self._segments = segments
-        self._bases = [s.base_offset for s in segments]
-        self._unflushed = [s for s in self._unflushed if s in segments]
+        job = CompactionJob(list(self._segments), upto, self.config, now_ms, self._generation)
+        self._compaction = job
+        return job
+
+    def abandon_compaction(self, job: CompactionJob) -> None:
+        """The job failed or the log is going away: remove its output."""
+        if self._compaction is job:
+            self._compaction = None
+        job.discard()
+
+    def finish_compaction(self, job: CompactionJob) -> cleaner.CleanerStats | None:
+        """On the log's thread: swap the job's cleaned groups in, unless the segments it
+        read changed meanwhile (retention, truncation, a config change, close): then its
+        output is discarded and None returned (the next run starts over). An I/O error
+        after the point of no return takes the log offline (restart completes the swap)."""
+        if self._compaction is job:
+            self._compaction = None
+        stats = job.stats
+        if stats is None or job.generation != self._generation or self.offline is not None:
+            job.discard()
+            return None
+        cleanable = job.cleanable
+        assert self._segments[:cleanable] == job.segments[:cleanable]
+        result: list[LogSegment] = []
+        try:
+            for group, path in job.groups:
+                if path is None:
+                    result.append(group[0].segment)
+                else:
+                    result.append(self._swap_in(group, path))
+        except OSError as e:
+            job.discard()
+            self._go_offline(f"compaction swap failed: {e}")
+            raise LogError(ErrorCode.kafka_storage_error,
+                           f"compaction of {self.dir} failed: {e}") from e
+        self._segments = result + self._segments[cleanable:]
+        self._bases = [s.base_offset for s in self._segments]
+        self._unflushed = [s for s in self._unflushed if s in self._segments]
         self._cleaned_to = stats.cleanable_end
         self._tombstone_expiry_ms = stats.next_tombstone_expiry_ms
+        if stats.groups_rewritten:
+            self._generation += 1
         return stats
+
+    def _swap_in(self, group: list[cleaner._CleanedSegment], cleaned: Path) -> LogSegment:
+        """Replace a group of segments by its cleaned file (the cleaner's ``.swap``
+        protocol: ``open`` completes a swap interrupted by a crash)."""
+        first = group[0].segment
+        base = first.base_offset
+        swap = self.dir / f"{base:020d}{LOG_SUFFIX}{cleaner.SWAP_SUFFIX}"
+        try:
+            os.replace(cleaned, swap)
+            fsync_dir(self.dir)
+        except OSError:
+            cleaned.unlink(missing_ok=True)
+            raise
+        # the point of no return: from here on, open completes the swap
+        created_ms = min(c.segment.created_ms for c in group)
+        for c in group[1:]:
+            c.segment.delete()
+        first.close()
+        first.index.delete()
+        first.time_index.delete()
+        os.replace(swap, first.log_path)
+        fsync_dir(self.dir)
+        seg = LogSegment(self.dir, base, index_interval_bytes=self.config.index_interval_bytes,
+                         max_index_bytes=self.config.segment_index_bytes, created_ms=created_ms)
+        seg.recover()
+        seg.on_become_inactive()
+        log.info("compacted segment(s) %s of %s into %020d: %d -> %d bytes",
+                 ", ".join(str(c.segment.base_offset) for c in group), self.dir, base,
+                 sum(c.segment.size for c in group), seg.size)
+        return seg
 
     def _truncate_epochs_from_start(self, start: int) -> None:
         epochs = [(e, o) for e, o in self.leader_epochs if o >= start]
@@ -680,6 +767,7 @@ class PartitionLog:
         if offset >= self.log_end_offset:
             return
         log.warning("truncating log %s from %d to %d", self.dir, self.log_end_offset, offset)
+        self._generation += 1
         if offset <= self.log_start_offset:
             for seg in self._segments:
                 seg.delete()
@@ -702,6 +790,7 @@ class PartitionLog:
         """Apply new topic settings; index sizes apply to segments created from now on."""
         self.config = config
         self._cleaned_to = None
+        self._generation += 1
         for seg in self._segments:
             seg.index_interval_bytes = config.index_interval_bytes
 
@@ -732,7 +821,9 @@ class PartitionLog:
         self._last_flush_ms = self.clock.monotonic_ms()
 
     def close(self) -> None:
-        """Flush and close every file; writes nothing else."""
+        """Flush and close every file; writes nothing else (a running compaction's output
+        is discarded when it finishes)."""
+        self._generation += 1
         try:
             self.flush()
         finally:
@@ -741,10 +832,100 @@ class PartitionLog:
 
     def delete(self) -> None:
         """Close and remove the partition's directory."""
+        self._generation += 1
         for seg in self._segments:
             seg.close()
         shutil.rmtree(self.dir, ignore_errors=True)
         log.info("deleted log %s", self.dir)
+
+
+# ---------------------------------------------------------------------- compaction job
+
+
+class CompactionJob:
+    """One compaction pass over a snapshot of a log's segments (``prepare_compaction``).
+
+    ``run`` only reads the snapshot's closed segments (and the headers and records of the
+    others for the offset map) and writes ``N.log.cleaned`` files (fsynced), so it may run
+    in a worker thread while the log appends and serves reads; the log's thread then swaps
+    the output in (``finish_compaction``) if the segments did not change meanwhile.
+    """
+
+    def __init__(self, segments: list[LogSegment], upto: int, config: LogConfig, now_ms: int,
+                 generation: int) -> None:
+        self.segments = segments
+        self.upto = upto
+        self.config = config
+        self.now_ms = now_ms
+        self.generation = generation
+        self.cleanable = 0
+        self.stats: cleaner.CleanerStats | None = None
+        # each group of segments with its cleaned file (None: left as it is)
+        self.groups: list[tuple[list[cleaner._CleanedSegment], Path | None]] = []
+
+    def run(self) -> None:
+        """Decode, filter and write (see the class docstring); on an error nothing of
+        this job stays on disk and the error propagates."""
+        try:
+            self._run()
+        except BaseException:
+            self.discard()
+            raise
+
+    def _run(self) -> None:
+        segs, upto, config = self.segments, self.upto, self.config
+        stats = cleaner.CleanerStats()
+        cleanable = 0
+        while cleanable < len(segs) - 1 and segs[cleanable + 1].base_offset <= upto:
+            cleanable += 1
+        stats.cleanable_end = segs[cleanable].base_offset
+        self.cleanable = cleanable
+        if cleanable:
+            limit = inflate_limit(config.max_message_bytes)
+            offsets = cleaner.build_offset_map(segs, upto, limit)
+            horizon = self.now_ms - config.delete_retention_ms
+            cleaned = [cleaner._filter_segment(seg, offsets, horizon, stats,
+                                               config.delete_retention_ms, limit)
+                       for seg in segs[:cleanable]]
+            for group in cleaner._group(cleaned, config):
+                if len(group) == 1 and not group[0].changed:
+                    self.groups.append((group, None))
+                    continue
+                stats.groups_rewritten += 1
+                stats.segments_removed += len(group) - 1
+                stats.records_removed += sum(c.records_removed for c in group)
+                stats.bytes_before += sum(c.segment.size for c in group)
+                stats.bytes_after += sum(c.size for c in group)
+                self.groups.append((group, self._write_cleaned(group)))
+        self.stats = stats
+
+    def _write_cleaned(self, group: list[cleaner._CleanedSegment]) -> Path:
+        first = group[0].segment
+        path = first.dir / f"{first.base_offset:020d}{LOG_SUFFIX}{cleaner.CLEANED_SUFFIX}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            for c in group:
+                for batch in c.batches:
+                    view = memoryview(batch)
+                    while view:
+                        view = view[os.write(fd, view):]
+                c.batches = []  # written: free the memory
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        return path
+
+    def discard(self) -> None:
+        for _, path in self.groups:
+            if path is not None:
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as e:  # open removes .cleaned files anyway
+                    log.warning("could not remove %s: %s", path, e)
+        self.groups = []
 
 
 # ---------------------------------------------------------------------- offline
@@ -772,6 +953,8 @@ class OfflineLog(PartitionLog):
         self._tombstone_expiry_ms = None
         self.offline = reason
         self.topic_id = None
+        self._generation = 0
+        self._compaction = None
 
     @property
     def active_segment(self) -> LogSegment:
