@@ -822,3 +822,101 @@ def test_open_segment_files_are_capped(
     assert all(lg.log_end_offset == 21 for lg in reopened)
     for lg in reopened:
         lg.close()
+
+
+# ---------------------------------------------------------------------- compaction off-loop
+# Issue 8 (retention and compaction ran on the event loop): the heavy part of a compaction
+# (CompactionJob.run) runs in a worker thread on a snapshot while the log appends and reads;
+# the swap happens on the log's thread only if nothing changed the log under it.
+
+
+def test_compaction_job_runs_in_a_thread_while_appends_go_on(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R-LOG-6: appends and reads proceed while a compaction job is in the middle of its
+    run in another thread (held there until the appends are done); then the swap keeps
+    the latest value of every key, every record appended meanwhile, and the offsets."""
+    import threading
+
+    from tests.unit.test_cleaner import all_records, check_compacted, compact_config, fill
+    from tests.unit.test_cleaner import append as kv_append
+
+    from headrace.log import cleaner
+
+    log = PartitionLog.open(tmp_path / "t-0", compact_config(), clock)
+    fill(log, 400, keys=7)
+    in_run, release = threading.Event(), threading.Event()
+    real_map = cleaner.build_offset_map
+
+    def held_map(*args: object, **kw: object) -> cleaner.OffsetMap:
+        in_run.set()
+        assert release.wait(10)
+        return real_map(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cleaner, "build_offset_map", held_map)
+    at_prepare = all_records(log)
+    job = log.prepare_compaction(clock.wall_ms())
+    assert job is not None
+    assert log.prepare_compaction(clock.wall_ms(), force=True) is None  # one at a time
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            job.run()
+        except BaseException as e:  # surfaced below
+            errors.append(e)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    assert in_run.wait(10)
+    end_before = log.log_end_offset
+    for i in range(30):  # the log keeps working while the job is mid-run
+        kv_append(log, [(b"k%d" % (i % 7), b"during-%d" % i)])
+    assert log.log_end_offset == end_before + 30
+    assert all_records(log)[-1][3] == b"during-29"
+    before = all_records(log)
+    release.set()
+    worker.join(10)
+    assert not errors and not worker.is_alive()
+    stats = log.finish_compaction(job)
+    assert stats is not None and stats.groups_rewritten > 0
+    after = all_records(log)
+    # the job decides by what was there when it was prepared (Kafka's dirty section)
+    check_compacted(at_prepare, [r for r in after if r[0] < end_before], stats.cleanable_end)
+    assert [r for r in after if r[0] >= end_before] == [r for r in before if r[0] >= end_before]
+    assert not list(log.dir.glob("*.cleaned")) and not list(log.dir.glob("*.swap"))
+    log.close()
+    reopened = PartitionLog.open(tmp_path / "t-0", compact_config(), clock)
+    reopened.high_watermark = reopened.log_end_offset
+    assert all_records(reopened) == after
+    reopened.close()
+
+
+def test_compaction_job_is_discarded_if_the_log_changed_under_it(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """R-LOG-6: a job whose log lost segments (retention), or changed config, while it ran
+    is not swapped in: its cleaned files are removed and the log is as it was."""
+    from tests.unit.test_cleaner import all_records, compact_config, fill
+
+    cfg = compact_config(cleanup_policy="compact,delete", retention_bytes=3_000)
+    log = PartitionLog.open(tmp_path / "t-0", cfg, clock)
+    fill(log, 400, keys=7)
+    job = log.prepare_compaction(clock.wall_ms())
+    assert job is not None
+    job.run()
+    assert list(log.dir.glob("*.cleaned"))
+    assert log.delete_old_segments() > 0  # retention while the job was out
+    before = all_records(log)
+    assert log.finish_compaction(job) is None
+    assert not list(log.dir.glob("*.cleaned"))
+    assert all_records(log) == before
+    job = log.prepare_compaction(clock.wall_ms())  # the next run starts over
+    assert job is not None
+    job.run()
+    log.update_config(cfg)
+    assert log.finish_compaction(job) is None and all_records(log) == before
+    assert not list(log.dir.glob("*.cleaned"))
+    stats = log.compact(clock.wall_ms())
+    assert stats is not None and stats.groups_rewritten > 0
+    log.close()
