@@ -305,8 +305,10 @@ class LogSegment:
         whose header was rewritten need not be copied whole."""
         position = self.size
         size = sum(map(len, parts))
-        self._file.dirty = True
-        with self._file.use() as fd:
+        f = self._file
+        f.dirty = True
+        fd = f.acquire()
+        try:
             written = os.writev(fd, parts) if len(parts) > 1 else os.write(fd, parts[0])
             if written < size:  # short write (e.g. the disk filled up): write the rest
                 rest = memoryview(b"".join(parts))
@@ -315,6 +317,8 @@ class LogSegment:
                     if n <= 0:
                         raise OSError(errno.ENOSPC, "no progress writing to the log")
                     written += n
+        finally:
+            f.release()
         self.size += size
         self._track(header)
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
@@ -351,14 +355,22 @@ class LogSegment:
 
     def read(self, position: int, size: int) -> bytes:
         """``size`` bytes from ``position`` (fewer at the end of the file)."""
-        with self._file.use() as fd:
+        f = self._file
+        fd = f.acquire()
+        try:
             return os.pread(fd, size, position)
+        finally:
+            f.release()
 
     def _read_header_at(self, position: int) -> BatchHeader | None:
         if position >= self.size:
             return None
-        with self._file.use() as fd:
+        f = self._file
+        fd = f.acquire()
+        try:
             data = os.pread(fd, HEADER_SIZE, position)
+        finally:
+            f.release()
         try:
             return dataclasses.replace(read_header(data, 0), position=position)
         except InvalidRecordError as e:
