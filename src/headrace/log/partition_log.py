@@ -46,7 +46,18 @@ yet). Data is fsynced per ``flush.messages`` / ``flush.ms`` (checked on append a
 broker's periodic ``flush_if_due``) or when ``flush`` is called; otherwise it is in the
 page cache (R-LOG-7).
 
-Thread-safety: none. Everything runs on the broker's event-loop thread.
+Storage failures (issue 8): an append whose write fails (ENOSPC, EIO; in the ``.log`` or an
+index) is undone exactly (``LogSegment.undo_to``: files cut back and their sizes checked) and
+answered KAFKA_STORAGE_ERROR; if it cannot be undone, or an fsync fails, the log goes
+``offline`` (Kafka's ``LogDirFailureChannel``): every append and read answers
+KAFKA_STORAGE_ERROR until the broker restarts and recovery truncates the torn tail. Nothing
+is acknowledged that cannot be read back. ``OfflineLog`` stands for a partition that could
+not be opened at all.
+
+Thread-safety: the log belongs to the broker's event-loop thread, except that the heavy
+part of a compaction (``CompactionJob.run``) runs in a worker thread on a snapshot of the
+segments; its result is swapped in on the loop only if nothing removed or replaced segments
+meanwhile (``_generation``). Segment fds are shared through the locked ``OPEN_FILES`` LRU.
 """
 
 from __future__ import annotations
