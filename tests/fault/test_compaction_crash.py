@@ -8,7 +8,9 @@ next compaction is under way or about to be), restarted, and this is done three 
 Then a reader from the beginning must see, for every key, its latest acknowledged record
 (or a later one the broker stored before dying without acknowledging it), a deleted key
 either absent or ending in its tombstone, offsets strictly increasing, and no cleaner
-output left behind. kill -9 keeps the page cache: this tests the ``.cleaned``/``.swap``
+output left behind. Such kills rarely land inside a swap (a swap takes milliseconds), so a
+second test makes the broker SIGKILL itself at each step of the swap (the
+``HEADRACE_FAILPOINT`` environment variable, ``partition_log._failpoint``). kill -9 keeps the page cache: this tests the ``.cleaned``/``.swap``
 protocol and recovery, not fsync (see tests/fault/test_restart_and_corruption.py).
 """
 
@@ -18,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KTopicPartition
 
@@ -109,27 +112,70 @@ def test_kill_9_during_compaction_keeps_latest_acknowledged_per_key(data_dir: Pa
             b.start()
         assert w.n_acked > 1000
         wait_until(lambda: _compactions(b) >= 1, 60, what="a compaction after restart")
-        got = _read_all(b.bootstrap)
-        offsets = [o for o, _, _ in got]
-        assert offsets == sorted(set(offsets)), "offsets not strictly increasing"
-        latest: dict[bytes, tuple[int, bytes | None]] = {}
-        for offset, key, value in got:
-            latest[key] = (offset, value)
-        with w.lock:
-            acked, sent = dict(w.acked), {k: set(v) for k, v in w.sent.items()}
-        for key, (offset, value) in acked.items():
-            if key not in latest:  # only a deleted key may be gone (tombstone removed)
-                assert value is None, f"{key!r}: latest acknowledged value lost"
-                continue
-            got_offset, got_value = latest[key]
-            assert got_offset >= offset, f"{key!r}: latest acknowledged record lost"
-            if got_offset == offset:
-                assert got_value == value
-            else:
-                assert got_value in sent[key]
-        assert not list((data_dir / "compacted-0").glob("*.cleaned"))
-        assert not list((data_dir / "compacted-0").glob("*.swap"))
-        assert not [ln for ln in b.stderr_lines if "Traceback" in ln]
+        _check(b, w, data_dir)
     finally:
         w.stop.set()
         b.kill()
+
+
+@pytest.mark.parametrize("point", ["compaction-cleaned", "compaction-swap",
+                                   "compaction-deleted"])
+def test_kill_9_at_each_step_of_a_compaction_swap(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, point: str
+) -> None:
+    """R-LOG-4, R-LOG-6: the broker kills itself (SIGKILL) exactly at one step of a
+    compaction's file swap (``.cleaned`` written; renamed to ``.swap``; old segments
+    deleted, before the final rename); after a restart without the failpoint the swap is
+    discarded or completed, and every key's latest acknowledged record (deleted keys:
+    absent or their tombstone) is served, with no cleaner output left behind."""
+    monkeypatch.setenv("HEADRACE_FAILPOINT", point)
+    b = BrokerProcess(data_dir, {"log.retention.check.interval.ms": "100"}).start()
+    monkeypatch.delenv("HEADRACE_FAILPOINT")
+    w = _Writer()
+    try:
+        create_topic("confluent", b.bootstrap, "compacted", 1,
+                     {"cleanup.policy": "compact", "segment.bytes": "8192",
+                      "delete.retention.ms": "0"})
+        t = threading.Thread(target=w.run, args=(b.bootstrap,), daemon=True)
+        t.start()
+        assert b.proc is not None
+        proc = b.proc
+        wait_until(lambda: proc.poll() is not None, 60, what=f"the failpoint {point}")
+        assert proc.returncode == -9
+        assert any(f"failpoint {point}" in ln for ln in b.stderr_lines)
+        w.stop.set()
+        t.join(15)
+        b.proc = None
+        b.start()
+        recovery = [ln for ln in b.stderr_lines
+                    if "unfinished cleaner output" in ln or "completing compaction swap" in ln]
+        assert recovery, "the restart found no interrupted compaction"
+        _check(b, w, data_dir)
+    finally:
+        w.stop.set()
+        b.kill()
+
+
+def _check(b: BrokerProcess, w: _Writer, data_dir: Path) -> None:
+    got = _read_all(b.bootstrap)
+    offsets = [o for o, _, _ in got]
+    assert offsets == sorted(set(offsets)), "offsets not strictly increasing"
+    latest: dict[bytes, tuple[int, bytes | None]] = {}
+    for offset, key, value in got:
+        latest[key] = (offset, value)
+    with w.lock:
+        acked, sent = dict(w.acked), {k: set(v) for k, v in w.sent.items()}
+    assert acked
+    for key, (offset, value) in acked.items():
+        if key not in latest:  # only a deleted key may be gone (tombstone removed)
+            assert value is None, f"{key!r}: latest acknowledged value lost"
+            continue
+        got_offset, got_value = latest[key]
+        assert got_offset >= offset, f"{key!r}: latest acknowledged record lost"
+        if got_offset == offset:
+            assert got_value == value
+        else:
+            assert got_value in sent[key]
+    assert not list((data_dir / "compacted-0").glob("*.cleaned"))
+    assert not list((data_dir / "compacted-0").glob("*.swap"))
+    assert not [ln for ln in b.stderr_lines if "Traceback" in ln]
