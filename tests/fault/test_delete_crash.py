@@ -185,3 +185,48 @@ def test_delete_topics_refuses_internal_topics(broker: BrokerProcess, name: str)
     assert (name in _topics(broker.bootstrap)) == existed
     if name == "__consumer_offsets":
         assert existed
+
+
+@pytest.mark.parametrize("point", ["delete-start", "delete-renaming", "delete-removing"])
+def test_kill_9_at_each_step_of_a_delete_then_recreate_sees_no_old_record(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, point: str
+) -> None:
+    """Issue 8 item 4, R-LOG-4: the broker SIGKILLs itself exactly inside a DeleteTopics of
+    a topic of many partitions and segments (``HEADRACE_FAILPOINT``): after the metadata
+    commit but before any rename; after 3 of 24 renames; while the background removal
+    runs. After a restart the topic is gone, its directories are removed, and the topic
+    re-created under the same name holds no old record."""
+    monkeypatch.setenv("HEADRACE_FAILPOINT", point)
+    b = BrokerProcess(data_dir).start()
+    monkeypatch.delenv("HEADRACE_FAILPOINT")
+    try:
+        create_topic("confluent", b.bootstrap, "big", PARTITIONS, {"segment.bytes": "4096"})
+        _fill(b.bootstrap, "big", 60, "old")
+        assert len(list((data_dir / "big-0").glob("*.log"))) > 3
+        assert b.proc is not None
+        proc = b.proc
+        with WireClient.to(b.bootstrap) as wc:
+            wc.send_raw(wc.encode(20, 4, {"topic_names": ["big"], "timeout_ms": 10_000}))
+            wait_until(lambda: proc.poll() is not None, 30, what=f"the failpoint {point}")
+        assert proc.returncode == -9
+        left = _leftovers(data_dir, "big")
+        assert left, "the crash left no directory"
+        if point != "delete-removing":  # every directory stays (some renamed)
+            assert len(left) == PARTITIONS
+        b.proc = None
+        b.start()
+        assert "big" not in _topics(b.bootstrap)
+        # the start removes what the delete left, before anything re-creates the name
+        wait_until(lambda: not _leftovers(data_dir, "big"), 20, what="leftovers removed")
+        create_topic("confluent", b.bootstrap, "big", PARTITIONS)
+        assert _watermarks(b.bootstrap, "big", PARTITIONS) == [(0, 0)] * PARTITIONS
+        produce("confluent", b.bootstrap, "big", [Rec(p, None, b"new") for p in
+                                                  range(PARTITIONS)])
+        got = consume("confluent", b.bootstrap, "big", list(range(PARTITIONS)), PARTITIONS)
+        assert sorted((r.partition, r.offset, r.value) for r in got) == [
+            (p, 0, b"new") for p in range(PARTITIONS)]
+        wait_until(lambda: _leftovers(data_dir, "big") == sorted(
+            f"big-{p}" for p in range(PARTITIONS)), 20, what="the old directories removed")
+        assert not [ln for ln in b.stderr_lines if "Traceback" in ln]
+    finally:
+        b.kill()

@@ -44,6 +44,7 @@ from headrace.log.partition_log import (
     AppendResult,
     OfflineLog,
     PartitionLog,
+    failpoint,
     is_partition_dir,
     read_partition_metadata,
     write_partition_metadata,
@@ -309,6 +310,7 @@ class ReplicaManager:
         (crash-safe: a restart finishes the job and never reopens them) and remove them in
         a background thread. Called after the metadata forgot the topic."""
         doomed: list[Path] = []
+        failpoint("delete-start")
         for tp in [tp for tp in self.partitions if tp.topic == name]:
             p = self.partitions.pop(tp)
             try:
@@ -333,11 +335,14 @@ class ReplicaManager:
                 log.error("cannot rename %s for deletion: %s", d, e.strerror)
                 continue
             doomed.append(target)
+            if len(doomed) == 3:
+                failpoint("delete-renaming")
         if doomed:
             self._fsync_data_dir()
             log.info("deleting %d partition director%s of topic %s", len(doomed),
                      "y" if len(doomed) == 1 else "ies", name)
             self._remove_later(doomed)
+            failpoint("delete-removing")
 
     def update_topic_config(self, topic: TopicState) -> None:
         cfg = log_config(self.config, topic_overrides(topic))

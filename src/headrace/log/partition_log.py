@@ -737,7 +737,7 @@ class PartitionLog:
         first = group[0].segment
         base = first.base_offset
         swap = self.dir / f"{base:020d}{LOG_SUFFIX}{cleaner.SWAP_SUFFIX}"
-        _failpoint("compaction-cleaned")
+        failpoint("compaction-cleaned")
         try:
             os.replace(cleaned, swap)
             fsync_dir(self.dir)
@@ -745,14 +745,14 @@ class PartitionLog:
             cleaned.unlink(missing_ok=True)
             raise
         # the point of no return: from here on, open completes the swap
-        _failpoint("compaction-swap")
+        failpoint("compaction-swap")
         created_ms = min(c.segment.created_ms for c in group)
         for c in group[1:]:
             c.segment.delete()
         first.close()
         first.index.delete()
         first.time_index.delete()
-        _failpoint("compaction-deleted")
+        failpoint("compaction-deleted")
         os.replace(swap, first.log_path)
         fsync_dir(self.dir)
         seg = LogSegment(self.dir, base, index_interval_bytes=self.config.index_interval_bytes,
@@ -1015,7 +1015,7 @@ class OfflineLog(PartitionLog):
 FAILPOINT_ENV = "HEADRACE_FAILPOINT"
 
 
-def _failpoint(name: str) -> None:
+def failpoint(name: str) -> None:
     """Crash tests: SIGKILL this process here if ``HEADRACE_FAILPOINT`` names this point
     (a kill -9 landing exactly between two steps of a multi-file change)."""
     if os.environ.get(FAILPOINT_ENV) == name:
