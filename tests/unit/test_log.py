@@ -920,3 +920,24 @@ def test_compaction_job_is_discarded_if_the_log_changed_under_it(
     stats = log.compact(clock.wall_ms())
     assert stats is not None and stats.groups_rewritten > 0
     log.close()
+
+
+def test_lazy_file_is_never_closed_under_a_reader(tmp_path: Path) -> None:
+    """Issue 8 item 9: a segment file closed (segment deleted, or evicted) while another
+    thread holds its fd keeps the fd open until that user releases it (a closed fd number
+    could be reused by another file and read in its place)."""
+    from headrace.log.index import OPEN_FILES, LazyFile
+
+    path = tmp_path / "f.log"
+    path.write_bytes(b"hello")
+    f = LazyFile(path, os.O_RDONLY)
+    fd = f.acquire()
+    f.close()  # e.g. retention deleting the segment on the loop
+    assert os.pread(fd, 5, 0) == b"hello"  # still this file
+    f.release()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    assert f.fd is None and id(f) not in OPEN_FILES._open
+    with f.use() as fd2:  # reopened on the next use
+        assert os.pread(fd2, 5, 0) == b"hello"
+    f.close()
