@@ -496,7 +496,7 @@ def decompress(codec: int, data: bytes, limit: int = DEFAULT_INFLATE_LIMIT) -> b
 I64 = npt.NDArray[np.int64]
 
 
-class _Framing(Exception):
+class FramingError(Exception):
     """A record's framing is broken; ``index`` is the first record concerned."""
 
     def __init__(self, index: int, message: str) -> None:
@@ -504,19 +504,19 @@ class _Framing(Exception):
         self.index = index
 
 
-def _varints(arr: npt.NDArray[np.uint8], pos: I64, max_size: int,
+def varints(arr: npt.NDArray[np.uint8], pos: I64, max_size: int,
              guess: bool = False) -> tuple[I64, I64]:
     """Zigzag varints at every position of ``pos`` in ``arr``: (values, sizes in bytes).
 
     A varint running past the end of ``arr`` or longer than ``max_size`` bytes raises
-    ``_Framing`` naming the first such position's index, unless ``guess`` (the positions
+    ``FramingError`` naming the first such position's index, unless ``guess`` (the positions
     are only guesses: garbage out, never an error)."""
     n = len(arr)
     if n == 0 or (len(pos) and (int(pos.min()) < 0 or int(pos.max()) >= n)):
         if guess:
             return np.full(len(pos), -2, dtype=np.int64), np.zeros(len(pos), dtype=np.int64)
         bad = np.flatnonzero((pos < 0) | (pos >= n))
-        raise _Framing(int(bad[0]) if bad.size else 0, "a record field runs past its batch")
+        raise FramingError(int(bad[0]) if bad.size else 0, "a record field runs past its batch")
     b = arr[pos]
     if not len(b) or int(b.max()) < 0x80:  # the common case: every varint is one byte
         v = b.astype(np.int64)
@@ -535,12 +535,12 @@ def _varints(arr: npt.NDArray[np.uint8], pos: I64, max_size: int,
         if size[idx[0]] >= max_size:
             if guess:
                 break
-            raise _Framing(int(idx[0]), f"varint longer than {max_size} bytes")
+            raise FramingError(int(idx[0]), f"varint longer than {max_size} bytes")
         at = pos[idx] + size[idx]
         over = at >= n
         if over.any():
             if not guess:
-                raise _Framing(int(idx[np.flatnonzero(over)[0]]), "truncated varint")
+                raise FramingError(int(idx[np.flatnonzero(over)[0]]), "truncated varint")
             at = np.minimum(at, n - 1)
         b = arr[at]
         raw[idx] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
@@ -551,7 +551,7 @@ def _varints(arr: npt.NDArray[np.uint8], pos: I64, max_size: int,
     return values, size
 
 
-def _record_starts(data: memoryview, arr: npt.NDArray[np.uint8], count: int,
+def record_starts(data: memoryview, arr: npt.NDArray[np.uint8], count: int,
                    pos: int) -> tuple[I64, int]:
     """Positions of ``count`` consecutive records from ``pos`` in ``data`` (each starts
     with its length varint) and the position after the last. Runs of records of one length
@@ -564,15 +564,15 @@ def _record_starts(data: memoryview, arr: npt.NDArray[np.uint8], count: int,
     chunk = 64
     while i < count:
         if pos >= end:
-            raise _Framing(i, "the batch holds fewer records than its count")
-        lengths1, sizes1 = _varints(arr, np.array([pos], dtype=np.int64), 5)
+            raise FramingError(i, "the batch holds fewer records than its count")
+        lengths1, sizes1 = varints(arr, np.array([pos], dtype=np.int64), 5)
         length, after = int(lengths1[0]), pos + int(sizes1[0])
         if length < 0:
-            raise _Framing(i, f"negative record length {length}")
+            raise FramingError(i, f"negative record length {length}")
         stride = after - pos + length
         k = min(count - i, chunk, (end - pos - 1) // stride + 1)
         guess = pos + np.arange(k, dtype=np.int64) * stride
-        lengths, sizes = _varints(arr, guess, 5, guess=True)
+        lengths, sizes = varints(arr, guess, 5, guess=True)
         bad = np.flatnonzero((lengths != length) | (sizes != after - pos))
         good = k if not bad.size else max(int(bad[0]), 1)
         out.append(guess[:good])
@@ -587,13 +587,13 @@ def _record_starts(data: memoryview, arr: npt.NDArray[np.uint8], count: int,
             for j in range(len(walk)):
                 walk[j] = pos
                 if pos >= end:
-                    raise _Framing(i + j, "the batch holds fewer records than its count")
+                    raise FramingError(i + j, "the batch holds fewer records than its count")
                 try:
                     length, after = read_varint(data, pos)  # type: ignore[arg-type]
                 except InvalidRecordError as e:
-                    raise _Framing(i + j, str(e)) from None
+                    raise FramingError(i + j, str(e)) from None
                 if length < 0:
-                    raise _Framing(i + j, f"negative record length {length}")
+                    raise FramingError(i + j, f"negative record length {length}")
                 pos = after + length
             out.append(np.array(walk, dtype=np.int64))
             i += len(walk)
@@ -606,7 +606,7 @@ _WALK_LENGTHS_MAX = 1000
 
 
 def _walk_lengths(data: memoryview, count: int, pos: int) -> tuple[I64, int]:
-    """``_record_starts`` by a plain loop, one length varint at a time (one- and two-byte
+    """``record_starts`` by a plain loop, one length varint at a time (one- and two-byte
     lengths inline)."""
     n = len(data)
     starts = [0] * count
@@ -622,10 +622,10 @@ def _walk_lengths(data: memoryview, count: int, pos: int) -> tuple[I64, int]:
             pos += 2
         else:
             if pos >= n:
-                raise _Framing(i, "the batch holds fewer records than its count")
+                raise FramingError(i, "the batch holds fewer records than its count")
             length, pos = _small_varint(data, pos, n, 5, i)
         if length < 0:
-            raise _Framing(i, f"negative record length {length}")
+            raise FramingError(i, f"negative record length {length}")
         pos += length
     return np.array(starts, dtype=np.int64), pos
 
@@ -651,15 +651,15 @@ def _walk_headers(data: memoryview, arr: npt.NDArray[np.uint8], pos: I64, count:
     left = count.copy()
     active = np.flatnonzero(left > 0)
     while active.size >= _HEADER_BULK_MIN:
-        klen, ks = _varints(arr, pos[active], 5)
+        klen, ks = varints(arr, pos[active], 5)
         if bool((klen < 0).any()):
-            raise _Framing(int(active[np.flatnonzero(klen < 0)[0]]),
+            raise FramingError(int(active[np.flatnonzero(klen < 0)[0]]),
                            "invalid negative header key size")
         p = pos[active] + ks + klen
         if bool((p >= len(arr)).any()):
-            raise _Framing(int(active[np.flatnonzero(p >= len(arr))[0]]),
+            raise FramingError(int(active[np.flatnonzero(p >= len(arr))[0]]),
                            "a header runs past its record")
-        vlen, vs = _varints(arr, p, 5)
+        vlen, vs = varints(arr, p, 5)
         pos[active] = p + vs + np.maximum(vlen, 0)
         left[active] -= 1
         active = active[left[active] > 0]
@@ -669,13 +669,13 @@ def _walk_headers(data: memoryview, arr: npt.NDArray[np.uint8], pos: I64, count:
             for _ in range(int(left[i])):
                 key_size, at = read_varint(data, at)  # type: ignore[arg-type]
                 if key_size < 0:
-                    raise _Framing(i, "invalid negative header key size")
+                    raise FramingError(i, "invalid negative header key size")
                 value_size, at = read_varint(data, at + key_size)  # type: ignore[arg-type]
                 at += max(value_size, 0)
                 if at > len(data):
-                    raise _Framing(i, "a header runs past its record")
+                    raise FramingError(i, "a header runs past its record")
         except InvalidRecordError as e:
-            raise _Framing(i, str(e)) from None
+            raise FramingError(i, str(e)) from None
         pos[i] = at
     return pos
 
@@ -701,9 +701,9 @@ def iter_record_scans(data: memoryview | bytes, count: int,
     first = 0
     try:
         if count < 1:
-            raise _Framing(0, f"invalid record count {count}")
+            raise FramingError(0, f"invalid record count {count}")
         if count > len(arr) // 7:  # no record is shorter than 7 bytes
-            raise _Framing(0, f"{count} records cannot fit in {len(arr)} bytes")
+            raise FramingError(0, f"{count} records cannot fit in {len(arr)} bytes")
         if count <= _SMALL_BATCH:
             scan = _scan_small(view, count)
             yield 0, scan
@@ -712,11 +712,11 @@ def iter_record_scans(data: memoryview | bytes, count: int,
         while first < count:
             k = min(chunk, count - first)
             starts, pos = (_walk_lengths(view, k, pos) if k <= _WALK_LENGTHS_MAX
-                           else _record_starts(view, arr, k, pos))
+                           else record_starts(view, arr, k, pos))
             scan = _scan_fields(view, arr, starts)
             yield first, scan
             first += k
-    except _Framing as e:  # e.index counts from the chunk's first record
+    except FramingError as e:  # e.index counts from the chunk's first record
         index = first + e.index
         raise InvalidRecordError(
             ErrorCode.invalid_record, f"record {index}: {e}", ((index, str(e)),)
@@ -740,34 +740,34 @@ def scan_records(data: memoryview | bytes, count: int) -> RecordScan:
 
 
 def _scan_fields(view: memoryview, arr: npt.NDArray[np.uint8], starts: I64) -> RecordScan:
-    """The fields of the records at ``starts`` (``_Framing`` indexes are into ``starts``)."""
-    rec_len, len_size = _varints(arr, starts, 5)
+    """The fields of the records at ``starts`` (``FramingError`` indexes are into ``starts``)."""
+    rec_len, len_size = varints(arr, starts, 5)
     body = starts + len_size
     end = body + rec_len
     if int(rec_len.min()) < 6:
         i = int(np.flatnonzero(rec_len < 6)[0])
-        raise _Framing(i, f"record of {int(rec_len[i])} bytes is too short")
-    ts_delta, s1 = _varints(arr, body + 1, 10)  # after the attributes byte
+        raise FramingError(i, f"record of {int(rec_len[i])} bytes is too short")
+    ts_delta, s1 = varints(arr, body + 1, 10)  # after the attributes byte
     p = body + 1 + s1
-    off_delta, s2 = _varints(arr, np.minimum(p, end), 5)
+    off_delta, s2 = varints(arr, np.minimum(p, end), 5)
     p = p + s2
-    key_len, s3 = _varints(arr, np.minimum(p, end), 5)
+    key_len, s3 = varints(arr, np.minimum(p, end), 5)
     p = p + s3 + np.maximum(key_len, 0)
     _check_within(p, end, "key")
-    value_len, s4 = _varints(arr, p, 5)
+    value_len, s4 = varints(arr, p, 5)
     p = p + s4 + np.maximum(value_len, 0)
     _check_within(p, end, "value")
-    header_count, s5 = _varints(arr, p, 5)
+    header_count, s5 = varints(arr, p, 5)
     p = p + s5
     if int(header_count.min()) < 0:
-        raise _Framing(int(np.flatnonzero(header_count < 0)[0]),
+        raise FramingError(int(np.flatnonzero(header_count < 0)[0]),
                        "invalid negative number of record headers")
     _check_within(p, end + 1, "header count")
     if bool(header_count.any()):
         p = _walk_headers(view, arr, p, header_count)
     if not np.array_equal(p, end):
         i = int(np.flatnonzero(p != end)[0])
-        raise _Framing(i, f"invalid record size: expected to read {int(rec_len[i])} bytes "
+        raise FramingError(i, f"invalid record size: expected to read {int(rec_len[i])} bytes "
                           f"in record payload, but instead read {int(p[i] - body[i])}")
     return RecordScan(ts_delta, off_delta, key_len, value_len, header_count)
 
@@ -778,9 +778,9 @@ _SMALL_BATCH = 80
 
 def _small_varint(data: memoryview, pos: int, end: int, max_size: int, i: int) -> tuple[int, int]:
     """``read_varint`` for ``_scan_small``: a fast path for one-byte varints, errors as
-    ``_Framing`` for record ``i``, never reading at or past ``end``."""
+    ``FramingError`` for record ``i``, never reading at or past ``end``."""
     if pos >= end:
-        raise _Framing(i, "a record field runs past its record")
+        raise FramingError(i, "a record field runs past its record")
     b = data[pos]
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
@@ -789,9 +789,9 @@ def _small_varint(data: memoryview, pos: int, end: int, max_size: int, i: int) -
     start = pos
     while True:
         if pos >= end:
-            raise _Framing(i, "truncated varint")
+            raise FramingError(i, "truncated varint")
         if pos - start >= max_size:
-            raise _Framing(i, f"varint longer than {max_size} bytes")
+            raise FramingError(i, f"varint longer than {max_size} bytes")
         b = data[pos]
         pos += 1
         raw |= (b & 0x7F) << shift
@@ -811,15 +811,15 @@ def _scan_small(data: memoryview, count: int) -> RecordScan:
     pos = 0
     for i in range(count):
         if pos >= n:
-            raise _Framing(i, f"the batch holds fewer records than its count {count}")
+            raise FramingError(i, f"the batch holds fewer records than its count {count}")
         length, body = _small_varint(data, pos, n, 5, i)
         if length < 0:
-            raise _Framing(i, f"negative record length {length}")
+            raise FramingError(i, f"negative record length {length}")
         if length < 6:
-            raise _Framing(i, f"record of {length} bytes is too short")
+            raise FramingError(i, f"record of {length} bytes is too short")
         end = body + length
         if end > n:
-            raise _Framing(i, "record lengths add up past the end of the records bytes")
+            raise FramingError(i, "record lengths add up past the end of the records bytes")
         # one-byte varints inline (the common case), others through _small_varint
         p = body + 1
         b = data[p] if p < end else 0x80
@@ -857,20 +857,20 @@ def _scan_small(data: memoryview, count: int) -> RecordScan:
         else:
             headers, p = _small_varint(data, p, end, 5, i)
         if headers < 0:
-            raise _Framing(i, "invalid negative number of record headers")
+            raise FramingError(i, "invalid negative number of record headers")
         header_counts[i] = headers
         for _ in range(headers):
             key_size, p = _small_varint(data, p, end, 5, i)
             if key_size < 0:
-                raise _Framing(i, "invalid negative header key size")
+                raise FramingError(i, "invalid negative header key size")
             value_size, p = _small_varint(data, p + key_size, end, 5, i)
             p += max(value_size, 0)
         if p != end:
-            raise _Framing(i, f"invalid record size: expected to read {length} bytes "
+            raise FramingError(i, f"invalid record size: expected to read {length} bytes "
                               f"in record payload, but instead read {p - body}")
         pos = end
     if pos != n:
-        raise _Framing(count - 1, f"record lengths add up to {pos} bytes, short of the {n} "
+        raise FramingError(count - 1, f"record lengths add up to {pos} bytes, short of the {n} "
                                   "records bytes")
     return RecordScan(np.array(ts_deltas, dtype=np.int64), np.array(off_deltas, dtype=np.int64),
                       np.array(key_lens, dtype=np.int64), np.array(value_lens, dtype=np.int64),
@@ -879,7 +879,7 @@ def _scan_small(data: memoryview, count: int) -> RecordScan:
 
 def _check_within(p: I64, end: I64, field_name: str) -> None:
     if bool((p >= end).any()):
-        raise _Framing(int(np.flatnonzero(p >= end)[0]),
+        raise FramingError(int(np.flatnonzero(p >= end)[0]),
                        f"the record's {field_name} runs past its length")
 
 

@@ -21,6 +21,7 @@ import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
 from kio.schema.errors import ErrorCode
 
+from headrace.protocol import records
 from headrace.protocol.records import (
     HEADER_SIZE,
     InvalidRecordError,
@@ -39,31 +40,13 @@ def _corrupt(msg: str) -> InvalidRecordError:
     return InvalidRecordError(ErrorCode.corrupt_message, msg)
 
 
-def varints(arr: npt.NDArray[np.uint8], pos: I64, guess: bool = False) -> tuple[I64, I64]:
-    """Zigzag varints at every position of ``pos`` in ``arr``: (values, sizes in bytes).
-
-    ``guess``: the positions may be wrong (garbage in, garbage out, never an error); ``arr``
-    must then have ``PAD`` zero bytes after the data."""
+def varints(arr: npt.NDArray[np.uint8], pos: I64) -> tuple[I64, I64]:
+    """Zigzag varints at every position of ``pos`` in ``arr``: (values, sizes in bytes)
+    (``records.varints``, the validator's, with its errors as CORRUPT_MESSAGE)."""
     try:
-        b = arr[pos]
-        raw = (b & 0x7F).astype(np.uint64)
-        size = np.ones(len(pos), dtype=np.int64)
-        idx = np.flatnonzero(b >= 0x80)
-        shift = 7
-        while idx.size:
-            if shift > 63:
-                if guess:
-                    break
-                raise _corrupt("varint longer than 10 bytes")
-            b = arr[pos[idx] + size[idx]]
-            raw[idx] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
-            size[idx] += 1
-            idx = idx[b >= 0x80]
-            shift += 7
-    except IndexError:
-        raise _corrupt("truncated varint") from None
-    values = (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64)
-    return values, size
+        return records.varints(arr, pos, 10)
+    except records.FramingError as e:
+        raise _corrupt(str(e)) from None
 
 
 PAD = 16
@@ -72,52 +55,16 @@ PAD = 16
 def record_starts(data: bytes, arr: npt.NDArray[np.uint8], count: int) -> I64:
     """Positions of the ``count`` consecutive records in ``data`` (each starts with its
     length varint), checked to end exactly at the end of ``data``; ``data`` ends with
-    ``PAD`` zero bytes that are not part of the records.
-
-    Runs of records of one length (common: the length changes only where a timestamp or
-    offset delta needs one more varint byte) are found by guessing that the records after a
-    known start have its length and checking all guesses at once with numpy; where lengths
-    keep changing, a plain loop walks a stretch of records.
-    """
-    out: list[I64] = []
-    pos = 0
-    i = 0
+    ``PAD`` zero bytes that are not part of the records (``records.record_starts``, the
+    validator's bulk walker)."""
     end = len(data) - PAD
-    chunk = 64
-    while i < count:
-        if pos >= end:
-            raise _corrupt("records run past their batch")
-        length, after = read_varint(data, pos)
-        if length < 0:
-            raise _corrupt("negative record length")
-        stride = after - pos + length
-        k = min(count - i, chunk, (end - pos - 1) // stride + 1)
-        guess = pos + np.arange(k, dtype=np.int64) * stride
-        lengths, sizes = varints(arr, guess, guess=True)
-        bad = np.flatnonzero((lengths != length) | (sizes != after - pos))
-        good = k if not bad.size else int(bad[0])
-        out.append(guess[:good])
-        i += good
-        pos += good * stride
-        if good == k:
-            chunk = min(chunk * 2, 1 << 16)
-            continue
-        chunk = 64
-        if good < 8:  # lengths keep changing: walk a stretch one record at a time
-            walk = [0] * min(64, count - i)
-            for j in range(len(walk)):
-                walk[j] = pos
-                if pos >= end:
-                    raise _corrupt("records run past their batch")
-                length, pos = read_varint(data, pos)
-                if length < 0:
-                    raise _corrupt("negative record length")
-                pos += length
-            out.append(np.array(walk, dtype=np.int64))
-            i += len(walk)
+    try:
+        starts, pos = records.record_starts(memoryview(data)[:end], arr[:end], count, 0)
+    except records.FramingError as e:
+        raise _corrupt(str(e)) from None
     if pos != end:
         raise _corrupt(f"record lengths add up to {pos} bytes, the batches hold {end}")
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+    return starts
 
 
 def binary_column(buf: pa.Buffer, arr: npt.NDArray[np.uint8], starts: I64,
