@@ -10,8 +10,9 @@ Then a reader from the beginning must see, for every key, its latest acknowledge
 either absent or ending in its tombstone, offsets strictly increasing, and no cleaner
 output left behind. Such kills rarely land inside a swap (a swap takes milliseconds), so a
 second test makes the broker SIGKILL itself at each step of the swap (the
-``HEADRACE_FAILPOINT`` environment variable, ``partition_log._failpoint``). kill -9 keeps the page cache: this tests the ``.cleaned``/``.swap``
-protocol and recovery, not fsync (see tests/fault/test_restart_and_corruption.py).
+``HEADRACE_FAILPOINT`` environment variable, ``partition_log.failpoint``). kill -9 keeps
+the page cache: this tests the ``.cleaned``/``.swap`` protocol and recovery, not fsync (see
+tests/fault/test_restart_and_corruption.py).
 """
 
 from __future__ import annotations
