@@ -41,6 +41,14 @@ def _fetch(wc: WireClient, topic: str, partition: int) -> Any:
     return p
 
 
+def _list_latest(wc: WireClient, topic: str, partition: int) -> Any:
+    resp = wc.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": topic, "partitions": [
+            {"partition_index": partition, "current_leader_epoch": -1, "timestamp": -1}]}]})
+    (p,) = resp.topics[0].partitions
+    return p
+
+
 def _damage_dir_is_a_file(d: Path) -> None:
     shutil.rmtree(d)
     d.write_bytes(b"not a directory")
@@ -75,6 +83,16 @@ def test_broker_starts_and_serves_with_one_unreadable_partition(
             assert _fetch(wc, "t", 1).error_code == ErrorCode.kafka_storage_error
             assert _produce(wc, "t", 0).error_code == ErrorCode.none
             assert _fetch(wc, "t", 2).error_code == ErrorCode.none
+            assert _list_latest(wc, "t", 1).error_code == ErrorCode.kafka_storage_error
+            assert _list_latest(wc, "t", 2).offset == 10
+            # Metadata says what Kafka says of a replica on an offline log dir
+            meta = {p.partition_index: p for p in wc.request(3, 12, {
+                "topics": [{"name": "t", "topic_id": None}],
+                "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False}).topics[0].partitions}
+            assert meta[1].error_code == ErrorCode.leader_not_available
+            assert (meta[1].leader_id, tuple(meta[1].offline_replicas)) == (-1, (0,))
+            assert meta[2].error_code == ErrorCode.none and meta[2].leader_id == 0
         got = consume("confluent", b.bootstrap, "t", [0, 2], 22)
         assert sorted((r.partition, r.offset) for r in got) == (
             [(0, i) for i in range(12)] + [(2, i) for i in range(10)])

@@ -14,6 +14,8 @@ from kio.schema.errors import ErrorCode
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.handlers.fetch import READ_COMMITTED, _epoch_error
 from headrace.broker.replica_manager import TopicPartition
+from headrace.log.errors import LogError
+from headrace.log.partition_log import PartitionLog
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -42,9 +44,20 @@ def _lookup(broker: Broker, tp: TopicPartition, p: Any, isolation: int) -> dict[
         entry["error_code"] = err
         return entry
     plog = partition.log
-    visible = plog.last_stable_offset if isolation == READ_COMMITTED else plog.high_watermark
-    ts = int(p.timestamp)
+    if plog.offline is not None:  # an I/O error took it offline (Kafka: its log dir)
+        entry["error_code"] = ErrorCode.kafka_storage_error
+        return entry
+    try:
+        _find(plog, int(p.timestamp), isolation, entry)
+    except LogError as e:  # went offline during the lookup
+        entry.update(error_code=e.error_code, offset=-1, timestamp=-1)
+        return entry
     entry["leader_epoch"] = partition.leader_epoch
+    return entry
+
+
+def _find(plog: PartitionLog, ts: int, isolation: int, entry: dict[str, Any]) -> None:
+    visible = plog.last_stable_offset if isolation == READ_COMMITTED else plog.high_watermark
     if ts == LATEST:
         entry["offset"] = visible
     elif ts in (EARLIEST, EARLIEST_LOCAL):
@@ -61,7 +74,6 @@ def _lookup(broker: Broker, tp: TopicPartition, p: Any, isolation: int) -> dict[
             entry["offset"], entry["timestamp"] = found
     else:
         entry["error_code"] = ErrorCode.invalid_request
-    return entry
 
 
 @handler(2, "ListOffsets", 1, 10)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.replica_manager import TopicPartition
 from headrace.broker.topics import INTERNAL_TOPICS, TopicError, validate_topic_name
 from headrace.metadata.store import TopicState
 
@@ -25,7 +26,11 @@ def topic_entry(broker: Broker, topic: TopicState) -> dict[str, Any]:
     live = {b.node_id for b in broker.metadata.live_brokers()}
     partitions = []
     for i, p in enumerate(topic.partitions):
-        leader = p.leader if p.leader in live else -1
+        offline = {r for r in p.replicas if r not in live}
+        hosted = broker.replicas.get(TopicPartition(topic.name, i))
+        if hosted is not None and hosted.log.offline is not None:
+            offline.add(broker.node_id)  # its log hit an I/O error (Kafka: offline log dir)
+        leader = p.leader if p.leader not in offline and p.leader in live else -1
         partitions.append(
             {
                 "error_code": 0 if leader >= 0 else ErrorCode.leader_not_available,
@@ -33,8 +38,8 @@ def topic_entry(broker: Broker, topic: TopicState) -> dict[str, Any]:
                 "leader_id": leader,
                 "leader_epoch": p.leader_epoch,
                 "replica_nodes": tuple(p.replicas),
-                "isr_nodes": tuple(p.isr),
-                "offline_replicas": tuple(r for r in p.replicas if r not in live),
+                "isr_nodes": tuple(r for r in p.isr if r not in offline),
+                "offline_replicas": tuple(r for r in p.replicas if r in offline),
             }
         )
     return {
