@@ -392,3 +392,17 @@ def test_concurrent_creates_of_one_name_and_concurrent_growth(tmp_path: Path) ->
     assert len(admin.metadata.topic("a").partitions) == 600  # type: ignore[union-attr]
     assert len(partition_dirs(tmp_path)) == 600
     assert len(admin.replicas.partitions) == 600
+
+
+def test_embedded_broker_stop_after_a_failed_start_is_quiet(tmp_path: Path) -> None:
+    """A failed start (here: the data dir is locked by another broker) raises its clear
+    error, and the stop that cleanup code calls afterwards neither raises nor hangs."""
+    from headrace.broker.embedded import EmbeddedBroker
+    from headrace.broker.server import StartupError
+
+    with EmbeddedBroker(tmp_path / "d"):
+        second = EmbeddedBroker(tmp_path / "d")
+        with pytest.raises(StartupError, match="in use"):
+            second.start()
+        second.stop(timeout_s=5)
+        assert second._thread is None

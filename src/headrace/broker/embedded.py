@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from pathlib import Path
 from types import TracebackType
@@ -73,9 +74,13 @@ class EmbeddedBroker:
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout_s)
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        if self._loop is not None and self._stop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-            self._thread.join(timeout_s)
+        thread = self._thread
+        if thread is not None and thread.is_alive() and self._loop is not None and (
+                self._stop is not None):
+            with contextlib.suppress(RuntimeError):  # the loop ended meanwhile
+                self._loop.call_soon_threadsafe(self._stop.set)
+        if thread is not None:
+            thread.join(timeout_s)
         self._thread = None
 
     def __enter__(self) -> EmbeddedBroker:
