@@ -52,7 +52,9 @@ pass logs one line per segment holding such batches and carries on (Kafka's clea
 fail on it and stop cleaning the partition).
 
 Cost: decodes every record below the high watermark (per-record Python work) and rewrites
-only the groups that change. Thread-safety: none; runs on the log's owning thread.
+only the groups that change. Thread-safety: ``plan`` and ``write_cleaned`` only read
+segments and write ``.cleaned`` files, so ``PartitionLog``'s ``CompactionJob`` runs them in a
+worker thread on a snapshot; the swap (``PartitionLog._swap_in``) runs on the log's thread.
 """
 
 from __future__ import annotations
@@ -211,7 +213,7 @@ def build_offset_map(segments: list[LogSegment], upto: int,
 
 
 @dataclass
-class _CleanedSegment:
+class CleanedSegment:
     segment: LogSegment
     batches: list[bytes]
     changed: bool
@@ -222,7 +224,7 @@ class _CleanedSegment:
 def _filter_segment(
     seg: LogSegment, m: OffsetMap, tombstone_horizon_ms: int, stats: CleanerStats,
     delete_retention_ms: int, limit: int,
-) -> _CleanedSegment:
+) -> CleanedSegment:
     out: list[bytes] = []
     changed = False
     removed = 0
@@ -266,13 +268,13 @@ def _filter_segment(
         stats.unreadable_batches += len(unreadable)
         log.warning("compaction keeps %d unreadable batch(es) of %s as they are (first at %s)",
                     len(unreadable), seg.log_path, unreadable[0])
-    return _CleanedSegment(seg, out, changed, sum(len(b) for b in out), removed)
+    return CleanedSegment(seg, out, changed, sum(len(b) for b in out), removed)
 
 
-def _group(cleaned: list[_CleanedSegment], config: LogConfig) -> list[list[_CleanedSegment]]:
+def _group(cleaned: list[CleanedSegment], config: LogConfig) -> list[list[CleanedSegment]]:
     """Consecutive segments merged while the result fits one segment (greedy, Kafka's
     ``groupSegmentsBySize``)."""
-    groups: list[list[_CleanedSegment]] = []
+    groups: list[list[CleanedSegment]] = []
     for c in cleaned:
         if groups:
             g = groups[-1]
@@ -290,84 +292,63 @@ def _group(cleaned: list[_CleanedSegment], config: LogConfig) -> list[list[_Clea
     return groups
 
 
-def clean(
+def plan(
     segments: list[LogSegment], upto: int, config: LogConfig, now_ms: int
-) -> tuple[list[LogSegment], CleanerStats]:
-    """Compact the closed segments of a log; returns its new segment list and statistics.
+) -> tuple[int, CleanerStats, list[tuple[list[CleanedSegment], bool]]]:
+    """Steps 1-4 short of the swap: (how many of ``segments`` are cleanable, statistics,
+    the cleanable segments' groups each with whether it must be rewritten).
 
-    ``segments`` is the log's whole list (the last one active, never touched); replaced
-    segments are closed and deleted. ``upto`` is the high watermark.
+    ``segments`` is a log's whole list (the last one active, never touched); ``upto`` is
+    its high watermark. Only reads the segments: safe on a snapshot in a worker thread.
     """
     stats = CleanerStats()
-    closed = segments[:-1]
     cleanable = 0
-    while cleanable < len(closed) and segments[cleanable + 1].base_offset <= upto:
+    while cleanable < len(segments) - 1 and segments[cleanable + 1].base_offset <= upto:
         cleanable += 1
     stats.cleanable_end = segments[cleanable].base_offset
     if cleanable == 0:
-        return segments, stats
+        return 0, stats, []
     limit = inflate_limit(config.max_message_bytes)
     m = build_offset_map(segments, upto, limit)
     horizon = now_ms - config.delete_retention_ms
     cleaned = [_filter_segment(seg, m, horizon, stats, config.delete_retention_ms, limit)
-               for seg in closed[:cleanable]]
-    result: list[LogSegment] = []
+               for seg in segments[:cleanable]]
+    groups: list[tuple[list[CleanedSegment], bool]] = []
     for group in _group(cleaned, config):
-        if len(group) == 1 and not group[0].changed:
-            result.append(group[0].segment)
-            continue
-        stats.groups_rewritten += 1
-        stats.segments_removed += len(group) - 1
-        stats.records_removed += sum(c.records_removed for c in group)
-        stats.bytes_before += sum(c.segment.size for c in group)
-        stats.bytes_after += sum(c.size for c in group)
-        result.append(_replace_group(group, config))
-    return result + segments[cleanable:], stats
+        rewrite = len(group) > 1 or group[0].changed
+        if rewrite:
+            stats.groups_rewritten += 1
+            stats.segments_removed += len(group) - 1
+            stats.records_removed += sum(c.records_removed for c in group)
+            stats.bytes_before += sum(c.segment.size for c in group)
+            stats.bytes_after += sum(c.size for c in group)
+        groups.append((group, rewrite))
+    return cleanable, stats, groups
 
 
 # ---------------------------------------------------------------------- files
 
 
-
-
-def _swap_path(directory: Path, base_offset: int) -> Path:
-    return directory / f"{base_offset:020d}{LOG_SUFFIX}{SWAP_SUFFIX}"
-
-
-def _replace_group(group: list[_CleanedSegment], config: LogConfig) -> LogSegment:
+def write_cleaned(group: list[CleanedSegment]) -> Path:
+    """Write and fsync a group's surviving batches to ``N.log.cleaned`` (freeing them as
+    they are written); on an error nothing stays on disk and the error propagates."""
     first = group[0].segment
-    directory, base = first.dir, first.base_offset
-    cleaned_path = directory / f"{base:020d}{LOG_SUFFIX}{CLEANED_SUFFIX}"
-    fd = os.open(cleaned_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    path = first.dir / f"{first.base_offset:020d}{LOG_SUFFIX}{CLEANED_SUFFIX}"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
         for c in group:
             for batch in c.batches:
                 view = memoryview(batch)
                 while view:
                     view = view[os.write(fd, view):]
+            c.batches = []  # written: free the memory
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
-    swap = _swap_path(directory, base)
-    os.replace(cleaned_path, swap)
-    fsync_dir(directory)
-    # the point of no return: from here on, open completes the swap
-    created_ms = min(c.segment.created_ms for c in group)
-    for c in group[1:]:
-        c.segment.delete()
-    first.close()
-    first.index.delete()
-    first.time_index.delete()
-    os.replace(swap, first.log_path)
-    fsync_dir(directory)
-    seg = LogSegment(directory, base, index_interval_bytes=config.index_interval_bytes,
-                     max_index_bytes=config.segment_index_bytes, created_ms=created_ms)
-    seg.recover()
-    seg.on_become_inactive()
-    log.info("compacted segment(s) %s into %s: %d -> %d bytes",
-             ", ".join(f"{c.segment.base_offset}" for c in group), seg.log_path,
-             sum(c.segment.size for c in group), seg.size)
-    return seg
+        path.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    return path
 
 
 def _swap_next_offset(path: Path) -> int | None:

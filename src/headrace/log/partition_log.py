@@ -94,7 +94,6 @@ from headrace.protocol.records import (
     TIMESTAMP_TYPE_BIT,
     BatchHeader,
     InvalidRecordError,
-    inflate_limit,
     read_header,
     record_timestamps,
     set_base_offset,
@@ -731,7 +730,7 @@ class PartitionLog:
             self._generation += 1
         return stats
 
-    def _swap_in(self, group: list[cleaner._CleanedSegment], cleaned: Path) -> LogSegment:
+    def _swap_in(self, group: list[cleaner.CleanedSegment], cleaned: Path) -> LogSegment:
         """Replace a group of segments by its cleaned file (the cleaner's ``.swap``
         protocol: ``open`` completes a swap interrupted by a crash)."""
         first = group[0].segment
@@ -875,7 +874,7 @@ class CompactionJob:
         self.cleanable = 0
         self.stats: cleaner.CleanerStats | None = None
         # each group of segments with its cleaned file (None: left as it is)
-        self.groups: list[tuple[list[cleaner._CleanedSegment], Path | None]] = []
+        self.groups: list[tuple[list[cleaner.CleanedSegment], Path | None]] = []
 
     def run(self) -> None:
         """Decode, filter and write (see the class docstring); on an error nothing of
@@ -887,50 +886,11 @@ class CompactionJob:
             raise
 
     def _run(self) -> None:
-        segs, upto, config = self.segments, self.upto, self.config
-        stats = cleaner.CleanerStats()
-        cleanable = 0
-        while cleanable < len(segs) - 1 and segs[cleanable + 1].base_offset <= upto:
-            cleanable += 1
-        stats.cleanable_end = segs[cleanable].base_offset
-        self.cleanable = cleanable
-        if cleanable:
-            limit = inflate_limit(config.max_message_bytes)
-            offsets = cleaner.build_offset_map(segs, upto, limit)
-            horizon = self.now_ms - config.delete_retention_ms
-            cleaned = [cleaner._filter_segment(seg, offsets, horizon, stats,
-                                               config.delete_retention_ms, limit)
-                       for seg in segs[:cleanable]]
-            for group in cleaner._group(cleaned, config):
-                if len(group) == 1 and not group[0].changed:
-                    self.groups.append((group, None))
-                    continue
-                stats.groups_rewritten += 1
-                stats.segments_removed += len(group) - 1
-                stats.records_removed += sum(c.records_removed for c in group)
-                stats.bytes_before += sum(c.segment.size for c in group)
-                stats.bytes_after += sum(c.size for c in group)
-                self.groups.append((group, self._write_cleaned(group)))
+        self.cleanable, stats, groups = cleaner.plan(
+            self.segments, self.upto, self.config, self.now_ms)
+        for group, rewrite in groups:
+            self.groups.append((group, cleaner.write_cleaned(group) if rewrite else None))
         self.stats = stats
-
-    def _write_cleaned(self, group: list[cleaner._CleanedSegment]) -> Path:
-        first = group[0].segment
-        path = first.dir / f"{first.base_offset:020d}{LOG_SUFFIX}{cleaner.CLEANED_SUFFIX}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            for c in group:
-                for batch in c.batches:
-                    view = memoryview(batch)
-                    while view:
-                        view = view[os.write(fd, view):]
-                c.batches = []  # written: free the memory
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            path.unlink(missing_ok=True)
-            raise
-        os.close(fd)
-        return path
 
     def discard(self) -> None:
         for _, path in self.groups:
