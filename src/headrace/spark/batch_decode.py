@@ -23,9 +23,11 @@ from kio.schema.errors import ErrorCode
 
 from headrace.protocol import records
 from headrace.protocol.records import (
+    DEFAULT_INFLATE_LIMIT,
     HEADER_SIZE,
     InvalidRecordError,
     decompress,
+    inflate_limit,
     iter_batches,
     read_varint,
 )
@@ -152,7 +154,10 @@ def decode_fetched(
             continue
         body: bytes | memoryview = buf[h.position + HEADER_SIZE:h.position + h.size]
         if h.compression:
-            body = decompress(h.compression, bytes(body))
+            # the broker lets a batch inflate to inflate_limit(max.message.bytes), and the
+            # topic's max.message.bytes is at least this batch's size
+            body = decompress(h.compression, bytes(body),
+                              max(DEFAULT_INFLATE_LIMIT, inflate_limit(h.size)))
         regions.append(body)
         counts.append(h.records_count)
         bases.append(h.base_offset)
