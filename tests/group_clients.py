@@ -49,6 +49,8 @@ class GroupMember:
     def stop(self, timeout_s: float = 15.0) -> None:
         """Close the consumer and join its thread; raise what the thread raised."""
         self._stop.set()
+        if self._thread.ident is None:  # never started
+            return
         self._thread.join(timeout_s)
         assert not self._thread.is_alive(), f"{self.client} consumer did not close"
         self.check()
