@@ -27,7 +27,6 @@ import logging
 import os
 import signal
 import sqlite3
-import subprocess
 import sys
 import time
 import uuid
@@ -39,8 +38,8 @@ from typing import Any
 import pytest
 
 from tests.brokerproc import BrokerProcess, wait_until
+from tests.workerproc import WorkerProcess
 
-ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS, PER_PARTITION = 2, 300
 pytestmark = pytest.mark.timeout(90)
 
@@ -128,46 +127,17 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield b
 
 
-class Worker:
+class Worker(WorkerProcess):
     def __init__(self, mode: str, broker: BrokerProcess, topic: str, group: str, tmp: Path,
                  name: str, commit_period_ms: int) -> None:
         self.out = tmp / f"{name}.out"
         self.commits = tmp / f"{name}.commits"
-        self.log = tmp / f"{name}.log"
-        self.args = [sys.executable, "-m", "tests.fault.test_consumer_kill", "worker", mode,
-                     "--bootstrap", broker.bootstrap, "--topic", topic, "--group", group,
-                     "--db", str(tmp / "results.sqlite"), "--out", str(self.out),
-                     "--commits", str(self.commits),
-                     "--commit-period-ms", str(commit_period_ms)]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Worker:
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(self.args, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                         stderr=log)
-        return self
-
-    def alive(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"worker exited {self.proc.returncode}:\n"
-                                 + self.log.read_text(errors="replace"))
-        return True
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-                raise
+        super().__init__(
+            [sys.executable, "-m", "tests.fault.test_consumer_kill", "worker", mode,
+             "--bootstrap", broker.bootstrap, "--topic", topic, "--group", group,
+             "--db", str(tmp / "results.sqlite"), "--out", str(self.out),
+             "--commits", str(self.commits), "--commit-period-ms", str(commit_period_ms)],
+            tmp / f"{name}.log")
 
     def processed(self) -> list[tuple[int, int]]:
         if not self.out.exists():

@@ -18,7 +18,6 @@ import logging
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -30,8 +29,8 @@ from typing import Any
 import pytest
 
 from tests.brokerproc import BrokerProcess, wait_until
+from tests.workerproc import WorkerProcess
 
-ROOT = Path(__file__).resolve().parents[2]
 GROUP_TIMEOUTS = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
 MAX_UNCOMMITTED = 50
 POLL_BATCH = 500
@@ -97,25 +96,16 @@ def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPro
         yield b
 
 
-class Worker:
+class Worker(WorkerProcess):
     def __init__(self, broker: BrokerProcess, topic: str, group: str, tmp: Path, name: str,
                  *extra: str) -> None:
         self.out = tmp / f"{name}.out"
         self.commits = tmp / f"{name}.commits"
-        self.log = tmp / f"{name}.log"
-        self.args = [sys.executable, "-m", "tests.integration.test_reliable", "worker",
-                     "--bootstrap", broker.bootstrap, "--topic", topic, "--group", group,
-                     "--out", str(self.out), "--commits", str(self.commits), *extra]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Worker:
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(self.args, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                         stderr=log)
-        return self
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
+        super().__init__(
+            [sys.executable, "-m", "tests.integration.test_reliable", "worker",
+             "--bootstrap", broker.bootstrap, "--topic", topic, "--group", group,
+             "--out", str(self.out), "--commits", str(self.commits), *extra],
+            tmp / f"{name}.log")
 
     def revokes(self) -> list[tuple[float, set[int]]]:
         """(time, partitions) of every revoke this worker logged."""
@@ -126,21 +116,6 @@ class Worker:
                 out.append((float(m.group(1)),
                             {int(p) for p in re.findall(r", (\d+)\)", m.group(2))}))
         return out
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-                raise
 
     def processed(self) -> list[tuple[float, int, int, str]]:
         if not self.out.exists():
