@@ -209,7 +209,56 @@ BROKER_CONFIGS = _defs(
     ConfigDef("log.message.timestamp.after.max.ms", "long", 3_600_000,
               "Largest allowed lead of a record's CreateTime over the broker's clock "
               "(KIP-937; Kafka 4.0's default).", at_least=0),
+    # ---- a replicated cluster on ZooKeeper (issue 9); `broker.id` is an alias of node.id
+    ConfigDef("zookeeper.connect", "string", "",
+              "ZooKeeper ensemble HOST:PORT[,HOST:PORT...][/chroot] of a cluster "
+              "(empty: a single node with its metadata in the data dir)."),
+    ConfigDef("zookeeper.session.timeout.ms", "int", 18_000,
+              "ZooKeeper session timeout: a broker silent this long is declared dead.",
+              at_least=1),
+    ConfigDef("zookeeper.connection.timeout.ms", "int", 18_000,
+              "How long a broker waits to connect to ZooKeeper at start.", at_least=1),
+    ConfigDef("broker.rack", "string", "", "Rack of this broker (rack-aware assignment)."),
+    ConfigDef("offsets.topic.replication.factor", "int", 3,
+              "Replication factor of __consumer_offsets (capped by live brokers when it "
+              "is created).", at_least=1),
+    ConfigDef("replica.lag.time.max.ms", "long", 30_000,
+              "A follower that has not caught up with the leader for this long leaves the "
+              "ISR.", at_least=1),
+    ConfigDef("num.replica.fetchers", "int", 1,
+              "Fetcher connections per source broker.", at_least=1),
+    ConfigDef("replica.fetch.max.bytes", "int", 1_048_576,
+              "Bytes per partition a follower fetch asks for (the first batch goes whole).",
+              at_least=0),
+    ConfigDef("replica.fetch.response.max.bytes", "int", 10_485_760,
+              "Bytes per follower fetch response.", at_least=0),
+    ConfigDef("replica.fetch.wait.max.ms", "int", 500,
+              "Long-poll time of follower fetches (below replica.lag.time.max.ms).",
+              at_least=0),
+    ConfigDef("replica.fetch.min.bytes", "int", 1, "min_bytes of follower fetches.",
+              at_least=1),
+    ConfigDef("replica.fetch.backoff.ms", "int", 1_000,
+              "Pause after a follower fetch fails.", at_least=0),
+    ConfigDef("replica.high.watermark.checkpoint.interval.ms", "long", 5_000,
+              "How often high watermarks are written to replication-offset-checkpoint.",
+              at_least=1),
+    ConfigDef("auto.leader.rebalance.enable", "bool", True,
+              "The controller moves leadership back to preferred replicas."),
+    ConfigDef("leader.imbalance.check.interval.seconds", "long", 300,
+              "How often the controller checks leader imbalance.", at_least=1),
+    ConfigDef("leader.imbalance.per.broker.percentage", "int", 10,
+              "Non-preferred leaders a broker may have (percent) before a rebalance.",
+              at_least=0),
+    ConfigDef("controlled.shutdown.enable", "bool", True,
+              "On SIGTERM, ask the controller to move leadership away first."),
+    ConfigDef("controlled.shutdown.max.retries", "int", 3,
+              "Attempts of a controlled shutdown.", at_least=0),
+    ConfigDef("controlled.shutdown.retry.backoff.ms", "long", 5_000,
+              "Pause between controlled shutdown attempts.", at_least=0),
 )
+
+# Kafka's older names accepted as aliases (ZooKeeper-mode server.properties).
+BROKER_ALIASES = {"broker.id": "node.id"}
 
 # Topic-level configs: name, and the broker config that gives the default.
 TOPIC_CONFIGS = _defs(
@@ -291,6 +340,7 @@ class BrokerConfig:
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> BrokerConfig:
         values = {d.name: d.default for d in BROKER_CONFIGS.values()}
+        raw = {BROKER_ALIASES.get(k, k): v for k, v in raw.items()}
         values.update(parse_overrides(raw, BROKER_CONFIGS))
         return cls(values)
 
@@ -303,6 +353,11 @@ class BrokerConfig:
     @property
     def node_id(self) -> int:
         return int(self.values["node.id"])
+
+    @property
+    def clustered(self) -> bool:
+        """A member of a ZooKeeper cluster (``zookeeper.connect`` set)."""
+        return bool(self.values["zookeeper.connect"])
 
     @property
     def data_dir(self) -> Path:

@@ -48,6 +48,10 @@ class PartitionState:
     leader_epoch: int = 0
     isr: list[int] = field(default_factory=list)
     partition_epoch: int = 0
+    # a cluster's: the controller epoch of the last write of the state znode and that
+    # znode's version (conditional updates); -1 on a single node (not persisted there)
+    controller_epoch: int = -1
+    zk_version: int = -1
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,1 @@
+"""The replicated cluster on ZooKeeper (docs/cluster.md)."""
