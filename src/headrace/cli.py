@@ -35,7 +35,11 @@ def main() -> None:
 @click.option("--data-dir", type=click.Path(path_type=Path), help="Data directory (log.dirs).")
 @click.option("--host", help="Address to listen on (default 127.0.0.1).")
 @click.option("--port", type=int, help="Port to listen on (default 9092; 0 = any free port).")
-@click.option("--node-id", type=int, help="Broker id (default 0).")
+@click.option("--node-id", "--broker-id", "node_id", type=int,
+              help="Broker id (node.id, alias broker.id; default 0).")
+@click.option("--zookeeper", default=None, metavar="HOST:PORT[/chroot]",
+              help="Join the cluster whose metadata is in this ZooKeeper ensemble "
+                   "(zookeeper.connect; default: a single node).")
 @click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Any broker config, e.g. -o num.partitions=4 (repeatable).")
 @click.option("--log-level", default="INFO", show_default=True)
@@ -45,6 +49,7 @@ def broker(
     host: str | None,
     port: int | None,
     node_id: int | None,
+    zookeeper: str | None,
     overrides: tuple[str, ...],
     log_level: str,
 ) -> None:
@@ -59,7 +64,7 @@ def broker(
             raw.update(load_properties(config_file))
         raw.update(_parse_overrides(overrides))
         for key, value in (("log.dirs", data_dir), ("host", host), ("port", port),
-                           ("node.id", node_id)):
+                           ("node.id", node_id), ("zookeeper.connect", zookeeper)):
             if value is not None:
                 raw[key] = str(value)
         config = BrokerConfig.from_mapping(raw)

@@ -161,9 +161,18 @@ class GroupService:
         p = self.partition_for(group_id)
         if p in self.loading:
             return ErrorCode.coordinator_load_in_progress
-        if self.broker.replicas.get(TopicPartition(OFFSETS_TOPIC, p)) is None:
+        hosted = self.broker.replicas.get(TopicPartition(OFFSETS_TOPIC, p))
+        if hosted is None or not hosted.is_leader(self.broker.node_id):
             return ErrorCode.not_coordinator
         return ErrorCode.none
+
+    def replication_factor(self) -> int:
+        """A cluster's ``offsets.topic.replication.factor``, capped by the live brokers
+        when the topic is created; a single node's ``default.replication.factor``."""
+        if self.broker.cluster is None:
+            return int(self.config["default.replication.factor"])
+        live = len(self.broker.metadata.live_brokers())
+        return max(1, min(int(self.config["offsets.topic.replication.factor"]), live))
 
     def ensure_topic(self) -> bool:
         if self.broker.metadata.topic(OFFSETS_TOPIC) is not None:
@@ -171,12 +180,14 @@ class GroupService:
         try:
             self.broker.topics.create(
                 OFFSETS_TOPIC, int(self.config["offsets.topic.num.partitions"]),
-                int(self.config["default.replication.factor"]),
+                self.replication_factor(),
                 {"cleanup.policy": "compact", "segment.bytes": str(OFFSETS_SEGMENT_BYTES)},
             )
         except TopicError as e:
             if e.error_code == ErrorCode.topic_already_exists:
                 return True
+            if e.error_code == ErrorCode.leader_not_available:
+                return False  # a cluster creates it in the background
             held = self._create_failed_log.ready(time.monotonic())
             if held is not None:
                 log.error("cannot create %s: %s%s", OFFSETS_TOPIC, e.message,
@@ -195,6 +206,40 @@ class GroupService:
             if state.leader == self.broker.node_id:
                 self.load_partition(i)
 
+    # ------------------------------------------------------------------ a cluster's leadership
+    def partition_led(self, tp: TopicPartition) -> None:
+        """This broker now leads ``tp``: if it is a ``__consumer_offsets`` partition, load its
+        groups (R-GRP-2 on a cluster: the coordinator moves with the leadership)."""
+        if tp.topic == OFFSETS_TOPIC and not self._closed:
+            self.unload_partition(tp.partition)  # whatever an earlier term left
+            self.load_partition(tp.partition)
+            log.info("coordinating the groups of %s", tp)
+
+    def partition_unloaded(self, tp: TopicPartition) -> None:
+        """This broker no longer leads ``tp``: forget its groups; their members get
+        NOT_COORDINATOR and find the new coordinator."""
+        if tp.topic == OFFSETS_TOPIC:
+            n = self.unload_partition(tp.partition)
+            if n:
+                log.info("no longer coordinating the %d group(s) of %s", n, tp)
+
+    def unload_partition(self, index: int) -> int:
+        c = self.coordinator
+        gone = {g for g in list(c.groups) + list(c.offsets) if self.partition_for(g) == index}
+        for g in gone:
+            c.groups.pop(g, None)
+            c.offsets.pop(g, None)
+        for (group_id, ticket), fut in list(self._waiters.items()):
+            if group_id in gone:
+                del self._waiters[(group_id, ticket)]
+                if not fut.done():
+                    if (group_id, ticket) in self._sync_tickets:
+                        fut.set_result(SyncResult(ticket, ErrorCode.not_coordinator))
+                    else:
+                        fut.set_result(JoinResult(ticket, ErrorCode.not_coordinator, ""))
+                self._sync_tickets.discard((group_id, ticket))
+        return len(gone)
+
     def load_partition(self, index: int) -> None:
         partition = self.broker.replicas.get(TopicPartition(OFFSETS_TOPIC, index))
         if partition is None:
@@ -203,7 +248,9 @@ class GroupService:
         try:
             plog = partition.log
             offset = plog.log_start_offset
-            hw = plog.high_watermark
+            # Kafka's GroupMetadataManager loads up to the log end offset: a new leader's
+            # high watermark may still be below records its followers already have
+            hw = plog.log_end_offset if self.broker.cluster is not None else plog.high_watermark
             records: list[tuple[bytes | None, bytes | None]] = []
             while offset < hw:
                 data = plog.read(offset, LOAD_READ_BYTES, max_offset=hw, min_one_batch=True)
@@ -333,8 +380,8 @@ class GroupService:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        if self.broker.metadata.topic(OFFSETS_TOPIC) is not None:
-            self.load_all()
+        if self.broker.cluster is None and self.broker.metadata.topic(OFFSETS_TOPIC) is not None:
+            self.load_all()  # a cluster loads partitions as it comes to lead them
 
     async def run(self, stopped: asyncio.Event) -> None:
         """The tick loop: expire sessions and rebalance timeouts, answer parked requests."""

@@ -32,7 +32,7 @@ import re
 import shutil
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -63,47 +63,80 @@ class TopicPartition(NamedTuple):
 
 
 class Partition:
-    def __init__(self, tp: TopicPartition, log_: PartitionLog, state: PartitionState) -> None:
+    """A hosted partition: its log and its replica state.
+
+    ``leading``: this broker acts as the partition's leader. On a single node every
+    partition leads. On a cluster it is set by the transitions of ``ClusterNode`` (the
+    state's leader is this broker and its ZooKeeper session is live) and cleared when
+    another broker leads or the session is lost, so a deposed or fenced leader answers
+    NOT_LEADER_OR_FOLLOWER at once.
+
+    Leader side of replication (Kafka's ``Partition`` / ``Replica``): each follower's log
+    end offset (its last fetch offset) and the last time it was caught up, by Kafka's rule
+    (``updateFollowerFetchState``): a fetch at or past the leader's log end offset catches
+    the follower up now; a fetch at or past the leader's log end offset of the follower's
+    previous fetch catches it up as of that previous fetch. The high watermark is the
+    smallest log end offset over the ISR (R-REP-4) and never moves back.
+    """
+
+    def __init__(self, tp: TopicPartition, log_: PartitionLog, state: PartitionState,
+                 leading: bool = True) -> None:
         self.tp = tp
         self.log = log_
         self.state = state
+        self.leading = leading
         self.follower_leo: dict[int, int] = {}
-        self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self.caught_up_ms: dict[int, int] = {}
+        self._last_fetch: dict[int, tuple[int, int]] = {}  # node -> (leader LEO, time)
+        self.leader_since_ms = 0
+        self.isr_change_in_flight = False
+        self.wake: Callable[[TopicPartition], None] | None = None  # long polls
+        self._hw_waiters: list[tuple[int, asyncio.Future[bool]]] = []
 
     @property
     def leader_epoch(self) -> int:
         return self.state.leader_epoch
 
     def is_leader(self, node_id: int) -> bool:
-        return self.state.leader == node_id
+        return self.leading and self.state.leader == node_id
 
     def in_sync_count(self) -> int:
         return len(self.state.isr)
 
     def append_as_leader(self, records: bytes | memoryview) -> AppendResult:
         result = self.log.append_as_leader(records, self.state.leader_epoch)
-        self._advance_hw()
+        self._after_append()
         return result
 
     def append_own_batch(self, batch: bytes) -> AppendResult:
         """``append_as_leader`` of one batch built by the broker (``PartitionLog``)."""
         result = self.log.append_own_batch(batch, self.state.leader_epoch)
-        self._advance_hw()
+        self._after_append()
         return result
 
+    def _after_append(self) -> None:
+        self._advance_hw()
+        if self.wake is not None and len(self.state.isr) > 1:
+            self.wake(self.tp)  # followers long-polling for new data
+
     def _advance_hw(self) -> None:
+        if not self.leading:
+            return
         leo = self.log.log_end_offset
-        others = [self.follower_leo.get(r, 0) for r in self.state.isr if r != self.state.leader]
+        others = [min(self.follower_leo.get(r, 0), leo)
+                  for r in self.state.isr if r != self.state.leader]
         new_hw = min([leo, *others])
         if new_hw > self.log.high_watermark:
             self.log.high_watermark = new_hw
+            if self.wake is not None and others:
+                self.wake(self.tp)  # consumers see more
         if self._hw_waiters:
             hw = self.log.high_watermark
             still = []
             for offset, fut in self._hw_waiters:
                 if hw >= offset:
                     if not fut.done():
-                        fut.set_result(None)
+                        fut.set_result(True)
                 else:
                     still.append((offset, fut))
             self._hw_waiters = still
@@ -112,17 +145,65 @@ class Partition:
         self.follower_leo[node_id] = log_end_offset
         self._advance_hw()
 
-    async def wait_for_hw(self, offset: int, timeout_s: float) -> bool:
-        """Wait until the high watermark reaches ``offset``; False on timeout."""
+    def follower_fetched(self, node_id: int, fetch_offset: int, now_ms: int) -> None:
+        """A follower fetched at ``fetch_offset`` (its log end offset) at ``now_ms``."""
+        leo = self.log.log_end_offset
+        prev_leo, prev_ms = self._last_fetch.get(node_id, (-1, 0))
+        caught = self.caught_up_ms.get(node_id, 0)
+        if fetch_offset >= leo:
+            caught = max(caught, now_ms)
+        elif prev_leo >= 0 and fetch_offset >= prev_leo:
+            caught = max(caught, prev_ms)
+        self.caught_up_ms[node_id] = caught
+        self._last_fetch[node_id] = (leo, now_ms)
+        self.update_follower(node_id, fetch_offset)
+
+    def out_of_sync(self, now_ms: int, lag_ms: int) -> list[int]:
+        """ISR followers not caught up for ``lag_ms`` (``replica.lag.time.max.ms``)."""
+        return [r for r in self.state.isr if r != self.state.leader
+                and now_ms - max(self.caught_up_ms.get(r, 0), self.leader_since_ms) > lag_ms]
+
+    def may_join_isr(self, node_id: int, epoch_start: int) -> bool:
+        """A follower outside the ISR whose log end offset reached the high watermark and
+        the start of the leader's current epoch (Kafka's ``isFollowerInSync``)."""
+        if node_id in self.state.isr or node_id not in self.state.replicas:
+            return False
+        leo = self.follower_leo.get(node_id, -1)
+        return leo >= self.log.high_watermark and leo >= epoch_start
+
+    def become_leader(self, now_ms: int) -> None:
+        self.leading = True
+        self.leader_since_ms = now_ms
+        self.follower_leo.clear()
+        self._last_fetch.clear()
+        self.caught_up_ms = {r: now_ms for r in self.state.isr}
+
+    def become_follower(self) -> None:
+        self.leading = False
+        self.follower_leo.clear()
+        self._last_fetch.clear()
+        self.caught_up_ms.clear()
+        self.fail_waiters()
+
+    def fail_waiters(self) -> None:
+        """Leadership is gone: acks=all requests waiting here are answered now
+        (NOT_LEADER_OR_FOLLOWER) rather than at their timeout."""
+        for _, fut in self._hw_waiters:
+            if not fut.done():
+                fut.set_result(False)
+        self._hw_waiters = []
+
+    async def wait_for_hw(self, offset: int, timeout_s: float) -> bool | None:
+        """Wait until the high watermark reaches ``offset``: True; None on timeout; False
+        if this broker stopped leading meanwhile."""
         if self.log.high_watermark >= offset:
             return True
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._hw_waiters.append((offset, fut))
         try:
-            await asyncio.wait_for(fut, timeout_s)
-            return True
+            return await asyncio.wait_for(fut, timeout_s)
         except TimeoutError:
-            return False
+            return None
         finally:
             self._hw_waiters = [(o, f) for o, f in self._hw_waiters if f is not fut]
 
@@ -167,6 +248,9 @@ class ReplicaManager:
         self.clock = clock
         self.node_id = config.node_id
         self.partitions: dict[TopicPartition, Partition] = {}
+        self.clustered = config.clustered
+        # high watermarks from replication-offset-checkpoint (a cluster's replicas)
+        self.hw_checkpoint: dict[TopicPartition, int] = {}
         self._watchers: dict[TopicPartition, set[asyncio.Future[None]]] = {}
         self._removers: list[threading.Thread] = []
 
@@ -299,8 +383,16 @@ class ReplicaManager:
             self.install_one(tp, plog, topic.partitions[tp.partition])
 
     def install_one(self, tp: TopicPartition, plog: PartitionLog, state: PartitionState) -> None:
-        plog.high_watermark = plog.log_end_offset  # single node: ISR == {self}
-        self.partitions[tp] = Partition(tp, plog, state)
+        if self.clustered:
+            # a replica's high watermark comes from its checkpoint; it leads nothing until
+            # the cluster node's transition says so
+            plog.high_watermark = min(self.hw_checkpoint.get(tp, 0), plog.log_end_offset)
+            p = Partition(tp, plog, state, leading=False)
+        else:
+            plog.high_watermark = plog.log_end_offset  # single node: ISR == {self}
+            p = Partition(tp, plog, state)
+        p.wake = self.wake
+        self.partitions[tp] = p
 
     def open_topic(self, topic: TopicState, indexes: Iterable[int]) -> None:
         self.install(topic, self.open_logs(topic, indexes))

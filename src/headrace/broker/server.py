@@ -36,7 +36,7 @@ import logging
 import os
 import resource
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headrace.broker.group_service import GroupService
 from headrace.broker.handlers import HANDLERS, RequestContext
@@ -118,6 +118,18 @@ class ProducerIdAllocator:
         self._next += 1
         return pid
 
+    async def next_async(self) -> int:
+        """``next``, with a new block reserved in a worker thread (a cluster's block is a
+        ZooKeeper round trip, which must not stall the event loop)."""
+        if self._next >= self._end:
+            first = await asyncio.to_thread(self._store.allocate_producer_ids, self.BLOCK)
+            if self._next >= self._end:  # nobody else refilled it meanwhile
+                self._next, self._end = first, first + self.BLOCK
+        return self.next()
+
+
+if TYPE_CHECKING:
+    from headrace.broker.cluster_node import ClusterNode
 
 _PRODUCE = 0
 _FETCH = 1
@@ -508,11 +520,20 @@ class Broker:
         self._accept_log = LogPacer(LOG_PACE_S)
         self._previous_exception_handler: Any = None
         self._prepare_data_dir()
+        self.cluster: ClusterNode | None = None
+        self.controller: Any = None  # the ControllerService of a cluster member
         try:
-            self.metadata: MetadataStore = LocalMetadataStore(
-                self.data_dir, BrokerInfo(self.node_id, self.host, self.port),
-                str(config["cluster.id"]),
-            )
+            if config.clustered:
+                from headrace.cluster.zk_store import ZkMetadataStore
+
+                # registered (with the bound port) in start()
+                self.metadata: MetadataStore = ZkMetadataStore(
+                    config, self._self_info(), asyncio.get_running_loop())
+            else:
+                self.metadata = LocalMetadataStore(
+                    self.data_dir, BrokerInfo(self.node_id, self.host, self.port),
+                    str(config["cluster.id"]),
+                )
         except BaseException:
             self._dir_lock.release()
             raise
@@ -520,6 +541,24 @@ class Broker:
         self.topics = TopicAdmin(config, self.metadata, self.replicas)
         self.producer_ids = ProducerIdAllocator(self.metadata)
         self.groups = GroupService(self)
+
+    def _self_info(self) -> BrokerInfo:
+        """This broker as clients and other brokers reach it."""
+        host = str(self.config["advertised.host"]) or self.host
+        port = int(self.config["advertised.port"]) or self.port
+        return BrokerInfo(self.node_id, host, port, str(self.config["broker.rack"]) or None)
+
+    def track(self, task: asyncio.Task[Any]) -> None:
+        """Keep a reference to a background task; its failure is logged."""
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def follower_fetched(self, partition: Any, replica_id: int, fetch_offset: int) -> None:
+        """A follower's Fetch (leader side, R-REP-3): its log end offset, caught-up time,
+        the high watermark, and maybe its return to the ISR."""
+        partition.follower_fetched(replica_id, fetch_offset, self.clock.wall_ms())
+        if self.cluster is not None:
+            self.cluster.follower_fetched(partition, replica_id)
 
     def _prepare_data_dir(self) -> None:
         try:
@@ -703,17 +742,21 @@ class Broker:
         self._previous_exception_handler = loop.get_exception_handler()
         loop.set_exception_handler(self._loop_exception)
         _fix_mmap_threshold()
-        self.replicas.load()
+        if self.config.clustered:
+            await self._start_cluster_member()
+        else:
+            self.replicas.load()
         self.groups.start()
         try:
-            self._server = await loop.create_server(
-                lambda: Connection(self), self.host, self.port, reuse_address=True,
-                backlog=1024,
-            )
+            if self._server is None:
+                self._server = await loop.create_server(
+                    lambda: Connection(self), self.host, self.port, reuse_address=True,
+                    backlog=1024,
+                )
+            else:
+                await self._server.start_serving()
         except OSError as e:
-            self.replicas.close()
-            self.metadata.close()
-            self._dir_lock.release()
+            await self._abort_start()
             if e.errno == errno.EADDRINUSE:
                 raise StartupError(f"port {self.port} on {self.host} is already in use") from None
             raise StartupError(f"cannot listen on {self.host}:{self.port}: {e.strerror}") from None
@@ -724,8 +767,56 @@ class Broker:
         self._spawn(self._flush_loop())
         self._spawn(self._idle_loop())
         self._spawn(self.groups.run(self._stopped))
-        log.info("headrace broker %d listening on %s:%d (data dir %s, %d partitions)",
-                 self.node_id, self.host, self.port, self.data_dir, len(self.replicas.partitions))
+        if self.cluster is not None:
+            self._spawn(self.cluster.run(self._stopped))
+        if self.controller is not None:
+            self._spawn(self.controller.run(self._stopped))
+        log.info("headrace broker %d listening on %s:%d (data dir %s, %d partitions%s)",
+                 self.node_id, self.host, self.port, self.data_dir, len(self.replicas.partitions),
+                 f", ZooKeeper {self.config['zookeeper.connect']}" if self.cluster else "")
+
+    async def _abort_start(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.stop()
+        self.replicas.close()
+        self.metadata.close()
+        self._dir_lock.release()
+
+    async def _start_cluster_member(self) -> None:
+        """A cluster member binds its port first (ZooKeeper gets the real one), registers
+        and loads the cluster's metadata, opens the logs of its replicas, takes its part
+        (leader or follower of each), and only then serves clients."""
+        from headrace.broker.cluster_node import ClusterNode
+        from headrace.cluster.controller_service import ControllerService
+        from headrace.metadata.store import MetadataError
+
+        loop = asyncio.get_running_loop()
+        try:
+            self._server = await loop.create_server(
+                lambda: Connection(self), self.host, self.port, reuse_address=True,
+                backlog=1024, start_serving=False,
+            )
+        except OSError as e:
+            self.metadata.close()
+            self._dir_lock.release()
+            if e.errno == errno.EADDRINUSE:
+                raise StartupError(f"port {self.port} on {self.host} is already in use") from None
+            raise StartupError(f"cannot listen on {self.host}:{self.port}: {e.strerror}") from None
+        self.port = self._server.sockets[0].getsockname()[1]
+        store: Any = self.metadata
+        store.self_broker = self._self_info()
+        try:
+            await store.start()
+        except MetadataError as e:
+            self._server.close()
+            self.metadata.close()
+            self._dir_lock.release()
+            raise StartupError(str(e)) from None
+        self.cluster = ClusterNode(self, store)
+        self.cluster.load_hw_checkpoint()
+        self.replicas.load()
+        await self.cluster.start()
+        self.controller = ControllerService(self.node_id, store, self.config, self.clock)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -784,6 +875,8 @@ class Broker:
         for c in conns:
             if c.transport is not None:
                 c.transport.close()
+        if self.cluster is not None:
+            await self.cluster.stop()
         self.replicas.close()
         self.metadata.close()
         self._dir_lock.release()

@@ -166,12 +166,16 @@ class TopicAdmin:
         self._reserved: dict[str, int] = {}
         self._busy: set[str] = set()  # topics gaining partitions off the event loop
         self._growing: asyncio.Lock | None = None  # CreatePartitions requests, one at a time
+        # a cluster member's ClusterNode: topics are created in ZooKeeper and every replica
+        # opens its own logs when its metadata cache shows them (docs/cluster.md)
+        self.cluster: Any = None
+        self._auto_creating: set[str] = set()
 
     # ------------------------------------------------------------------ limits
     def hosted_partitions(self) -> int:
         """Partitions this broker hosts or is about to (creates in flight)."""
         topics = self.metadata.topics().values()
-        if len(self.metadata.live_brokers()) == 1:  # a single node hosts every partition
+        if self.cluster is None:  # a single node hosts every partition
             n = sum(len(t.partitions) for t in topics)
         else:
             node = self.replicas.node_id
@@ -254,6 +258,10 @@ class TopicAdmin:
         self.check_partition_limit(self._hosted(plan.states))
         if validate_only:
             return None
+        if self.cluster is not None:
+            self._create_in_background(plan)
+            raise TopicError(ErrorCode.leader_not_available,
+                             f"Topic '{name}' is being created.")
         provisional = self._provisional(plan)
         indexes = range(len(plan.states))
         try:
@@ -300,7 +308,10 @@ class TopicAdmin:
                 if isinstance(o, TopicPlan):
                     started.add(o.name)  # from here its create releases its reservation
                     try:
-                        out[i] = await _to_completion(self._create_off_loop(o))
+                        if self.cluster is not None:
+                            out[i] = await _to_completion(self._create_in_cluster(o))
+                        else:
+                            out[i] = await _to_completion(self._create_off_loop(o))
                     except TopicError as e:
                         out[i] = e
         finally:
@@ -553,7 +564,10 @@ class TopicAdmin:
                 continue
             assert not isinstance(r, TopicError)
             try:
-                await _to_completion(self._grow_off_loop(r[0], o))
+                if self.cluster is not None:
+                    await _to_completion(self._grow_in_cluster(r[0], o))
+                else:
+                    await _to_completion(self._grow_off_loop(r[0], o))
             except TopicError as e:
                 results.append(e)
             else:
@@ -598,6 +612,122 @@ class TopicAdmin:
         if install:
             self.replicas.install(topic, logs)
         log.info("topic %s now has %d partitions", topic.name, len(topic.partitions))
+
+
+    # ------------------------------------------------------------------ on a cluster
+    def _timeout_s(self) -> float:
+        return int(self.config["request.timeout.ms"]) / 1000
+
+    async def _create_in_cluster(self, plan: TopicPlan) -> TopicState:
+        """Write the topic's znodes (configs, then the assignment); the controller elects
+        its leaders and every replica opens its log. Answered once this broker's cache
+        shows a leader for every partition (Kafka's DelayedCreatePartitions), or
+        REQUEST_TIMED_OUT after ``request.timeout.ms`` (the topic exists then)."""
+        from headrace.cluster.zk_store import TopicExistsError
+
+        store: Any = self.metadata
+        try:
+            try:
+                await asyncio.to_thread(
+                    store.create_topic_znodes, plan.name, [list(s.replicas) for s in plan.states],
+                    plan.overrides, plan.topic_id)
+            except TopicExistsError:
+                raise TopicError(ErrorCode.topic_already_exists,
+                                 f"Topic '{plan.name}' already exists.") from None
+            except Exception as e:
+                raise TopicError(ErrorCode.unknown_server_error,
+                                 f"Saving topic '{plan.name}' in ZooKeeper failed: {e}") from None
+        finally:
+            self._reserved.pop(plan.name, None)
+        log.info("created topic %s partitions=%d replication=%d configs=%s",
+                 plan.name, len(plan.states), plan.replication_factor, plan.overrides)
+
+        def ready() -> bool:
+            t = self.metadata.topic(plan.name)
+            return t is not None and all(p.leader >= 0 for p in t.partitions)
+
+        if not await self.cluster.wait_for(ready, self._timeout_s()):
+            raise TopicError(ErrorCode.request_timed_out,
+                             f"Topic '{plan.name}' was created but not every partition has a "
+                             "leader yet.")
+        topic = self.metadata.topic(plan.name)
+        assert topic is not None
+        return topic
+
+    def _create_in_background(self, plan: TopicPlan) -> None:
+        """Auto-creation on a cluster: the znodes are written off the event loop; the
+        client is answered LEADER_NOT_AVAILABLE meanwhile and retries, as with Kafka."""
+        if plan.name in self._auto_creating:
+            return
+        self._auto_creating.add(plan.name)
+
+        async def create() -> None:
+            try:
+                await self._create_in_cluster(plan)
+            except TopicError as e:
+                if e.error_code not in (ErrorCode.topic_already_exists,
+                                        ErrorCode.request_timed_out):
+                    log.warning("auto-creating topic %s failed: %s", plan.name, e.message)
+            finally:
+                self._auto_creating.discard(plan.name)
+
+        self.cluster.broker.track(asyncio.get_running_loop().create_task(create()))
+
+    async def delete_async(self, name: str) -> None:
+        """DeleteTopics: on a cluster, ask the controller (``/admin/delete_topics``) and
+        wait until the topic is gone from this broker's metadata (bounded)."""
+        if self.cluster is None:
+            self.delete(name)
+            return
+        if self.metadata.topic(name) is None:
+            raise TopicError(ErrorCode.unknown_topic_or_partition,
+                             "This server does not host this topic-partition.")
+        if not self.config["delete.topic.enable"]:
+            raise TopicError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
+        store: Any = self.metadata
+        try:
+            await asyncio.to_thread(store.request_topic_deletion, name)
+        except Exception as e:
+            raise TopicError(ErrorCode.unknown_server_error,
+                             f"Requesting the deletion of '{name}' failed: {e}") from None
+        if not await self.cluster.wait_for(lambda: self.metadata.topic(name) is None,
+                                           self._timeout_s()):
+            raise TopicError(ErrorCode.request_timed_out,
+                             f"Topic '{name}' is marked for deletion; not gone yet.")
+        log.info("deleted topic %s", name)
+
+    async def _grow_in_cluster(self, name: str, new: list[PartitionState]) -> None:
+        topic = self.metadata.topic(name)
+        assert topic is not None
+        full = [list(p.replicas) for p in topic.partitions] + [list(p.replicas) for p in new]
+        store: Any = self.metadata
+        try:
+            await asyncio.to_thread(store.add_partition_znodes, name, full)
+        except Exception as e:
+            raise TopicError(ErrorCode.unknown_server_error,
+                             f"Saving the partitions of '{name}' failed: {e}") from None
+
+        def ready() -> bool:
+            t = self.metadata.topic(name)
+            return (t is not None and len(t.partitions) >= len(full)
+                    and all(p.leader >= 0 for p in t.partitions))
+
+        if not await self.cluster.wait_for(ready, self._timeout_s()):
+            raise TopicError(ErrorCode.request_timed_out,
+                             f"Partitions of '{name}' were added but lack leaders yet.")
+        log.info("topic %s now has %d partitions", name, len(full))
+
+    async def set_configs_async(self, name: str, overrides: Mapping[str, str]) -> None:
+        if self.cluster is None:
+            self.set_configs(name, overrides)
+            return
+        store: Any = self.metadata
+        await asyncio.to_thread(store.set_topic_config_znode, name, dict(overrides))
+        want = dict(overrides)
+        await self.cluster.wait_for(
+            lambda: (t := self.metadata.topic(name)) is None or dict(t.configs) == want,
+            self._timeout_s())
+        log.info("topic %s configs now %s", name, want)
 
     # ------------------------------------------------------------------ configs
     def set_configs(self, name: str, overrides: Mapping[str, str]) -> None:

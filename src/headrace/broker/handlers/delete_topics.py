@@ -55,7 +55,7 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) ->
             entry["error_message"] = f"Cannot delete internal topic {name}"
             continue
         try:
-            broker.topics.delete(name)
+            await broker.topics.delete_async(name)
         except TopicError as e:
             entry["error_code"] = e.error_code
             entry["error_message"] = e.message

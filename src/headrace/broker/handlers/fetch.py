@@ -70,7 +70,8 @@ class _Plan:
 
 
 def _read_all(
-    broker: Broker, plan: _Plan, max_bytes: int, isolation: int, by_id: bool
+    broker: Broker, plan: _Plan, max_bytes: int, isolation: int, by_id: bool,
+    replica_id: int = -1, first: bool = True,
 ) -> tuple[list[tuple[Any, list[FetchPartition]]], int, bool]:
     """One pass over the partitions: (topic responses, bytes available, any error).
 
@@ -107,7 +108,15 @@ def _read_all(
                 entry.error_code = int(epoch_error)
                 any_error = True
                 continue
-            max_offset = plog.last_stable_offset if read_committed else plog.high_watermark
+            if replica_id >= 0:
+                # a follower (R-REP-3): it reads up to the log end offset, and its fetch
+                # offset is its log end offset (once per request, not per long-poll pass)
+                if first:
+                    broker.follower_fetched(partition, replica_id, int(p.fetch_offset))
+                    entry.high_watermark = plog.high_watermark
+                max_offset = plog.log_end_offset
+            else:
+                max_offset = plog.last_stable_offset if read_committed else plog.high_watermark
             partition_max = int(p.partition_max_bytes)
             limit = min(partition_max, remaining)
             if limit <= 0 and total > 0:
@@ -129,6 +138,14 @@ def _read_all(
     return topics, available, any_error
 
 
+def _replica_id(ctx: RequestContext, req: Any) -> int:
+    """The fetching follower's broker id (v15+ carry it in ``replica_state``), or -1."""
+    if ctx.api_version >= 15:
+        state = getattr(req, "replica_state", None)
+        return int(state.replica_id) if state is not None else -1
+    return int(getattr(req, "replica_id", -1))
+
+
 @handler(1, "Fetch", 4, 16)
 async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     by_id = ctx.api_version >= 13
@@ -139,8 +156,12 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     min_bytes = int(req.min_bytes)
     max_wait_ms = ms(req.max_wait)
     plan = _Plan(broker, req, by_id)
+    replica_id = _replica_id(ctx, req)
+    if replica_id >= 0 and broker.cluster is None:
+        replica_id = -1  # no replication on a single node: an ordinary read
 
-    topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id)
+    topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id,
+                                         replica_id)
     if total < min_bytes and max_wait_ms > 0 and not any_error and plan.tps():
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
@@ -156,5 +177,6 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 pass
             finally:
                 broker.replicas.unwatch(tps, fut)
-            topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id)
+            topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id,
+                                                 replica_id, first=False)
     return encode_fetch_body(ctx.api_version, 0, 0, 0, topics)

@@ -82,5 +82,5 @@ async def handle_incremental_alter_configs(broker: Broker, ctx: RequestContext, 
             entry["error_message"] = e.message
             continue
         if not req.validate_only:
-            broker.topics.set_configs(r.resource_name, new)
+            await broker.topics.set_configs_async(r.resource_name, new)
     return ctx.response({"throttle_time": 0, "responses": responses})

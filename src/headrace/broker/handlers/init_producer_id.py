@@ -32,7 +32,7 @@ async def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any)
     if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
         new_pid, new_epoch = pid, epoch + 1
     else:
-        new_pid, new_epoch = broker.producer_ids.next(), 0
+        new_pid, new_epoch = await broker.producer_ids.next_async(), 0
     return ctx.response(
         {"throttle_time": 0, "error_code": 0, "producer_id": new_pid, "producer_epoch": new_epoch}
     )

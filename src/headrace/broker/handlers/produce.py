@@ -170,13 +170,24 @@ def _one_batch(records: bytes | None, version: int) -> memoryview:
 async def _await_replication(
     waits: list[tuple[Partition, int, dict[str, Any]]], timeout_ms: int
 ) -> None:
-    """The acks=all purgatory: wait for every partition's high watermark to pass."""
+    """The acks=all purgatory (Kafka's ``DelayedProduce``): wait for every partition's high
+    watermark to pass its batches. Then, as Kafka's ``checkEnoughReplicasReachOffset``: an
+    ISR shrunk below ``min.insync.replicas`` meanwhile answers
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND (the records are written; a retry may duplicate them
+    unless the producer is idempotent); leadership lost meanwhile answers
+    NOT_LEADER_OR_FOLLOWER; the timeout answers REQUEST_TIMED_OUT."""
     pending = [(p, off, e) for p, off, e in waits if p.log.high_watermark < off]
-    if not pending:
-        return
-    done = await asyncio.gather(
-        *(p.wait_for_hw(off, timeout_ms / 1000) for p, off, _ in pending)
-    )
-    for ok, (_, _, entry) in zip(done, pending, strict=True):
-        if not ok:
+    done: list[bool | None] = []
+    if pending:
+        done = list(await asyncio.gather(
+            *(p.wait_for_hw(off, timeout_ms / 1000) for p, off, _ in pending)
+        ))
+    outcome = {id(e): ok for ok, (_, _, e) in zip(done, pending, strict=True)}
+    for p, _, entry in waits:
+        ok = outcome.get(id(entry), True)
+        if ok is None:
             entry["error_code"] = ErrorCode.request_timed_out
+        elif ok is False:
+            entry["error_code"] = ErrorCode.not_leader_or_follower
+        elif p.in_sync_count() < p.log.config.min_insync_replicas:
+            entry["error_code"] = ErrorCode.not_enough_replicas_after_append

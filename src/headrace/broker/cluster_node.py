@@ -1,0 +1,339 @@
+"""A broker's part in a cluster: it follows the metadata in ZooKeeper (docs/cluster.md).
+
+``ClusterNode`` listens to the ``ZkMetadataStore``'s events (on the event loop) and makes
+the hosted partitions match them:
+
+- **Transitions** (Kafka's ``ReplicaManager.becomeLeaderOrFollower``, driven by the state
+  znodes instead of LeaderAndIsr requests): a partition whose state names this broker as
+  leader becomes leader at that leader epoch (its epoch cache gets the epoch at the log
+  end offset; every ISR follower counts as caught up from now); any other leader makes it a
+  follower fetching from that leader (truncating first); leader -1 stops fetching. A
+  state with an older leader epoch than the one acted on is stale and ignored. Partitions
+  that appear here get their logs opened in a worker thread; partitions this broker no
+  longer hosts (a reassignment, a deleted topic) are closed and their directories removed.
+- **ISR** (R-REP-3): as leader, every ``replica.lag.time.max.ms`` / 2 it drops followers
+  not caught up for ``replica.lag.time.max.ms`` and, when a follower's fetch reaches the
+  high watermark, adds it back. Each change is a conditional write of the state znode
+  (``update_isr``, expected version = the znode version acted on) and takes effect only
+  after it succeeded; a lost race (the controller wrote first) changes nothing and the
+  cache brings the new state.
+- **Fencing**: when the ZooKeeper session is lost, every partition stops leading at once
+  (NOT_LEADER_OR_FOLLOWER; acks=all waiters are answered) and every fetcher stops; after
+  the new session's cache is loaded every topic is reconciled again.
+- **High watermarks** are checkpointed to ``replication-offset-checkpoint`` (Kafka's file)
+  every ``replica.high.watermark.checkpoint.interval.ms`` and when the broker stops.
+- Leadership of ``__consumer_offsets`` partitions is handed to the group service (it loads
+  the partition's groups when it leads and forgets them when it does not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from headrace.broker.replica_manager import Partition, TopicPartition, partition_dir
+from headrace.cluster.replica_fetcher import ReplicaFetcherManager
+from headrace.log.checkpoints import read_offset_checkpoint, write_offset_checkpoint
+from headrace.metadata.store import PartitionState, TopicState
+
+if TYPE_CHECKING:
+    from headrace.broker.server import Broker
+    from headrace.cluster.zk_store import ZkMetadataStore
+
+log = logging.getLogger("headrace.cluster")
+
+HW_CHECKPOINT = "replication-offset-checkpoint"
+
+
+class ClusterNode:
+    def __init__(self, broker: Broker, store: ZkMetadataStore) -> None:
+        self.broker = broker
+        self.store = store
+        self.replicas = broker.replicas
+        self.node_id = broker.node_id
+        self.config = broker.config
+        self.lag_ms = int(self.config["replica.lag.time.max.ms"])
+        self.fetchers = ReplicaFetcherManager(self.node_id, self.config, self.replicas,
+                                              store.broker)
+        self.fenced = False
+        self._dirty: set[str] = set()
+        self._kick = asyncio.Event()
+        self._changed = asyncio.Event()  # any reconcile finished (waiters re-check)
+        self._stopping = False
+        self._configs: dict[str, dict[str, str]] = {}
+        self._expanding: set[tuple[TopicPartition, int]] = set()
+
+    # ------------------------------------------------------------------ listener
+    def topic_changed(self, name: str) -> None:
+        self._dirty.add(name)
+        self._kick.set()
+
+    def topic_deleted(self, name: str) -> None:
+        self._dirty.add(name)
+        self._kick.set()
+
+    def brokers_changed(self) -> None:
+        self._changed.set()
+
+    def controller_changed(self, controller_id: int) -> None:
+        self._changed.set()
+
+    def session_lost(self) -> None:
+        if self.fenced:
+            return
+        self.fenced = True
+        led = 0
+        for p in self.replicas.partitions.values():
+            if p.leading:
+                led += 1
+                p.become_follower()
+        self.fetchers.remove_all()
+        log.warning("ZooKeeper session lost: this broker stopped leading %d partition(s) "
+                    "and fetching until it has re-registered", led)
+
+    def session_restored(self) -> None:
+        self.fenced = False
+        log.info("ZooKeeper session re-established: reconciling every topic")
+        self._dirty.update(self.store.topics().keys())
+        self._dirty.update(tp.topic for tp in self.replicas.partitions)
+        self._kick.set()
+
+    # ------------------------------------------------------------------ lifecycle
+    def load_hw_checkpoint(self) -> None:
+        found = read_offset_checkpoint(self.replicas.data_dir / HW_CHECKPOINT)
+        self.replicas.hw_checkpoint = {TopicPartition(t, p): o for (t, p), o in found.items()}
+
+    def write_hw_checkpoint(self) -> None:
+        entries = {(tp.topic, tp.partition): p.log.high_watermark
+                   for tp, p in self.replicas.partitions.items() if p.log.offline is None}
+        try:
+            write_offset_checkpoint(self.replicas.data_dir / HW_CHECKPOINT, entries)
+        except OSError as e:
+            log.warning("cannot write %s: %s", HW_CHECKPOINT, e)
+
+    async def start(self) -> None:
+        """Reconcile everything the store knows (the broker is not listening yet)."""
+        self.store.add_listener(self)
+        await self._reconcile(set(self.store.topics()) | {tp.topic for tp in
+                                                         self.replicas.partitions})
+
+    async def run(self, stopped: asyncio.Event) -> None:
+        interval_s = max(self.lag_ms / 2000, 0.05)
+        checkpoint_s = int(self.config["replica.high.watermark.checkpoint.interval.ms"]) / 1000
+        loop = asyncio.get_running_loop()
+        next_isr = loop.time() + interval_s
+        next_checkpoint = loop.time() + checkpoint_s
+        while not stopped.is_set():
+            timeout = max(min(next_isr, next_checkpoint) - loop.time(), 0)
+            if not self._dirty:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._kick.wait(), timeout)
+            self._kick.clear()
+            if stopped.is_set():
+                break
+            if self._dirty:
+                names, self._dirty = self._dirty, set()
+                try:
+                    await self._reconcile(names)
+                except Exception:
+                    log.exception("reconciling %d topic(s) failed; retrying", len(names))
+                    self._dirty |= names
+                    await asyncio.sleep(0.5)
+            now = loop.time()
+            if now >= next_isr:
+                next_isr = now + interval_s
+                self._shrink_isrs()
+            if now >= next_checkpoint:
+                next_checkpoint = now + checkpoint_s
+                await asyncio.to_thread(self.write_hw_checkpoint)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        await self.fetchers.stop()
+        self.write_hw_checkpoint()
+
+    async def wait_for(self, predicate: Any, timeout_s: float) -> bool:
+        """Wait (bounded) until ``predicate()`` holds, re-checked after every reconcile."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not predicate():
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(left, 0.1))
+        return True
+
+    # ------------------------------------------------------------------ reconcile
+    async def _reconcile(self, names: set[str]) -> None:
+        for name in sorted(names):
+            topic = self.store.topic(name)
+            hosted = [tp for tp in self.replicas.partitions if tp.topic == name]
+            if topic is None:
+                if hosted:
+                    self._forget_topic(name, hosted)
+                continue
+            await self._reconcile_topic(topic, hosted)
+            await asyncio.sleep(0)
+        self._changed.set()
+
+    def _forget_topic(self, name: str, hosted: list[TopicPartition]) -> None:
+        for tp in hosted:
+            p = self.replicas.get(tp)
+            if p is not None:
+                p.become_follower()
+            self.fetchers.remove(tp)
+            self.broker.groups.partition_unloaded(tp)
+        self.replicas.delete_topic(name)
+        self._configs.pop(name, None)
+        log.info("deleted the local replicas of topic %s", name)
+
+    async def _reconcile_topic(self, topic: TopicState, hosted: list[TopicPartition]) -> None:
+        mine = [i for i, st in enumerate(topic.partitions) if self.node_id in st.replicas]
+        # replicas moved away from this broker (reassignment) or partitions that vanished
+        for tp in hosted:
+            if tp.partition >= len(topic.partitions) or tp.partition not in mine:
+                self._remove_replica(tp)
+        missing = [i for i in mine
+                   if TopicPartition(topic.name, i) not in self.replicas.partitions]
+        if missing:
+            try:
+                logs = await asyncio.to_thread(self.replicas.open_logs, topic, missing)
+            except Exception as e:
+                log.error("cannot open the logs of %s partitions %s: %s", topic.name,
+                          missing[:10], e)
+                raise
+            # the topic may have changed while the logs opened: install what still fits
+            current = self.store.topic(topic.name)
+            if current is None or current.topic_id != topic.topic_id:
+                for plog in logs.values():
+                    plog.close()
+                return
+            topic = current
+            self.replicas.install(topic, logs)
+        configs = dict(topic.configs)
+        if self._configs.get(topic.name) != configs:
+            if topic.name in self._configs:
+                self.replicas.update_topic_config(topic)
+            self._configs[topic.name] = configs
+        for i in mine:
+            tp = TopicPartition(topic.name, i)
+            p = self.replicas.get(tp)
+            if p is not None and i < len(topic.partitions):
+                self._transition(p, topic.partitions[i])
+
+    def _remove_replica(self, tp: TopicPartition) -> None:
+        p = self.replicas.partitions.pop(tp, None)
+        self.fetchers.remove(tp)
+        if p is None:
+            return
+        p.become_follower()
+        self.broker.groups.partition_unloaded(tp)
+        try:
+            p.log.close()
+        except Exception as e:
+            log.warning("closing %s failed: %s", tp, e)
+        self.replicas.remove_dirs([partition_dir(self.replicas.data_dir, tp)])
+        log.info("removed replica %s (no longer assigned to this broker)", tp)
+
+    def _transition(self, p: Partition, state: PartitionState) -> None:
+        old = p.state
+        fresh = not p.leading and self.fetchers.fetching(p.tp) is None
+        if state.leader_epoch < old.leader_epoch:
+            return  # stale (the cache is behind what this broker acted on)
+        if state.zk_version >= 0 and 0 <= state.zk_version < old.zk_version:
+            return
+        new_epoch = state.leader_epoch != old.leader_epoch
+        p.state = replace(state, replicas=list(state.replicas), isr=list(state.isr))
+        if self.fenced:
+            return
+        now = self.broker.clock.wall_ms()
+        if state.leader == self.node_id:
+            if not p.leading or new_epoch:
+                self.fetchers.remove(p.tp)
+                if p.log.offline is None:
+                    p.log.assign_epoch(state.leader_epoch, p.log.log_end_offset)
+                p.become_leader(now)
+                p._advance_hw()
+                log.info("leading %s at epoch %d (ISR %s, log end %d, high watermark %d)",
+                         p.tp, state.leader_epoch, state.isr, p.log.log_end_offset,
+                         p.log.high_watermark)
+                self.broker.groups.partition_led(p.tp)
+                self.replicas.wake(p.tp)
+            else:
+                p._advance_hw()  # the ISR may have changed
+            return
+        # a follower (or nobody leads)
+        if p.leading:
+            p.become_follower()
+            self.broker.groups.partition_unloaded(p.tp)
+            log.info("%s: broker %d leads now (epoch %d); following", p.tp, state.leader,
+                     state.leader_epoch)
+            self.replicas.wake(p.tp)
+        if state.leader < 0:
+            self.fetchers.remove(p.tp)
+            return
+        current = self.fetchers.fetching(p.tp)
+        if fresh or new_epoch or current is None or current.leader != state.leader:
+            self.fetchers.add(p.tp, state.leader, state.leader_epoch)
+
+    # ------------------------------------------------------------------ ISR changes
+    def follower_fetched(self, p: Partition, replica_id: int) -> None:
+        """After a follower's fetch (leader side): maybe it rejoins the ISR."""
+        if self.fenced or p.isr_change_in_flight:
+            return
+        epochs = p.log.leader_epochs
+        epoch_start = epochs[-1][1] if epochs else 0
+        if p.may_join_isr(replica_id, epoch_start):
+            isr = [*p.state.isr, replica_id]
+            self._spawn_isr_change(p, isr, f"broker {replica_id} caught up")
+
+    def _shrink_isrs(self) -> None:
+        if self.fenced:
+            return
+        now = self.broker.clock.wall_ms()
+        for p in list(self.replicas.partitions.values()):
+            if not p.leading or p.isr_change_in_flight or len(p.state.isr) <= 1:
+                continue
+            out = p.out_of_sync(now, self.lag_ms)
+            if out:
+                isr = [r for r in p.state.isr if r not in out]
+                self._spawn_isr_change(
+                    p, isr, f"broker(s) {out} not caught up for {self.lag_ms} ms")
+
+    def _spawn_isr_change(self, p: Partition, isr: list[int], why: str) -> None:
+        p.isr_change_in_flight = True
+        task = asyncio.get_running_loop().create_task(self._change_isr(p, isr, why))
+        self.broker.track(task)
+
+    async def _change_isr(self, p: Partition, isr: list[int], why: str) -> None:
+        try:
+            acted = p.state
+            new = replace(acted, isr=sorted(isr, key=acted.replicas.index)
+                          if set(isr) <= set(acted.replicas) else isr)
+            try:
+                version = await asyncio.to_thread(self.store.update_isr, p.tp.topic,
+                                                  p.tp.partition, new)
+            except Exception as e:
+                log.warning("ISR change of %s failed: %s", p.tp, e)
+                return
+            if version is None:
+                log.info("ISR change of %s lost a race (the state changed); re-reading", p.tp)
+                return
+            if (self.replicas.partitions.get(p.tp) is not p or not p.leading
+                    or p.state.leader_epoch != acted.leader_epoch
+                    or p.state.zk_version > version):
+                return
+            p.state = replace(new, zk_version=version)
+            log.info("ISR of %s: %s -> %s (%s)", p.tp, acted.isr, p.state.isr, why)
+            now = self.broker.clock.wall_ms()
+            for r in p.state.isr:
+                if r not in acted.isr:
+                    p.caught_up_ms[r] = now
+            p._advance_hw()
+        finally:
+            p.isr_change_in_flight = False

@@ -1,0 +1,386 @@
+"""Followers fetch from leaders (R-REP-3): Kafka's ``ReplicaFetcherThread``, on asyncio.
+
+``ReplicaFetcherManager`` keeps, per source broker, ``num.replica.fetchers`` fetcher tasks
+(a partition goes to fetcher ``hash(tp) % n`` of its leader). A fetcher owns one
+connection to its leader and loops:
+
+1. **Truncation** (KIP-101, KIP-279), for partitions just added (a new leader or epoch):
+   one OffsetForLeaderEpoch request (API 23, with this broker as ``replica_id``) asks the
+   leader where the follower's latest epoch ends on the leader. If the leader knows that
+   epoch, the follower truncates to min(its answer, own log end offset); if the leader
+   answers an older epoch, to min(its answer, the follower's own end offset for that
+   epoch); if it knows nothing (UNDEFINED), to the follower's high watermark. Then it
+   fetches. So a returning replica drops exactly its divergent suffix.
+2. **Fetch** v12 with ``replica_id`` = this broker and ``current_leader_epoch``: the leader
+   answers batches up to its log end offset and its high watermark. The batches are
+   appended byte for byte (``PartitionLog.append_as_follower``: offsets and leader epochs
+   kept, CRC checked), and the follower's high watermark becomes min(leader's, own log
+   end offset).
+
+Errors: NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH / UNKNOWN_TOPIC_OR_PARTITION pause the
+partition until the cluster node hands it a new leader or epoch (the metadata cache will
+show it); UNKNOWN_LEADER_EPOCH (the leader has not seen the new epoch yet) retries soon;
+OFFSET_OUT_OF_RANGE below the leader's log start restarts the log there, otherwise
+re-truncates. A failed connection is retried after ``replica.fetch.backoff.ms``, with one
+log line per failure streak.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from headrace.cluster.client import BrokerConnection, BrokerConnectionError
+from headrace.log.errors import LogError
+from headrace.metadata.store import BrokerInfo
+from headrace.protocol.records import InvalidRecordError
+
+if TYPE_CHECKING:
+    from headrace.broker.replica_manager import Partition, ReplicaManager, TopicPartition
+    from headrace.config import BrokerConfig
+
+log = logging.getLogger("headrace.replication")
+
+FETCH, OFFSET_FOR_LEADER_EPOCH = 1, 23
+FETCH_VERSION, OFFSET_FOR_LEADER_EPOCH_VERSION = 12, 3
+CONNECT_TIMEOUT_S = 5.0
+UNKNOWN_EPOCH_RETRY_S = 0.1
+PAUSE_S = 1.0
+
+
+@dataclass(slots=True)
+class FetchState:
+    leader: int
+    epoch: int
+    truncated: bool = False
+    paused_until: float = 0.0
+
+
+class ReplicaFetcherManager:
+    def __init__(self, node_id: int, config: BrokerConfig, replicas: ReplicaManager,
+                 broker_info: Callable[[int], BrokerInfo | None]) -> None:
+        self.node_id = node_id
+        self.config = config
+        self.replicas = replicas
+        self.broker_info = broker_info
+        self.fetchers: dict[tuple[int, int], Fetcher] = {}
+        self.assigned: dict[TopicPartition, tuple[int, int]] = {}
+        self.num_fetchers = int(config["num.replica.fetchers"])
+
+    def add(self, tp: TopicPartition, leader: int, epoch: int) -> None:
+        """Fetch ``tp`` from ``leader`` at ``epoch`` (truncating first)."""
+        key = (leader, hash(tp) % self.num_fetchers)
+        old = self.assigned.get(tp)
+        if old is not None and old != key:
+            self.fetchers[old].remove(tp)
+        fetcher = self.fetchers.get(key)
+        if fetcher is None:
+            fetcher = self.fetchers[key] = Fetcher(self, leader, key[1])
+            fetcher.start()
+        fetcher.add(tp, FetchState(leader, epoch))
+        self.assigned[tp] = key
+
+    def remove(self, tp: TopicPartition) -> None:
+        key = self.assigned.pop(tp, None)
+        if key is not None:
+            self.fetchers[key].remove(tp)
+
+    def fetching(self, tp: TopicPartition) -> FetchState | None:
+        key = self.assigned.get(tp)
+        return None if key is None else self.fetchers[key].partitions.get(tp)
+
+    def remove_all(self) -> None:
+        for tp in list(self.assigned):
+            self.remove(tp)
+
+    def leader_moved(self, broker_id: int) -> None:
+        """A broker's address may have changed (it re-registered): reconnect to it."""
+        for (leader, _), f in self.fetchers.items():
+            if leader == broker_id:
+                f.reconnect()
+
+    async def stop(self) -> None:
+        fetchers = list(self.fetchers.values())
+        self.fetchers.clear()
+        self.assigned.clear()
+        for f in fetchers:
+            f.stop()
+        tasks = [f.task for f in fetchers if f.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=2.0)
+            for t in pending:
+                t.cancel()
+
+
+class Fetcher:
+    def __init__(self, manager: ReplicaFetcherManager, leader: int, index: int) -> None:
+        self.manager = manager
+        self.leader = leader
+        self.index = index
+        self.partitions: dict[TopicPartition, FetchState] = {}
+        self.task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+        self._stopped = False
+        self._conn: BrokerConnection | None = None
+        self._failing = False
+        cfg = manager.config
+        self.wait_ms = int(cfg["replica.fetch.wait.max.ms"])
+        self.min_bytes = int(cfg["replica.fetch.min.bytes"])
+        self.max_bytes = int(cfg["replica.fetch.max.bytes"])
+        self.response_max_bytes = int(cfg["replica.fetch.response.max.bytes"])
+        self.backoff_s = int(cfg["replica.fetch.backoff.ms"]) / 1000
+        self.request_timeout_s = max(int(cfg["request.timeout.ms"]) / 1000,
+                                     self.wait_ms / 1000 + 5)
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"replica-fetcher-{self.leader}-{self.index}")
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._changed.set()
+        if self._conn is not None:
+            self._conn.close()
+
+    def reconnect(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def add(self, tp: TopicPartition, state: FetchState) -> None:
+        self.partitions[tp] = state
+        self._changed.set()
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp, None)
+
+    # ------------------------------------------------------------------ loop
+    async def _run(self) -> None:
+        while not self._stopped:
+            active = self._active()
+            if not active:
+                if not self.partitions and self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+                self._changed.clear()
+                wait = self._next_unpause()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), wait)
+                continue
+            try:
+                conn = await self._connection()
+                await self._truncate(conn)
+                if self._stopped:
+                    return
+                await self._fetch(conn)
+                if self._failing:
+                    self._failing = False
+                    log.info("replica fetcher %d-%d: fetching from broker %d again",
+                             self.leader, self.index, self.leader)
+            except BrokerConnectionError as e:
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = None
+                if not self._failing:
+                    self._failing = True
+                    log.warning("replica fetcher %d-%d: %s; retrying every %.1f s",
+                                self.leader, self.index, e, self.backoff_s)
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), self.backoff_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("replica fetcher %d-%d failed; retrying", self.leader, self.index)
+                await asyncio.sleep(self.backoff_s)
+        if self._conn is not None:
+            self._conn.close()
+
+    def _active(self) -> dict[TopicPartition, FetchState]:
+        now = time.monotonic()
+        return {tp: s for tp, s in self.partitions.items() if s.paused_until <= now}
+
+    def _next_unpause(self) -> float | None:
+        if not self.partitions:
+            return None
+        now = time.monotonic()
+        return max(min(s.paused_until for s in self.partitions.values()) - now, 0.01)
+
+    async def _connection(self) -> BrokerConnection:
+        if self._conn is not None and self._conn.connected:
+            return self._conn
+        info = self.manager.broker_info(self.leader)
+        if info is None:
+            raise BrokerConnectionError(f"broker {self.leader} is not registered")
+        conn = BrokerConnection(info.host, info.port,
+                                f"headrace-replica-fetcher-{self.manager.node_id}")
+        await conn.connect(CONNECT_TIMEOUT_S)
+        self._conn = conn
+        return conn
+
+    def _partition(self, tp: TopicPartition, state: FetchState) -> Partition | None:
+        """The hosted partition if ``state`` is still what this fetcher should fetch."""
+        if self.partitions.get(tp) is not state:
+            return None
+        p = self.manager.replicas.get(tp)
+        if p is None or p.leading or p.log.offline is not None:
+            return None
+        return p
+
+    @staticmethod
+    def _pause(state: FetchState, seconds: float) -> None:
+        state.paused_until = time.monotonic() + seconds
+
+    # ------------------------------------------------------------------ truncation
+    async def _truncate(self, conn: BrokerConnection) -> None:
+        todo: dict[TopicPartition, tuple[FetchState, int]] = {}
+        for tp, state in self._active().items():
+            if state.truncated:
+                continue
+            p = self._partition(tp, state)
+            if p is None:
+                continue
+            latest = p.log.latest_epoch()
+            if latest is None:  # nothing with an epoch: nothing can diverge
+                state.truncated = True
+                continue
+            todo[tp] = (state, latest)
+        if not todo:
+            return
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp, (state, latest) in todo.items():
+            topics.setdefault(tp.topic, []).append({
+                "partition": tp.partition, "current_leader_epoch": state.epoch,
+                "leader_epoch": latest})
+        resp = await conn.request(OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, {
+            "replica_id": self.manager.node_id,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+        }, self.request_timeout_s)
+        from headrace.broker.replica_manager import TopicPartition as TP
+
+        for t in resp.topics:
+            for r in t.partitions:
+                tp = TP(str(t.topic), int(r.partition))
+                entry = todo.get(tp)
+                if entry is None:
+                    continue
+                state, latest = entry
+                p = self._partition(tp, state)
+                if p is None:
+                    continue
+                code = ErrorCode(r.error_code)
+                if code != ErrorCode.none:
+                    self._on_error(tp, state, code, "OffsetForLeaderEpoch")
+                    continue
+                self._truncate_one(p, latest, int(r.leader_epoch), int(r.end_offset))
+                state.truncated = True
+
+    def _truncate_one(self, p: Partition, latest: int, leader_epoch: int,
+                      end_offset: int) -> None:
+        plog = p.log
+        leo = plog.log_end_offset
+        if end_offset < 0:  # the leader has no epoch at or below ours: Kafka's fallback
+            target = min(plog.high_watermark, leo)
+            why = "the leader knows no epoch at or below ours"
+        elif leader_epoch == latest:
+            target = min(end_offset, leo)
+            why = f"epoch {latest} ends at {end_offset} on the leader"
+        else:
+            _, own_end = plog.end_offset_for_epoch(leader_epoch)
+            target = min(end_offset, own_end if own_end >= 0 else end_offset, leo)
+            why = (f"the leader's latest epoch up to {latest} is {leader_epoch}, "
+                   f"ending at {end_offset}")
+        if target < leo:
+            log.warning("truncating %s from %d to %d (%s)", p.tp, leo, target, why)
+            plog.truncate_to(target)
+        if plog.high_watermark > plog.log_end_offset:
+            plog.high_watermark = plog.log_end_offset
+
+    # ------------------------------------------------------------------ fetch
+    async def _fetch(self, conn: BrokerConnection) -> None:
+        batch: dict[TopicPartition, FetchState] = {}
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp, state in self._active().items():
+            if not state.truncated:
+                continue
+            p = self._partition(tp, state)
+            if p is None:
+                continue
+            batch[tp] = state
+            topics.setdefault(tp.topic, []).append({
+                "partition": tp.partition, "current_leader_epoch": state.epoch,
+                "fetch_offset": p.log.log_end_offset, "last_fetched_epoch": -1,
+                "log_start_offset": p.log.log_start_offset,
+                "partition_max_bytes": self.max_bytes})
+        if not batch:
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), PAUSE_S)
+            return
+        resp = await conn.request(FETCH, FETCH_VERSION, {
+            "replica_id": self.manager.node_id, "max_wait": self.wait_ms,
+            "min_bytes": self.min_bytes, "max_bytes": self.response_max_bytes,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            "forgotten_topics_data": [], "rack_id": "",
+        }, self.request_timeout_s)
+        from headrace.broker.replica_manager import TopicPartition as TP
+
+        if int(resp.error_code):
+            raise BrokerConnectionError(f"fetch answered {ErrorCode(resp.error_code).name}")
+        for t in resp.responses:
+            for r in t.partitions:
+                tp = TP(str(t.topic), int(r.partition_index))
+                state = batch.get(tp)
+                if state is None:
+                    continue
+                p = self._partition(tp, state)
+                if p is None:
+                    continue
+                code = ErrorCode(r.error_code)
+                if code == ErrorCode.none:
+                    self._append(p, state, r)
+                elif code == ErrorCode.offset_out_of_range:
+                    self._out_of_range(p, state, int(r.log_start_offset))
+                else:
+                    self._on_error(tp, state, code, "Fetch")
+
+    def _append(self, p: Partition, state: FetchState, r: Any) -> None:
+        plog = p.log
+        records = r.records
+        if records:
+            try:
+                plog.append_as_follower(records)
+            except (InvalidRecordError, LogError, ValueError) as e:
+                log.error("cannot append what broker %d sent for %s: %s", self.leader, p.tp, e)
+                self._pause(state, PAUSE_S)
+                return
+        hw = min(int(r.high_watermark), plog.log_end_offset)
+        if hw > plog.high_watermark:
+            plog.high_watermark = hw
+
+    def _out_of_range(self, p: Partition, state: FetchState, leader_start: int) -> None:
+        plog = p.log
+        if leader_start > plog.log_end_offset:
+            log.warning("%s: the leader's log starts at %d, past ours (%d): starting over "
+                        "there", p.tp, leader_start, plog.log_end_offset)
+            plog.truncate_fully_and_start_at(leader_start)
+            plog.high_watermark = leader_start
+        else:
+            state.truncated = False  # ahead of the leader: truncate by epoch again
+
+    def _on_error(self, tp: TopicPartition, state: FetchState, code: ErrorCode,
+                  what: str) -> None:
+        if code == ErrorCode.unknown_leader_epoch:
+            self._pause(state, UNKNOWN_EPOCH_RETRY_S)
+            return
+        log.info("%s of %s from broker %d answered %s; waiting for new leadership",
+                 what, tp, self.leader, code.name)
+        self._pause(state, PAUSE_S)
