@@ -60,7 +60,8 @@ class ClusterBroker:
                 "--port", str(self.port), "--broker-id", str(self.broker_id),
                 "--zookeeper", self.zk_connect,
                 "-o", f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
-                "-o", f"replica.lag.time.max.ms={LAG_TIME_MS}"]
+                "-o", f"replica.lag.time.max.ms={LAG_TIME_MS}",
+                "--log-level", os.environ.get("HEADRACE_TEST_LOG_LEVEL", "INFO")]
         for k, v in self.overrides.items():
             args += ["-o", f"{k}={v}"]
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
@@ -166,7 +167,8 @@ class Cluster:
     def describe(self, topic: str, timeout_s: float = 5.0) -> dict[int, Any]:
         """partition -> confluent PartitionMetadata (leader, replicas, isrs) from any live
         broker."""
-        md = self.admin().list_topics(topic=topic, timeout=timeout_s)
+        admin = self.admin()
+        md = admin.list_topics(topic=topic, timeout=timeout_s)
         t = md.topics.get(topic)
         if t is None or t.error is not None:
             return {}
@@ -208,7 +210,8 @@ class Cluster:
                      configs: dict[str, str] | None = None) -> None:
         from confluent_kafka.admin import NewTopic
 
-        futs = self.admin().create_topics(
+        admin = self.admin()  # referenced until the result is in
+        futs = admin.create_topics(
             [NewTopic(name, partitions, rf, config=configs or {})], request_timeout=30)
         futs[name].result(40)
         for p in range(partitions):

@@ -93,6 +93,26 @@ def broker(
     sys.exit(asyncio.run(run()))
 
 
+@main.command()
+@click.option("--brokers", type=click.IntRange(1, 32), default=3, show_default=True)
+@click.option("--data-dir", type=click.Path(path_type=Path), default=Path("cluster-data"),
+              show_default=True, help="ZooKeeper's and every broker's data under here.")
+@click.option("--port", type=int, default=9092, show_default=True,
+              help="First broker's port; broker N listens on PORT+N-1.")
+@click.option("--zookeeper-port", type=int, default=2181, show_default=True)
+@click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="A broker config for every broker (repeatable).")
+@click.option("--log-level", default="INFO", show_default=True)
+def cluster(brokers: int, data_dir: Path, port: int, zookeeper_port: int,
+            overrides: tuple[str, ...], log_level: str) -> None:
+    """Run a local cluster: a ZooKeeper and BROKERS brokers on 127.0.0.1 (Ctrl-C stops)."""
+    from headrace.cluster.local import run_local_cluster
+
+    _parse_overrides(overrides)  # a bad pair fails here, once
+    sys.exit(run_local_cluster(brokers, data_dir, port, zookeeper_port, list(overrides),
+                               log_level))
+
+
 def _register_subcommands() -> None:
     from headrace.admin_cli import groups, topics
 

@@ -150,6 +150,40 @@ class ClusterNode:
                 next_checkpoint = now + checkpoint_s
                 await asyncio.to_thread(self.write_hw_checkpoint)
 
+    async def controlled_shutdown(self) -> None:
+        """Before a clean stop (SIGTERM): ask the controller to move leadership away and
+        wait, bounded, until this broker leads nothing that another replica could lead."""
+        if not self.config["controlled.shutdown.enable"] or self.fenced:
+            return
+
+        def leading() -> int:
+            return sum(1 for p in self.replicas.partitions.values()
+                       if p.leading and any(r != self.node_id for r in p.state.isr))
+
+        n = leading()
+        if not n:
+            return
+        log.info("controlled shutdown: moving the leadership of %d partition(s) away", n)
+        retries = int(self.config["controlled.shutdown.max.retries"])
+        timeout_s = max(int(self.config["request.timeout.ms"]) / 1000, 5.0)
+        for attempt in range(retries + 1):
+            controller = self.broker.controller
+            try:
+                if controller is not None and controller.is_active:
+                    await controller.controlled_shutdown(self.node_id)
+                else:
+                    await asyncio.to_thread(self.store.request_controlled_shutdown,
+                                            self.node_id)
+            except Exception as e:
+                log.warning("controlled shutdown request failed: %s", e)
+            if await self.wait_for(lambda: leading() == 0, timeout_s):
+                log.info("controlled shutdown: leadership moved")
+                return
+            if attempt < retries:
+                log.info("controlled shutdown: %d partition(s) still led; retrying", leading())
+        log.warning("controlled shutdown: %d partition(s) still led; stopping anyway",
+                    leading())
+
     async def stop(self) -> None:
         self._stopping = True
         await self.fetchers.stop()

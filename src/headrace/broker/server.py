@@ -813,6 +813,7 @@ class Broker:
             self._dir_lock.release()
             raise StartupError(str(e)) from None
         self.cluster = ClusterNode(self, store)
+        self.topics.cluster = self.cluster
         self.cluster.load_hw_checkpoint()
         self.replicas.load()
         await self.cluster.start()
@@ -850,6 +851,11 @@ class Broker:
     async def stop(self, timeout_s: float = 5.0) -> None:
         if self.stopping:
             return
+        if self.cluster is not None and not self._stopped.is_set():
+            try:  # while still serving: clients follow the leadership as it moves
+                await self.cluster.controlled_shutdown()
+            except Exception as e:
+                log.warning("controlled shutdown failed: %s", e)
         self.stopping = True
         self._stopped.set()
         for _, fut in self._room_queue:

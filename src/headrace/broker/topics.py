@@ -218,8 +218,7 @@ class TopicAdmin:
                     ErrorCode.invalid_replication_factor,
                     "Replication factor must be larger than 0.",
                 )
-            brokers = [b.node_id for b in self.metadata.live_brokers()]
-            assignment = assign_replicas(brokers, num_partitions, replication_factor)
+            assignment = self._assign(num_partitions, replication_factor)
         else:
             if not 1 <= len(assignment) <= MAX_PARTITIONS:
                 raise TopicError(
@@ -236,6 +235,22 @@ class TopicAdmin:
         overrides = validate_configs(spec.configs)
         states = [PartitionState(replicas=list(r), leader=r[0], isr=list(r)) for r in assignment]
         return TopicPlan(name, states, overrides)
+
+    def _assign(self, partitions: int, rf: int, start: int = 0) -> list[list[int]]:
+        """Replica assignment (R-REP-1): a single node round-robin; a cluster Kafka's way
+        (random start, rack-aware with ``broker.rack``) over the live brokers."""
+        brokers = self.metadata.live_brokers()
+        if self.cluster is None:
+            return assign_replicas([b.node_id for b in brokers], partitions, rf, start)
+        from headrace.cluster import controller
+
+        try:
+            return controller.assign_replicas([(b.node_id, b.rack) for b in brokers],
+                                              partitions, rf, start_partition=start)
+        except controller.InvalidReplicationFactor as e:
+            raise TopicError(ErrorCode.invalid_replication_factor, str(e)) from None
+        except controller.InvalidReplicaAssignment as e:
+            raise TopicError(ErrorCode.invalid_replica_assignment, str(e)) from None
 
     def _hosted(self, states: Iterable[PartitionState]) -> int:
         node = self.replicas.node_id
@@ -485,7 +500,7 @@ class TopicAdmin:
         rf = len(topic.partitions[0].replicas)
         brokers = [b.node_id for b in self.metadata.live_brokers()]
         if assignment is None:
-            new = assign_replicas(brokers, count - current, rf, start=current)
+            new = self._assign(count - current, rf, start=current)
         else:
             if len(assignment) != count - current:
                 raise TopicError(

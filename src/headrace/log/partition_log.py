@@ -444,6 +444,118 @@ class PartitionLog:
         return AppendResult(first_offset, last_offset, now if log_append else -1,
                             self.log_start_offset)
 
+    # ------------------------------------------------------------------ replication
+    def append_as_follower(self, records: bytes | memoryview) -> AppendResult | None:
+        """Append batches a leader returned to a follower's Fetch, byte for byte (R-REP-3,
+        Kafka's ``appendAsFollower``): offsets and partition leader epochs are kept as the
+        leader stored them. A torn last batch (the leader cut its read at the byte limit)
+        is dropped; batches wholly below the log end offset (a retried fetch) are skipped.
+        Every batch is checked (header, magic 2, CRC-32C, offsets moving forward; gaps are
+        allowed: a compacted leader has them) before anything is written; no size limit
+        applies (Kafka's followers ignore max.message.bytes). The producer state and the
+        leader-epoch cache follow the appended batches, so a new leader deduplicates a
+        producer's retries from its own log (R-PROD-2). None if nothing was appended.
+
+        Raises ``InvalidRecordError`` (nothing appended) or ``LogError`` (I/O)."""
+        self._check_online()
+        view = memoryview(records)
+        whole = whole_batches_length(view)
+        if whole == 0:
+            return None
+        headers = [h for h in split_batches(view[:whole], INT32_MAX)
+                   if h.last_offset >= self.log_end_offset]
+        if not headers:
+            return None
+        expected = self.log_end_offset
+        for h in headers:
+            if h.base_offset < expected:
+                raise InvalidRecordError(
+                    ErrorCode.corrupt_message,
+                    f"batch at offset {h.base_offset} overlaps the log (next offset "
+                    f"{expected}) of {self.dir.name}")
+            expected = h.last_offset + 1
+        first_offset = headers[0].base_offset
+        last_offset = headers[-1].last_offset
+        size = sum(h.size for h in headers)
+        if self.should_roll(size, last_offset):
+            self._roll_for_append()
+        seg = self.active_segment
+        mark = seg.mark()
+        try:
+            for h in headers:
+                if last_offset - seg.base_offset > INT32_MAX:  # pragma: no cover - huge gaps
+                    raise ValueError("offsets do not fit the segment's index")
+                seg.append(view[h.position:h.position + h.size], h)
+        except (OSError, ValueError) as e:
+            self._undo_append(seg, mark, e)
+            raise LogError(ErrorCode.kafka_storage_error,
+                           f"append to {seg.log_path} failed: {e}") from e
+        epochs_changed = False
+        for h in headers:
+            self.producer_state.update(h)
+            epoch = h.partition_leader_epoch
+            if epoch >= 0 and (not self.leader_epochs or epoch > self.leader_epochs[-1][0]):
+                self.leader_epochs.append((epoch, h.base_offset))
+                epochs_changed = True
+        if epochs_changed:
+            self._save_epochs()
+        self._after_append(seg, sum(h.records_count for h in headers))
+        return AppendResult(first_offset, last_offset, -1, self.log_start_offset)
+
+    def _save_epochs(self) -> None:
+        try:
+            self._write_leader_epochs()
+        except OSError as e:  # derived data: open rebuilds it from the batch headers
+            log.warning("could not write %s: %s", self.dir / LEADER_EPOCH_CHECKPOINT, e)
+
+    def latest_epoch(self) -> int | None:
+        return self.leader_epochs[-1][0] if self.leader_epochs else None
+
+    def assign_epoch(self, epoch: int, start_offset: int) -> None:
+        """A new leader records its epoch at its log end offset before it appends (Kafka's
+        ``Partition.makeLeader``), so OffsetForLeaderEpoch answers for it at once."""
+        if epoch < 0 or (self.leader_epochs and epoch <= self.leader_epochs[-1][0]):
+            return
+        self.leader_epochs = [(e, o) for e, o in self.leader_epochs if o < start_offset]
+        self.leader_epochs.append((epoch, start_offset))
+        self._save_epochs()
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """Kafka's ``LeaderEpochFileCache.endOffsetFor`` (KIP-101, KIP-279): (the largest
+        epoch at or below ``epoch``, where it ends: the start of the next larger epoch, or
+        the log end offset for the latest); (-1, -1) if ``epoch`` is above every epoch or
+        undefined; (``epoch``, the first epoch's start) if below the first."""
+        epochs = self.leader_epochs
+        if epoch < 0 or not epochs:
+            return -1, -1
+        if epoch == epochs[-1][0]:
+            return epoch, self.log_end_offset
+        higher = next((i for i, (e, _) in enumerate(epochs) if e > epoch), None)
+        if higher is None:
+            return -1, -1
+        if higher == 0:
+            return epoch, epochs[0][1]
+        return epochs[higher - 1][0], epochs[higher][1]
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and restart it at ``offset`` (a follower whose leader's log starts
+        past its own end)."""
+        log.warning("restarting log %s at offset %d (the leader's log starts there)",
+                    self.dir, offset)
+        self._generation += 1
+        for seg in self._segments:
+            seg.delete()
+        self._segments = [LogSegment.create(
+            self.dir, offset, index_interval_bytes=self.config.index_interval_bytes,
+            max_index_bytes=self.config.segment_index_bytes, now_ms=self.clock.wall_ms())]
+        self._bases = [offset]
+        self._unflushed = []
+        self.log_start_offset = offset
+        self.high_watermark = min(self.high_watermark, offset)
+        self.producer_state.producers.clear()
+        self.leader_epochs = []
+        self._save_epochs()
+
     def _undo_append(self, seg: LogSegment, mark: SegmentMark, cause: Exception) -> None:
         """Put the active segment back as it was before a failed append; if even that
         fails, take the log offline (Kafka's ``LogDirFailureChannel``): a torn batch must

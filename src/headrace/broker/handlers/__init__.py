@@ -11,6 +11,7 @@ from headrace.broker.handlers import (  # noqa: F401
     describe_cluster,
     describe_configs,
     describe_groups,
+    elect_leaders,
     fetch,
     find_coordinator,
     heartbeat,
@@ -24,6 +25,7 @@ from headrace.broker.handlers import (  # noqa: F401
     offset_commit,
     offset_delete,
     offset_fetch,
+    offset_for_leader_epoch,
     produce,
     sync_group,
 )

@@ -1,0 +1,58 @@
+"""OffsetForLeaderEpoch (23): where a leader epoch ends on the leader (KIP-101, KIP-279).
+
+Followers ask it before fetching, to truncate exactly their divergent suffix; consumers
+ask it after a leader change to detect truncation (KIP-320). Per partition: the largest
+epoch at or below the requested one and its end offset (``PartitionLog.end_offset_for_epoch``),
+answered by the leader only (NOT_LEADER_OR_FOLLOWER elsewhere), with the
+``current_leader_epoch`` fencing of Fetch (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.handlers.fetch import _epoch_error
+from headrace.broker.replica_manager import TopicPartition
+
+if TYPE_CHECKING:
+    from headrace.broker.server import Broker
+
+
+def _answer(broker: Broker, topic: str, p: Any) -> dict[str, Any]:
+    index = int(p.partition)
+    entry: dict[str, Any] = {"error_code": ErrorCode.none, "partition": index,
+                             "leader_epoch": -1, "end_offset": -1}
+    partition = broker.replicas.get(TopicPartition(topic, index))
+    if partition is None:
+        known = broker.metadata.topic(topic)
+        entry["error_code"] = (
+            ErrorCode.not_leader_or_follower
+            if known is not None and 0 <= index < len(known.partitions)
+            else ErrorCode.unknown_topic_or_partition)
+        return entry
+    if not partition.is_leader(broker.node_id):
+        entry["error_code"] = ErrorCode.not_leader_or_follower
+        return entry
+    err = _epoch_error(int(p.current_leader_epoch), partition.leader_epoch)
+    if err is not None:
+        entry["error_code"] = err
+        return entry
+    if partition.log.offline is not None:
+        entry["error_code"] = ErrorCode.kafka_storage_error
+        return entry
+    epoch, end = partition.log.end_offset_for_epoch(int(p.leader_epoch))
+    entry.update(leader_epoch=epoch, end_offset=end)
+    return entry
+
+
+@handler(23, "OffsetForLeaderEpoch", 2, 4)
+async def handle_offset_for_leader_epoch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return ctx.response({
+        "throttle_time": 0,
+        "topics": [{"topic": t.topic, "partitions": [_answer(broker, t.topic, p)
+                                                     for p in t.partitions]}
+                   for t in req.topics],
+    })

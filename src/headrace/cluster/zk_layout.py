@@ -1,0 +1,250 @@
+"""Kafka's ZooKeeper layout and JSON formats, as Kafka 3.x in ZooKeeper mode wrote them
+(``kafka.zk.ZkData``). PURE: paths, encoders and decoders; decoders raise ``LayoutError``
+with a clear message for anything malformed (another program may have written it).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from headrace.metadata.store import BrokerInfo, PartitionState
+
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONFIG_TOPICS = "/config/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CLUSTER_ID = "/cluster/id"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+DELETE_TOPICS = "/admin/delete_topics"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+PREFERRED_ELECTION = "/admin/preferred_replica_election"
+CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"  # headrace's own (no RPC in kio)
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, CONTROLLED_SHUTDOWN,
+                    "/cluster", "/config/changes", "/isr_change_notification")
+
+
+class LayoutError(ValueError):
+    """A znode's content is not what Kafka writes there."""
+
+
+def broker_path(node_id: int) -> str:
+    return f"{BROKER_IDS}/{node_id}"
+
+
+def topic_path(name: str) -> str:
+    return f"{TOPICS}/{name}"
+
+
+def partitions_path(name: str) -> str:
+    return f"{TOPICS}/{name}/partitions"
+
+
+def partition_path(name: str, partition: int) -> str:
+    return f"{TOPICS}/{name}/partitions/{partition}"
+
+
+def state_path(name: str, partition: int) -> str:
+    return f"{TOPICS}/{name}/partitions/{partition}/state"
+
+
+def config_path(name: str) -> str:
+    return f"{CONFIG_TOPICS}/{name}"
+
+
+def _load(data: bytes | None, what: str) -> Any:
+    if data is None:
+        raise LayoutError(f"{what}: no data")
+    try:
+        return json.loads(data.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise LayoutError(f"{what}: not JSON ({e})") from None
+
+
+def _dump(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def topic_id_text(topic_id: uuid.UUID) -> str:
+    """Kafka's ``Uuid.toString``: URL-safe base64 of the 16 bytes, no padding."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def parse_topic_id(text: str) -> uuid.UUID:
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        return uuid.UUID(bytes=raw)
+    except (ValueError, TypeError) as e:
+        raise LayoutError(f"bad topic id {text!r}: {e}") from None
+
+
+# ---------------------------------------------------------------- brokers
+def encode_broker(b: BrokerInfo, now_ms: int) -> bytes:
+    """BrokerIdZNode version 5."""
+    return _dump({
+        "features": {}, "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        "endpoints": [f"PLAINTEXT://{b.host}:{b.port}"], "rack": b.rack, "jmx_port": -1,
+        "port": b.port, "host": b.host, "version": 5, "timestamp": str(now_ms),
+    })
+
+
+def decode_broker(node_id: int, data: bytes | None) -> BrokerInfo:
+    d = _load(data, f"broker {node_id}")
+    try:
+        host, port = d.get("host"), d.get("port")
+        for ep in d.get("endpoints") or []:
+            if str(ep).startswith("PLAINTEXT://"):
+                hp = str(ep)[len("PLAINTEXT://"):]
+                host, port = hp.rsplit(":", 1)
+                host = host.strip("[]")
+                break
+        rack = d.get("rack")
+        return BrokerInfo(node_id, str(host), int(port), str(rack) if rack else None)
+    except (AttributeError, TypeError, ValueError) as e:
+        raise LayoutError(f"broker {node_id}: {e}") from None
+
+
+# ---------------------------------------------------------------- topics
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    topic_id: uuid.UUID
+    partitions: dict[int, list[int]]
+    adding: dict[int, list[int]]
+    removing: dict[int, list[int]]
+
+
+def encode_topic(topic_id: uuid.UUID, partitions: dict[int, list[int]],
+                 adding: dict[int, list[int]] | None = None,
+                 removing: dict[int, list[int]] | None = None) -> bytes:
+    """TopicZNode version 3."""
+    def m(x: dict[int, list[int]] | None) -> dict[str, list[int]]:
+        return {str(k): list(v) for k, v in sorted((x or {}).items())}
+
+    return _dump({"partitions": m(partitions), "topic_id": topic_id_text(topic_id),
+                  "adding_replicas": m(adding), "removing_replicas": m(removing),
+                  "version": 3})
+
+
+def decode_topic(name: str, data: bytes | None) -> TopicAssignment:
+    d = _load(data, f"topic {name}")
+    try:
+        def m(x: Any) -> dict[int, list[int]]:
+            return {int(k): [int(r) for r in v] for k, v in dict(x or {}).items()}
+
+        parts = m(d["partitions"])
+        if sorted(parts) != list(range(len(parts))):
+            raise ValueError(f"partitions {sorted(parts)} are not 0..n-1")
+        topic_id = parse_topic_id(d["topic_id"]) if d.get("topic_id") else uuid.UUID(int=0)
+        return TopicAssignment(topic_id, parts, m(d.get("adding_replicas")),
+                               m(d.get("removing_replicas")))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise LayoutError(f"topic {name}: {e}") from None
+
+
+def encode_state(s: PartitionState, controller_epoch: int) -> bytes:
+    """TopicPartitionStateZNode version 1."""
+    return _dump({"controller_epoch": controller_epoch, "leader": s.leader, "version": 1,
+                  "leader_epoch": s.leader_epoch, "isr": list(s.isr)})
+
+
+def decode_state(what: str, data: bytes | None) -> tuple[int, int, list[int], int]:
+    """(leader, leader_epoch, isr, controller_epoch)."""
+    d = _load(data, what)
+    try:
+        return (int(d["leader"]), int(d["leader_epoch"]), [int(r) for r in d["isr"]],
+                int(d.get("controller_epoch", -1)))
+    except (KeyError, TypeError, ValueError) as e:
+        raise LayoutError(f"{what}: {e}") from None
+
+
+def encode_config(configs: dict[str, str]) -> bytes:
+    return _dump({"version": 1, "config": dict(sorted(configs.items()))})
+
+
+def decode_config(name: str, data: bytes | None) -> dict[str, str]:
+    if data is None:
+        return {}
+    d = _load(data, f"config of {name}")
+    try:
+        return {str(k): str(v) for k, v in dict(d.get("config") or {}).items()}
+    except (TypeError, ValueError, AttributeError) as e:
+        raise LayoutError(f"config of {name}: {e}") from None
+
+
+# ---------------------------------------------------------------- controller, cluster
+def encode_controller(broker_id: int, now_ms: int) -> bytes:
+    return _dump({"version": 1, "brokerid": broker_id, "timestamp": str(now_ms)})
+
+
+def decode_controller(data: bytes | None) -> int:
+    if not data:
+        return -1
+    d = _load(data, "controller")
+    try:
+        return int(d["brokerid"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise LayoutError(f"controller: {e}") from None
+
+
+def decode_controller_epoch(data: bytes | None) -> int:
+    try:
+        return int((data or b"0").decode())
+    except (UnicodeDecodeError, ValueError) as e:
+        raise LayoutError(f"controller epoch: {e}") from None
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dump({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes | None) -> str:
+    d = _load(data, "cluster id")
+    try:
+        return str(d["id"])
+    except (KeyError, TypeError) as e:
+        raise LayoutError(f"cluster id: {e}") from None
+
+
+def encode_producer_id_block(broker_id: int, start: int, end: int) -> bytes:
+    return _dump({"version": 1, "broker": broker_id, "block_start": str(start),
+                  "block_end": str(end)})
+
+
+def decode_producer_id_block(data: bytes | None) -> int:
+    """The block's end (last id handed out), -1 if none yet."""
+    if not data:
+        return -1
+    d = _load(data, "producer id block")
+    try:
+        return int(d["block_end"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise LayoutError(f"producer id block: {e}") from None
+
+
+def encode_partition_list(key: str, items: list[dict[str, Any]]) -> bytes:
+    return _dump({"version": 1, key: items})
+
+
+def decode_reassignment(data: bytes | None) -> list[tuple[str, int, list[int]]]:
+    if not data:
+        return []
+    d = _load(data, "reassign_partitions")
+    try:
+        return [(str(p["topic"]), int(p["partition"]), [int(r) for r in p["replicas"]])
+                for p in d.get("partitions") or []]
+    except (KeyError, TypeError, ValueError) as e:
+        raise LayoutError(f"reassign_partitions: {e}") from None
+
+
+def decode_preferred(data: bytes | None) -> list[tuple[str, int]]:
+    if not data:
+        return []
+    d = _load(data, "preferred_replica_election")
+    try:
+        return [(str(p["topic"]), int(p["partition"])) for p in d.get("partitions") or []]
+    except (KeyError, TypeError, ValueError) as e:
+        raise LayoutError(f"preferred_replica_election: {e}") from None

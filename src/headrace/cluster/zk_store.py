@@ -1,0 +1,798 @@
+"""``ZkMetadataStore``: a cluster's metadata in ZooKeeper (R-REP-9), with kazoo.
+
+Kafka's layout and JSON (``zk_layout``), under the chroot of ``zookeeper.connect``.
+
+Reading: a cache held on the broker's event loop and kept current by ZooKeeper's one-shot
+watches, re-armed by every read (Kafka's way). A watch only names a path; one worker
+thread ("zk-sync") re-reads the path with a new watch and hands the result to the loop
+(``loop.call_soon_threadsafe``), where the cache changes and listeners are told
+(``topic_changed`` once per topic per batch, ``brokers_changed``, ``controller_changed``,
+``admin_changed``, ``session_lost``, ``session_restored``; docs/cluster.md). So reads from
+handlers are plain dict lookups and never block, and kazoo's threads never touch the cache.
+
+Session: a lost session (expired) fences the broker (``session_lost``); when kazoo
+reconnects with a new session the broker registers again, the whole layout is read again
+(watches re-armed) and ``session_restored`` follows.
+
+Writing: blocking methods, called from worker threads (``asyncio.to_thread``). Controller
+writes are fenced by the version of ``/controller_epoch`` (a transaction's ``check``), the
+leader's ISR writes by the state znode's version. A caller that awaited a write sees it in
+the cache once the watch has fired (the broker waits for that where it matters).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+
+from headrace.cluster import zk_layout as L
+from headrace.config import BrokerConfig
+from headrace.metadata.store import (
+    BrokerInfo,
+    MetadataError,
+    PartitionState,
+    TopicState,
+    new_cluster_id,
+)
+
+log = logging.getLogger("headrace.zookeeper")
+
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+
+class ControllerMovedError(Exception):
+    """A controller write found ``/controller_epoch`` changed: another controller."""
+
+
+class TopicExistsError(Exception):
+    pass
+
+
+def split_connect(connect: str) -> tuple[str, str]:
+    """``host:port,host:port/chroot`` -> (hosts, chroot or "")."""
+    i = connect.find("/")
+    if i < 0:
+        return connect, ""
+    chroot = connect[i:].rstrip("/")
+    return connect[:i], chroot
+
+
+class ZkMetadataStore:
+    def __init__(self, config: BrokerConfig, self_broker: BrokerInfo,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.config = config
+        self.self_broker = self_broker
+        self.loop = loop
+        self.hosts, self.chroot = split_connect(str(config["zookeeper.connect"]))
+        self.session_timeout_s = int(config["zookeeper.session.timeout.ms"]) / 1000
+        self.connection_timeout_s = int(config["zookeeper.connection.timeout.ms"]) / 1000
+        self.client: KazooClient | None = None
+        self._listeners: list[Any] = []
+        # the cache (event loop only)
+        self._cluster_id = ""
+        self._assign: dict[str, L.TopicAssignment] = {}
+        self._states: dict[tuple[str, int], PartitionState] = {}
+        self._configs: dict[str, dict[str, str]] = {}
+        self._topics: dict[str, TopicState] = {}
+        self._by_id: dict[uuid.UUID, str] = {}
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._controller = -1
+        self._controller_epoch = 0
+        self._deletions: list[str] = []
+        self._shutdowns: list[int] = []
+        self._reassign_request: list[tuple[str, int, list[int]]] = []
+        self._preferred: list[tuple[str, int]] = []
+        # the sync worker
+        self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue()
+        self._queued: set[tuple[str, str]] = set()
+        self._queued_lock = threading.Lock()
+        self._worker: threading.Thread | None = None
+        self._closed = False
+        self._session_lost = False
+        self._watched_states: set[tuple[str, int]] = set()
+        self._watched_topics: set[str] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Connect, register this broker, read the whole layout; raises MetadataError."""
+        await asyncio.to_thread(self._connect)
+        self._cluster_id = await asyncio.to_thread(self._cluster_id_node)
+        configured = str(self.config["cluster.id"])
+        if configured and configured != self._cluster_id:
+            self.close()
+            raise MetadataError(f"cluster.id {configured} does not match ZooKeeper's "
+                                f"{self._cluster_id}")
+        await asyncio.to_thread(self._register)
+        snapshot = await asyncio.to_thread(self._read_all)
+        self._install_snapshot(snapshot, notify=False)
+        self._worker = threading.Thread(target=self._work, name="zk-sync", daemon=True)
+        self._worker.start()
+        log.info("registered broker %d in ZooKeeper %s%s (cluster %s, %d topics, "
+                 "%d brokers)", self.self_broker.node_id, self.hosts, self.chroot,
+                 self._cluster_id, len(self._topics), len(self._brokers))
+
+    def _connect(self) -> None:
+        try:
+            if self.chroot:
+                bare = KazooClient(hosts=self.hosts, timeout=self.session_timeout_s)
+                bare.start(timeout=self.connection_timeout_s)
+                try:
+                    bare.ensure_path(self.chroot)
+                finally:
+                    bare.stop()
+                    bare.close()
+            client = KazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_s)
+            client.start(timeout=self.connection_timeout_s)
+        except (KazooTimeoutError, KazooException, OSError) as e:
+            raise MetadataError(f"cannot reach ZooKeeper at {self.hosts}: {e or 'timed out'}"
+                                ) from None
+        for path in L.PERSISTENT_PATHS:
+            client.ensure_path(path)
+        client.add_listener(self._state_changed)
+        self.client = client
+
+    def _cluster_id_node(self) -> str:
+        assert self.client is not None
+        with contextlib.suppress(NodeExistsError):
+            self.client.create(L.CLUSTER_ID, L.encode_cluster_id(
+                str(self.config["cluster.id"]) or new_cluster_id()), makepath=True)
+        data, _ = self.client.get(L.CLUSTER_ID)
+        return L.decode_cluster_id(data)
+
+    def _register(self) -> None:
+        """Create ``/brokers/ids/<id>`` (ephemeral). A node left by an earlier session of
+        this broker (a kill -9 moments ago) is waited out, up to the session timeout."""
+        assert self.client is not None
+        me = self.self_broker
+        path = L.broker_path(me.node_id)
+        data = L.encode_broker(me, int(time.time() * 1000))
+        deadline = time.monotonic() + self.session_timeout_s + 5
+        said = False
+        while True:
+            try:
+                self.client.create(path, data, ephemeral=True)
+                return
+            except NodeExistsError:
+                stat = self.client.exists(path)
+                if stat is not None and stat.ephemeralOwner == self.client.client_id[0]:
+                    return
+                if time.monotonic() > deadline:
+                    raise MetadataError(
+                        f"broker id {me.node_id} is registered by another live broker") from None
+                if not said:
+                    said = True
+                    log.info("broker id %d is still registered by an earlier session; "
+                             "waiting for it to expire", me.node_id)
+                time.sleep(0.2)
+
+    def close(self) -> None:
+        self._closed = True
+        self._queue.put(None)
+        client, self.client = self.client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.stop()
+                client.close()
+
+    def add_listener(self, listener: Any) -> None:
+        self._listeners.append(listener)
+
+    # ------------------------------------------------------------------ watches and reads
+    def _state_changed(self, state: str) -> None:  # kazoo's thread
+        if self._closed:
+            return
+        if state == KazooState.LOST:
+            self._session_lost = True
+            self.loop.call_soon_threadsafe(self._notify, "session_lost")
+        elif state == KazooState.CONNECTED and self._session_lost:
+            self._session_lost = False
+            self._enqueue("session", "")
+
+    def _enqueue(self, kind: str, path: str) -> None:
+        key = (kind, path)
+        with self._queued_lock:
+            if key in self._queued:
+                return
+            self._queued.add(key)
+        self._queue.put(key)
+
+    def _watch(self, kind: str, path: str) -> Any:
+        def fired(event: Any) -> None:
+            if not self._closed and event.type != "NONE":
+                self._enqueue(kind, path)
+        return fired
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None or self._closed:
+                return
+            with self._queued_lock:
+                self._queued.discard(item)
+            kind, path = item
+            try:
+                updates = self._refresh(kind, path)
+            except Exception as e:  # connection trouble: retried on the next session/event
+                if self._closed:
+                    return
+                log.warning("re-reading %s %s from ZooKeeper failed: %s", kind, path, e)
+                time.sleep(0.2)
+                if not self._session_lost:
+                    self._enqueue(kind, path)
+                continue
+            if updates:
+                self.loop.call_soon_threadsafe(self._apply, updates)
+
+    def _get(self, path: str, kind: str) -> bytes | None:
+        """Data of ``path`` with a data watch (or an exists watch if it is missing)."""
+        assert self.client is not None
+        try:
+            data, _ = self.client.get(path, watch=self._watch(kind, path))
+            return data
+        except NoNodeError:
+            if self.client.exists(path, watch=self._watch(kind, path)) is not None:
+                return self._get(path, kind)
+            return None
+
+    def _get_stat(self, path: str, kind: str) -> tuple[bytes | None, int]:
+        assert self.client is not None
+        try:
+            data, stat = self.client.get(path, watch=self._watch(kind, path))
+            return data, stat.version
+        except NoNodeError:
+            if self.client.exists(path, watch=self._watch(kind, path)) is not None:
+                return self._get_stat(path, kind)
+            return None, -1
+
+    def _children(self, path: str, kind: str) -> list[str]:
+        assert self.client is not None
+        try:
+            return list(self.client.get_children(path, watch=self._watch(kind, path)))
+        except NoNodeError:
+            return []
+
+    def _refresh(self, kind: str, path: str) -> list[tuple[str, Any]]:
+        """Re-read one path (re-arming its watch); the updates for the loop."""
+        assert self.client is not None
+        if kind == "session":
+            self._register()
+            return [("snapshot", self._read_all())]
+        if kind == "brokers":
+            return [("brokers", self._read_brokers())]
+        if kind == "topics":
+            names = self._children(L.TOPICS, "topics")
+            out: list[tuple[str, Any]] = [("topic_names", names)]
+            for name in names:
+                if name not in self._watched_topics:
+                    out += self._read_topic(name)
+            return out
+        if kind == "topic":
+            return self._read_topic(path.rsplit("/", 1)[1])
+        if kind == "state":
+            _, _, _, name, _, p, _ = path.split("/")
+            return [("state", (name, int(p), *self._get_stat(path, "state")))]
+        if kind == "config":
+            name = path.rsplit("/", 1)[1]
+            return [("config", (name, self._get(path, "config")))]
+        if kind == "controller":
+            return [("controller", self._get(L.CONTROLLER, "controller"))]
+        if kind == "controller_epoch":
+            return [("controller_epoch", self._get(L.CONTROLLER_EPOCH, "controller_epoch"))]
+        if kind == "delete_topics":
+            return [("delete_topics", self._children(L.DELETE_TOPICS, "delete_topics"))]
+        if kind == "controlled_shutdown":
+            return [("controlled_shutdown",
+                     self._children(L.CONTROLLED_SHUTDOWN, "controlled_shutdown"))]
+        if kind == "reassign":
+            return [("reassign", self._get(L.REASSIGN_PARTITIONS, "reassign"))]
+        if kind == "preferred":
+            return [("preferred", self._get(L.PREFERRED_ELECTION, "preferred"))]
+        return []
+
+    def _read_brokers(self) -> dict[int, BrokerInfo]:
+        assert self.client is not None
+        out = {}
+        for child in self._children(L.BROKER_IDS, "brokers"):
+            try:
+                data, _ = self.client.get(f"{L.BROKER_IDS}/{child}")
+                out[int(child)] = L.decode_broker(int(child), data)
+            except NoNodeError:
+                continue
+            except (ValueError, L.LayoutError) as e:
+                log.warning("ignoring broker registration %s: %s", child, e)
+        return out
+
+    def _read_topic(self, name: str) -> list[tuple[str, Any]]:
+        """A topic's assignment and config (watched) and the state of partitions not
+        watched yet (their watches then keep them current)."""
+        assert self.client is not None
+        self._watched_topics.add(name)
+        data = self._get(L.topic_path(name), "topic")
+        out: list[tuple[str, Any]] = [("topic", (name, data))]
+        if data is None:
+            self._watched_topics.discard(name)
+            self._watched_states = {k for k in self._watched_states if k[0] != name}
+            return out
+        out.append(("config", (name, self._get(L.config_path(name), "config"))))
+        try:
+            assignment = L.decode_topic(name, data)
+        except L.LayoutError:
+            return out
+        todo = [p for p in assignment.partitions if (name, p) not in self._watched_states]
+        # pipelined reads: thousands of partitions load in one round of requests
+        results = []
+        for p in todo:
+            path = L.state_path(name, p)
+            results.append((p, path, self.client.get_async(
+                path, watch=self._watch("state", path))))
+        for p, path, res in results:
+            self._watched_states.add((name, p))
+            try:
+                data_p, stat = res.get(timeout=self.session_timeout_s)
+                out.append(("state", (name, p, data_p, stat.version)))
+            except NoNodeError:
+                self.client.exists(path, watch=self._watch("state", path))
+                # created meanwhile? the exists watch fires and the state is read then
+                out.append(("state", (name, p, None, -1)))
+        return out
+
+    def _read_all(self) -> dict[str, Any]:
+        assert self.client is not None
+        self._watched_topics.clear()
+        self._watched_states.clear()
+        snap: dict[str, Any] = {"brokers": self._read_brokers()}
+        names = self._children(L.TOPICS, "topics")
+        snap["topic_names"] = names
+        snap["topics"] = []
+        for name in names:
+            snap["topics"] += self._read_topic(name)
+        snap["controller"] = self._get(L.CONTROLLER, "controller")
+        snap["controller_epoch"] = self._get(L.CONTROLLER_EPOCH, "controller_epoch")
+        snap["delete_topics"] = self._children(L.DELETE_TOPICS, "delete_topics")
+        snap["controlled_shutdown"] = self._children(L.CONTROLLED_SHUTDOWN,
+                                                     "controlled_shutdown")
+        snap["reassign"] = self._get(L.REASSIGN_PARTITIONS, "reassign")
+        snap["preferred"] = self._get(L.PREFERRED_ELECTION, "preferred")
+        return snap
+
+    # ------------------------------------------------------------------ the cache (loop)
+    def _install_snapshot(self, snap: dict[str, Any], notify: bool) -> None:
+        before = dict(self._topics)
+        self._assign.clear()
+        self._states.clear()
+        self._configs.clear()
+        self._topics = {}
+        self._by_id = {}
+        updates: list[tuple[str, Any]] = [("brokers", snap["brokers"]),
+                                          ("topic_names", snap["topic_names"])]
+        updates += snap["topics"]
+        for kind in ("controller", "controller_epoch", "delete_topics", "controlled_shutdown",
+                     "reassign", "preferred"):
+            updates.append((kind, snap[kind]))
+        self._apply(updates, notify=False)
+        if notify:
+            self._notify("session_restored")
+            for name in set(before) | set(self._topics):
+                if name not in self._topics:
+                    self._notify("topic_deleted", name)
+                elif before.get(name) != self._topics[name]:
+                    self._notify("topic_changed", name)
+            self._notify("brokers_changed")
+            self._notify("controller_changed", self._controller)
+
+    def _apply(self, updates: list[tuple[str, Any]], notify: bool = True) -> None:
+        if self._closed:
+            return
+        changed: set[str] = set()
+        deleted: set[str] = set()
+        events: list[tuple[str, Any]] = []
+        for kind, value in updates:
+            if kind == "snapshot":
+                self._install_snapshot(value, notify=True)
+                continue
+            if kind == "brokers":
+                if value != self._brokers:
+                    self._brokers = value
+                    events.append(("brokers_changed", None))
+            elif kind == "topic_names":
+                for name in list(self._assign):
+                    if name not in value:
+                        deleted.add(name)
+                        self._drop_topic(name)
+            elif kind == "topic":
+                name, data = value
+                if data is None:
+                    if name in self._assign:
+                        deleted.add(name)
+                        self._drop_topic(name)
+                    continue
+                try:
+                    self._assign[name] = L.decode_topic(name, data)
+                except L.LayoutError as e:
+                    log.warning("ignoring topic znode: %s", e)
+                    continue
+                changed.add(name)
+            elif kind == "state":
+                name, p, data, version = value
+                if data is None:
+                    self._states.pop((name, p), None)
+                else:
+                    try:
+                        leader, epoch, isr, cepoch = L.decode_state(f"state of {name}-{p}", data)
+                    except L.LayoutError as e:
+                        log.warning("ignoring partition state: %s", e)
+                        continue
+                    old = self._states.get((name, p))
+                    if old is not None and old.zk_version > version:
+                        continue  # an older read arriving late
+                    self._states[(name, p)] = PartitionState(
+                        [], leader, epoch, isr, epoch, cepoch, version)
+                changed.add(name)
+            elif kind == "config":
+                name, data = value
+                try:
+                    self._configs[name] = L.decode_config(name, data)
+                except L.LayoutError as e:
+                    log.warning("ignoring topic config: %s", e)
+                    continue
+                changed.add(name)
+            elif kind == "controller":
+                try:
+                    cid = L.decode_controller(value)
+                except L.LayoutError:
+                    cid = -1
+                if cid != self._controller:
+                    self._controller = cid
+                    events.append(("controller_changed", cid))
+            elif kind == "controller_epoch":
+                with contextlib.suppress(L.LayoutError):
+                    self._controller_epoch = L.decode_controller_epoch(value)
+            elif kind == "delete_topics":
+                self._deletions = sorted(value)
+                events.append(("admin_changed", "delete_topics"))
+            elif kind == "controlled_shutdown":
+                self._shutdowns = sorted(int(x) for x in value if x.isdigit())
+                events.append(("admin_changed", "controlled_shutdown"))
+            elif kind == "reassign":
+                try:
+                    self._reassign_request = L.decode_reassignment(value)
+                except L.LayoutError as e:
+                    log.warning("ignoring reassignment request: %s", e)
+                    self._reassign_request = []
+                events.append(("admin_changed", "reassign_partitions"))
+            elif kind == "preferred":
+                try:
+                    self._preferred = L.decode_preferred(value)
+                except L.LayoutError as e:
+                    log.warning("ignoring preferred election request: %s", e)
+                    self._preferred = []
+                events.append(("admin_changed", "preferred_replica_election"))
+        for name in changed - deleted:
+            self._rebuild(name)
+        if not notify:
+            return
+        for name in sorted(deleted):
+            self._notify("topic_deleted", name)
+        for name in sorted(changed - deleted):
+            if name in self._topics:
+                self._notify("topic_changed", name)
+        for method, arg in events:
+            if arg is None:
+                self._notify(method)
+            else:
+                self._notify(method, arg)
+
+    def _drop_topic(self, name: str) -> None:
+        log.debug("topic %s is gone from ZooKeeper", name)
+        self._assign.pop(name, None)
+        self._configs.pop(name, None)
+        for key in [k for k in self._states if k[0] == name]:
+            del self._states[key]
+        t = self._topics.pop(name, None)
+        if t is not None:
+            self._by_id.pop(t.topic_id, None)
+
+    def _rebuild(self, name: str) -> None:
+        a = self._assign.get(name)
+        if a is None:
+            return
+        parts = []
+        for p in range(len(a.partitions)):
+            replicas = list(a.partitions[p])
+            st = self._states.get((name, p))
+            if st is None:
+                parts.append(PartitionState(replicas, -1, -1, [], 0, -1, -1))
+            else:
+                parts.append(PartitionState(replicas, st.leader, st.leader_epoch, list(st.isr),
+                                            st.partition_epoch, st.controller_epoch,
+                                            st.zk_version))
+        t = TopicState(name, a.topic_id, parts, dict(self._configs.get(name, {})))
+        self._topics[name] = t
+        self._by_id[a.topic_id] = name
+
+    def _notify(self, method: str, *args: Any) -> None:
+        for listener in list(self._listeners):
+            fn = getattr(listener, method, None)
+            if fn is None:
+                continue
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("metadata listener %s.%s failed", type(listener).__name__, method)
+
+    # ------------------------------------------------------------------ MetadataStore reads
+    @property
+    def cluster_id(self) -> str:
+        return self._cluster_id
+
+    def topics(self) -> Mapping[str, TopicState]:
+        return self._topics
+
+    def topic(self, name: str) -> TopicState | None:
+        return self._topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicState | None:
+        name = self._by_id.get(topic_id)
+        return None if name is None else self._topics.get(name)
+
+    def live_brokers(self) -> list[BrokerInfo]:
+        return [self._brokers[k] for k in sorted(self._brokers)]
+
+    def broker(self, node_id: int) -> BrokerInfo | None:
+        return self._brokers.get(node_id)
+
+    def controller_id(self) -> int:
+        return self._controller
+
+    def controller_epoch(self) -> int:
+        return self._controller_epoch
+
+    def reassignments(self) -> dict[str, tuple[dict[int, list[int]], dict[int, list[int]]]]:
+        return {n: (a.adding, a.removing) for n, a in self._assign.items()
+                if a.adding or a.removing}
+
+    def pending_deletions(self) -> list[str]:
+        return list(self._deletions)
+
+    def preferred_election_requests(self) -> list[tuple[str, int]]:
+        return list(self._preferred)
+
+    def controlled_shutdown_requests(self) -> list[int]:
+        return list(self._shutdowns)
+
+    def reassign_partitions_request(self) -> list[tuple[str, int, list[int]]]:
+        return list(self._reassign_request)
+
+    # ------------------------------------------------------------------ writes (blocking)
+    def _c(self) -> KazooClient:
+        if self.client is None:
+            raise MetadataError("not connected to ZooKeeper")
+        return self.client
+
+    def create_topic_znodes(self, name: str, assignment: list[list[int]],
+                            configs: Mapping[str, str], topic_id: uuid.UUID) -> None:
+        c = self._c()
+        t = c.transaction()
+        if c.exists(L.config_path(name)) is None:
+            t.create(L.config_path(name), L.encode_config(dict(configs)))
+        else:
+            t.set_data(L.config_path(name), L.encode_config(dict(configs)))
+        t.create(L.topic_path(name), L.encode_topic(topic_id, dict(enumerate(assignment))))
+        for r in t.commit():
+            if isinstance(r, NodeExistsError):
+                raise TopicExistsError(name)
+            if isinstance(r, Exception) and type(r).__name__ != "RolledBackError":
+                raise MetadataError(f"creating topic {name} in ZooKeeper: {r!r}")
+
+    def add_partition_znodes(self, name: str, full_assignment: list[list[int]]) -> None:
+        c = self._c()
+        data, stat = c.get(L.topic_path(name))
+        a = L.decode_topic(name, data)
+        c.set(L.topic_path(name), L.encode_topic(a.topic_id, dict(enumerate(full_assignment)),
+                                                 a.adding, a.removing), version=stat.version)
+
+    def set_topic_config_znode(self, name: str, configs: Mapping[str, str]) -> None:
+        c = self._c()
+        data = L.encode_config(dict(configs))
+        try:
+            c.set(L.config_path(name), data)
+        except NoNodeError:
+            c.create(L.config_path(name), data, makepath=True)
+
+    def request_topic_deletion(self, name: str) -> None:
+        with contextlib.suppress(NodeExistsError):
+            self._c().create(f"{L.DELETE_TOPICS}/{name}", makepath=True)
+
+    def request_controlled_shutdown(self, broker_id: int) -> None:
+        with contextlib.suppress(NodeExistsError):
+            self._c().create(f"{L.CONTROLLED_SHUTDOWN}/{broker_id}", ephemeral=True,
+                             makepath=True)
+
+    def update_isr(self, topic: str, partition: int, state: PartitionState) -> int | None:
+        """A leader's conditional ISR change; the new znode version, None if it changed."""
+        try:
+            stat = self._c().set(L.state_path(topic, partition),
+                                 L.encode_state(state, state.controller_epoch),
+                                 version=state.zk_version)
+        except (BadVersionError, NoNodeError):
+            return None
+        return int(stat.version)
+
+    def allocate_producer_ids(self, count: int) -> int:
+        c = self._c()
+        size = max(count, PRODUCER_ID_BLOCK_SIZE)
+        while True:
+            try:
+                data, stat = c.get(L.PRODUCER_ID_BLOCK)
+            except NoNodeError:
+                try:
+                    c.create(L.PRODUCER_ID_BLOCK, L.encode_producer_id_block(
+                        self.self_broker.node_id, 0, size - 1))
+                    return 0
+                except NodeExistsError:
+                    continue
+            start = L.decode_producer_id_block(data) + 1
+            try:
+                c.set(L.PRODUCER_ID_BLOCK, L.encode_producer_id_block(
+                    self.self_broker.node_id, start, start + size - 1), version=stat.version)
+                return start
+            except BadVersionError:
+                continue
+
+    # ---- controller writes
+    def elect_controller(self, broker_id: int) -> tuple[int, int] | None:
+        c = self._c()
+        try:
+            c.create(L.CONTROLLER, L.encode_controller(broker_id, int(time.time() * 1000)),
+                     ephemeral=True)
+        except NodeExistsError:
+            return None
+        while True:
+            try:
+                data, stat = c.get(L.CONTROLLER_EPOCH)
+            except NoNodeError:
+                try:
+                    c.create(L.CONTROLLER_EPOCH, b"1")
+                    _, stat = c.get(L.CONTROLLER_EPOCH)
+                    return 1, int(stat.version)
+                except NodeExistsError:
+                    continue
+            epoch = L.decode_controller_epoch(data) + 1
+            try:
+                stat = c.set(L.CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version)
+                return epoch, int(stat.version)
+            except BadVersionError:
+                continue
+
+    def resign_controller(self, broker_id: int) -> None:
+        c = self.client
+        if c is None:
+            return
+        with contextlib.suppress(KazooException):
+            data, _ = c.get(L.CONTROLLER)
+            if L.decode_controller(data) == broker_id:
+                c.delete(L.CONTROLLER)
+
+    def write_partition_states(self, updates: list[tuple[str, int, PartitionState]],
+                               controller_epoch: int, epoch_zk_version: int
+                               ) -> list[int | None]:
+        """Create or conditionally set each state znode, each in a transaction with a
+        check of ``/controller_epoch``'s version (pipelined). ControllerMovedError if
+        the check failed; per update the new version or None (BadVersion: re-decide)."""
+        c = self._c()
+        pending = []
+        for topic, p, st in updates:
+            path = L.state_path(topic, p)
+            data = L.encode_state(st, controller_epoch)
+            if st.zk_version < 0:
+                with contextlib.suppress(NodeExistsError):
+                    c.ensure_path(L.partition_path(topic, p))
+            t = c.transaction()
+            t.check(L.CONTROLLER_EPOCH, epoch_zk_version)
+            if st.zk_version < 0:
+                t.create(path, data)
+            else:
+                t.set_data(path, data, version=st.zk_version)
+            pending.append(t.commit_async())
+        out: list[int | None] = []
+        moved = False
+        for res in pending:
+            results = res.get(timeout=max(self.session_timeout_s, 10))
+            first, second = results[0], results[1]
+            if isinstance(first, Exception) and type(first).__name__ != "RolledBackError":
+                moved = True
+                out.append(None)
+            elif isinstance(second, Exception):
+                out.append(None)
+            elif isinstance(second, str):  # create returns the path
+                out.append(0)
+            else:
+                out.append(int(second.version))
+        if moved:
+            raise ControllerMovedError("the controller epoch changed")
+        return out
+
+    def write_topic_assignment(self, name: str, assignment: dict[int, list[int]],
+                               adding: dict[int, list[int]], removing: dict[int, list[int]],
+                               epoch_zk_version: int) -> None:
+        c = self._c()
+        data, _ = c.get(L.topic_path(name))
+        a = L.decode_topic(name, data)
+        t = c.transaction()
+        t.check(L.CONTROLLER_EPOCH, epoch_zk_version)
+        t.set_data(L.topic_path(name), L.encode_topic(a.topic_id, assignment, adding, removing))
+        results = t.commit()
+        if isinstance(results[0], Exception):
+            raise ControllerMovedError("the controller epoch changed")
+
+    def delete_topic_znodes(self, name: str, epoch_zk_version: int) -> None:
+        c = self._c()
+        paths: list[str] = []
+        try:
+            for p in c.get_children(L.partitions_path(name)):
+                base = f"{L.partitions_path(name)}/{p}"
+                paths += [f"{x}" for x in (f"{base}/{k}" for k in c.get_children(base))]
+                paths.append(base)
+            paths.append(L.partitions_path(name))
+        except NoNodeError:
+            pass
+        if c.exists(L.topic_path(name)) is not None:
+            paths.append(L.topic_path(name))
+        if c.exists(L.config_path(name)) is not None:
+            paths.append(L.config_path(name))
+        t = c.transaction()
+        t.check(L.CONTROLLER_EPOCH, epoch_zk_version)
+        for path in paths:
+            t.delete(path)
+        results = t.commit()
+        if results and isinstance(results[0], Exception) and \
+                type(results[0]).__name__ != "RolledBackError":
+            raise ControllerMovedError("the controller epoch changed")
+        if any(isinstance(r, (NotEmptyError, NoNodeError)) for r in results):
+            # something was added meanwhile: delete what is there, then retry the rest
+            raise MetadataError(f"deleting topic {name}'s znodes raced; retry")
+        with contextlib.suppress(NoNodeError):
+            c.delete(f"{L.DELETE_TOPICS}/{name}")
+
+    def delete_admin_node(self, path: str) -> None:
+        with contextlib.suppress(NoNodeError):
+            self._c().delete(path)
+
+    # ------------------------------------------------------------------ MetadataStore writes
+    def create_topic(self, name: str, partitions: list[PartitionState],
+                     configs: Mapping[str, str], topic_id: uuid.UUID | None = None
+                     ) -> TopicState:
+        tid = topic_id or uuid.uuid4()
+        self.create_topic_znodes(name, [p.replicas for p in partitions], configs, tid)
+        return TopicState(name, tid, partitions, dict(configs))
+
+    def delete_topic(self, name: str) -> None:
+        self.request_topic_deletion(name)
+
+    def add_partitions(self, name: str, partitions: list[PartitionState]) -> None:
+        t = self._topics.get(name)
+        current = [p.replicas for p in t.partitions] if t is not None else []
+        self.add_partition_znodes(name, current + [p.replicas for p in partitions])
+
+    def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        self.set_topic_config_znode(name, configs)
+
+    def update_partition(self, name: str, index: int, state: PartitionState) -> None:
+        self.update_isr(name, index, state)

@@ -1,0 +1,284 @@
+"""Seed 002's replication scenarios on a real 3-broker cluster (R-REP-2..8, R-PROD-2).
+
+Brokers are separate processes (``zookeeper.session.timeout.ms=4000``,
+``replica.lag.time.max.ms=5000``) killed with SIGKILL, paused with SIGSTOP and stopped
+with SIGTERM; every wait is a poll with a deadline.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from tests.batches import make_batch
+from tests.brokerproc import wait_until
+from tests.cluster.test_replication import producer, read_all, segment_bytes
+from tests.clusterproc import Cluster
+from tests.kafka_wire import WireClient
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _topic(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def wire_produce(cluster: Cluster, broker_id: int, topic: str, values: list[bytes],
+                 acks: int = -1) -> tuple[int, int]:
+    """(error code, base offset) of one Produce v9 of ``values`` to partition 0 of
+    ``topic``, sent to broker ``broker_id``."""
+    now = int(time.time() * 1000)
+    records = make_batch([(None, v, now, []) for v in values])
+    with WireClient.to(cluster.brokers[broker_id].address) as wc:
+        resp = wc.request(0, 9, {"transactional_id": None, "acks": acks, "timeout": 10_000,
+                                 "topic_data": [{"name": topic, "partition_data": [
+                                     {"index": 0, "records": records}]}]})
+    (p,) = resp.responses[0].partition_responses
+    return int(p.error_code), int(p.base_offset)
+
+
+def followers(cluster: Cluster, topic: str, leader: int) -> list[int]:
+    return [int(r) for r in cluster.describe(topic)[0].replicas if int(r) != leader]
+
+
+def produce_acked(cluster: Cluster, topic: str, values: list[bytes]) -> None:
+    prod = producer(cluster)
+    errors: list[Any] = []
+    for v in values:
+        prod.produce(topic, v, partition=0,
+                     on_delivery=lambda e, m: errors.append(e) if e else None)
+    assert prod.flush(60) == 0
+    assert errors == []
+
+
+def test_paused_follower_leaves_isr_and_rejoins(healthy: Cluster) -> None:
+    """Seed 002 (ISR): a follower paused with SIGSTOP drops out of the ISR after the lag
+    time; acks=all goes on with the other two (min.insync.replicas=2); after SIGCONT it
+    catches up and rejoins."""
+    cluster = healthy
+    topic = _topic("pause")
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+    leader = cluster.wait_leader(topic, 0)
+    f = followers(cluster, topic, leader)[0]
+    produce_acked(cluster, topic, [b"before"] * 10)
+    cluster.brokers[f].pause()
+    t0 = time.monotonic()
+    cluster.wait_isr(topic, 0, lambda isr: f not in isr, 30)
+    assert time.monotonic() - t0 < 20
+    produce_acked(cluster, topic, [b"during"] * 10)
+    cluster.brokers[f].resume()
+    cluster.wait_isr(topic, 0, lambda isr: isr == {1, 2, 3}, 60)
+    produce_acked(cluster, topic, [b"after"] * 10)
+    got = read_all(cluster, topic, 1, 30)
+    assert got[0] == [b"before"] * 10 + [b"during"] * 10 + [b"after"] * 10
+
+
+def test_two_of_three_down_refuses_acks_all_and_serves_reads(healthy: Cluster) -> None:
+    """Seed 002 (可靠的broker): with two of three brokers down and min.insync.replicas=2,
+    acks=all produce gets NOT_ENOUGH_REPLICAS while reads (and acks=1) continue."""
+    cluster = healthy
+    topic = _topic("minisr")
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+    leader = cluster.wait_leader(topic, 0)
+    produce_acked(cluster, topic, [f"m{i}".encode() for i in range(20)])
+    for f in followers(cluster, topic, leader):
+        cluster.brokers[f].kill()
+    cluster.wait_isr(topic, 0, lambda isr: isr == {leader}, 30)
+    code, _ = wire_produce(cluster, leader, topic, [b"refused"])
+    assert code == ErrorCode.not_enough_replicas
+    code, offset = wire_produce(cluster, leader, topic, [b"acks1"], acks=1)
+    assert code == ErrorCode.none and offset == 20
+    got = read_all(cluster, topic, 1, 21)
+    assert got[0] == [f"m{i}".encode() for i in range(20)] + [b"acks1"]
+
+
+def _leader_alone_in_isr(cluster: Cluster, topic: str) -> tuple[int, list[int]]:
+    """Pause both followers until the leader is alone in the ISR; returns (leader,
+    followers), the followers still paused."""
+    leader = cluster.wait_leader(topic, 0)
+    fs = followers(cluster, topic, leader)
+    for f in fs:
+        cluster.brokers[f].pause()
+    cluster.wait_isr(topic, 0, lambda isr: isr == {leader}, 30)
+    return leader, fs
+
+
+def test_unclean_off_keeps_partition_offline_until_the_leader_returns(healthy: Cluster
+                                                                     ) -> None:
+    """Seed 002 (unclean election), unclean.leader.election.enable=false: the leader dies
+    while it alone is in sync; the partition stays offline rather than elect an
+    out-of-sync replica, and when the leader returns nothing acknowledged is lost."""
+    cluster = healthy
+    topic = _topic("uncleanoff")
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "1"})
+    produce_acked(cluster, topic, [f"a{i}".encode() for i in range(10)])
+    leader, fs = _leader_alone_in_isr(cluster, topic)
+    code, _ = wire_produce(cluster, leader, topic, [f"b{i}".encode() for i in range(10)])
+    assert code == ErrorCode.none  # acked by the leader alone (min.insync.replicas=1)
+    cluster.brokers[leader].kill()
+    for f in fs:
+        cluster.brokers[f].resume()
+    # both followers are back and registered, yet nobody leads
+    wait_until(lambda: all(cluster.brokers[f].alive for f in fs), 5)
+    deadline = time.monotonic() + 12
+    while time.monotonic() < deadline:
+        assert cluster.leader(topic, 0) in (-1, leader)
+        time.sleep(0.5)
+    cluster.brokers[leader].start()
+    assert cluster.wait_leader(topic, 0, timeout_s=40) == leader
+    got = read_all(cluster, topic, 1, 20)
+    assert got[0] == [f"a{i}".encode() for i in range(10)] + [f"b{i}".encode() for i in range(10)]
+
+
+def test_unclean_on_elects_an_out_of_sync_replica_and_loses_exactly_its_gap(
+        healthy: Cluster) -> None:
+    """Seed 002 (unclean election) with unclean.leader.election.enable=true: an
+    out-of-sync replica is elected; the records the old leader acknowledged alone are
+    exactly what is lost; the old leader returns, truncates them, and every replica's log
+    is then byte-identical."""
+    cluster = healthy
+    topic = _topic("uncleanon")
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "1",
+                                       "unclean.leader.election.enable": "true"})
+    produce_acked(cluster, topic, [f"a{i}".encode() for i in range(10)])
+    leader, fs = _leader_alone_in_isr(cluster, topic)
+    code, _ = wire_produce(cluster, leader, topic, [f"lost{i}".encode() for i in range(5)])
+    assert code == ErrorCode.none
+    cluster.brokers[leader].kill()
+    for f in fs:
+        cluster.brokers[f].resume()
+    new = cluster.wait_leader(topic, 0, ok=lambda x: x != leader, timeout_s=40)
+    assert new in fs
+    produce_acked(cluster, topic, [f"c{i}".encode() for i in range(5)])
+    cluster.brokers[leader].start()
+    cluster.wait_isr(topic, 0, lambda isr: isr == {1, 2, 3}, 60)
+    got = read_all(cluster, topic, 1, 15)
+    assert got[0] == [f"a{i}".encode() for i in range(10)] + [f"c{i}".encode() for i in range(5)]
+
+    def identical() -> bool:
+        logs = [segment_bytes(b.data_dir, topic, 0) for b in cluster.brokers.values()]
+        return all(x == logs[0] for x in logs)
+
+    wait_until(identical, 30, 0.2, "the returned leader to truncate and catch up")
+
+
+def test_two_quick_failovers_leave_identical_logs(healthy: Cluster) -> None:
+    """KIP-101 / KIP-279: two leader failovers in quick succession under acks=1 load;
+    afterwards every replica's log is byte-identical (the segments compared) and no
+    offset holds two different records."""
+    cluster = healthy
+    topic = _topic("twofail")
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "1"})
+    prod = producer(cluster, **{"enable.idempotence": False, "acks": "1"})
+    for i in range(200):
+        prod.produce(topic, f"x{i}".encode(), partition=0)
+    prod.flush(30)
+    first = cluster.wait_leader(topic, 0)
+    for i in range(200, 400):
+        prod.produce(topic, f"x{i}".encode(), partition=0)
+    prod.poll(0)
+    cluster.brokers[first].kill()
+    second = cluster.wait_leader(topic, 0, ok=lambda x: x != first, timeout_s=30)
+    for i in range(400, 600):
+        prod.produce(topic, f"x{i}".encode(), partition=0)
+    prod.poll(0)
+    cluster.brokers[second].kill()
+    cluster.brokers[first].start()
+    cluster.wait_leader(topic, 0, ok=lambda x: x != second, timeout_s=30)
+    for i in range(600, 800):
+        prod.produce(topic, f"x{i}".encode(), partition=0)
+    prod.flush(60)
+    cluster.brokers[second].start()
+    cluster.wait_isr(topic, 0, lambda isr: isr == {1, 2, 3}, 60)
+
+    def identical() -> bool:
+        logs = [segment_bytes(b.data_dir, topic, 0) for b in cluster.brokers.values()]
+        return bool(logs[0]) and all(x == logs[0] for x in logs)
+
+    wait_until(identical, 30, 0.2, "byte-identical replicas")
+    got = read_all(cluster, topic, 1, 1)
+    assert len(got[0]) == len(set(got[0]))  # no record twice (non-idempotent, so retries
+    # may duplicate in principle; these batches were each sent once per leader)
+
+
+def test_controller_failover_and_elections_continue(healthy: Cluster) -> None:
+    """R-REP-9: kill -9 the controller: another broker takes over (a higher controller
+    epoch in ZooKeeper) and leader elections continue."""
+    cluster = healthy
+    topic = _topic("ctrl")
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+    controller = wait_until(lambda: cluster.admin().list_topics(timeout=5).controller_id,
+                            10, what="a controller")
+    cluster.brokers[controller].kill()
+    new_controller = wait_until(
+        lambda: (c := cluster.admin().list_topics(timeout=5).controller_id) not in (
+            -1, controller) and c, 30, 0.2, "a new controller")
+    assert new_controller != controller
+    cluster.brokers[controller].start()
+    leader = cluster.wait_leader(topic, 0)
+    cluster.brokers[leader].kill()
+    assert cluster.wait_leader(topic, 0, ok=lambda x: x != leader, timeout_s=30) != leader
+    produce_acked(cluster, topic, [b"after-elections"])
+
+
+def test_session_expiry_fences_the_leader(healthy: Cluster) -> None:
+    """A leader paused past the ZooKeeper session timeout is fenced: another replica
+    leads; after SIGCONT the old leader answers NOT_LEADER_OR_FOLLOWER, rejoins as a
+    follower, and nothing acknowledged is lost."""
+    cluster = healthy
+    topic = _topic("expire")
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+    produce_acked(cluster, topic, [f"e{i}".encode() for i in range(10)])
+    leader = cluster.wait_leader(topic, 0)
+    cluster.brokers[leader].pause()
+    new = cluster.wait_leader(topic, 0, ok=lambda x: x != leader, timeout_s=30)
+    produce_acked(cluster, topic, [f"f{i}".encode() for i in range(10)])
+    cluster.brokers[leader].resume()
+    cluster.wait_isr(topic, 0, lambda isr: isr == {1, 2, 3}, 60)
+    code, _ = wire_produce(cluster, leader, topic, [b"stale"])
+    assert code == ErrorCode.not_leader_or_follower
+    assert cluster.leader(topic, 0) == new
+    got = read_all(cluster, topic, 1, 20)
+    assert got[0] == [f"e{i}".encode() for i in range(10)] + [f"f{i}".encode() for i in range(10)]
+
+
+def test_controlled_shutdown_moves_leadership_before_exit(healthy: Cluster) -> None:
+    """A controlled shutdown (SIGTERM): leadership is moved away before the process exits,
+    so the partition has a live leader at once (not after the session timeout)."""
+    cluster = healthy
+    topic = _topic("ctlshut")
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+    leader = cluster.wait_leader(topic, 0)
+    assert cluster.brokers[leader].stop() == 0
+    t0 = time.monotonic()
+    new = cluster.wait_leader(topic, 0, ok=lambda x: x != leader, timeout_s=10)
+    assert new != leader
+    assert time.monotonic() - t0 < 3  # well inside the 4 s session timeout
+    assert any("controlled shutdown" in line for line in cluster.brokers[leader].log)
+    cluster.brokers[leader].start()
+
+
+def test_preferred_leader_comes_back(healthy: Cluster) -> None:
+    """Preferred leader election: after the preferred replica (first in the assignment)
+    restarts and catches up, leadership moves back to it (here on request, as
+    ``headrace topics elect-leaders`` does)."""
+    cluster = healthy
+    topic = _topic("preferred")
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+    preferred = int(cluster.describe(topic)[0].replicas[0])
+    assert cluster.wait_leader(topic, 0) == preferred
+    cluster.brokers[preferred].kill()
+    cluster.wait_leader(topic, 0, ok=lambda x: x != preferred, timeout_s=30)
+    cluster.brokers[preferred].start()
+    cluster.wait_isr(topic, 0, lambda isr: preferred in isr, 60)
+    from confluent_kafka import TopicPartition as TP
+    from confluent_kafka.admin import ElectionType
+
+    admin = cluster.admin()
+    fut = admin.elect_leaders(ElectionType.PREFERRED, [TP(topic, 0)])
+    fut.result(30)
+    assert cluster.wait_leader(topic, 0, ok=lambda x: x == preferred, timeout_s=30) == preferred
