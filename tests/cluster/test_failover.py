@@ -276,7 +276,7 @@ def test_preferred_leader_comes_back(healthy: Cluster) -> None:
     cluster.brokers[preferred].start()
     cluster.wait_isr(topic, 0, lambda isr: preferred in isr, 60)
     from confluent_kafka import TopicPartition as TP
-    from confluent_kafka.admin import ElectionType
+    from confluent_kafka import ElectionType
 
     admin = cluster.admin()
     fut = admin.elect_leaders(ElectionType.PREFERRED, [TP(topic, 0)])

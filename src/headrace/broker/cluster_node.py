@@ -68,6 +68,16 @@ class ClusterNode:
 
     # ------------------------------------------------------------------ listener
     def topic_changed(self, name: str) -> None:
+        # partitions already hosted take their new state at once, so what this broker
+        # does (produce checks, fetches) never lags what its Metadata answers; opening
+        # new logs, removals and configs follow in the reconcile pass
+        topic = self.store.topic(name)
+        if topic is not None and not self.fenced:
+            for i, st in enumerate(topic.partitions):
+                if self.node_id in st.replicas:
+                    p = self.replicas.get(TopicPartition(name, i))
+                    if p is not None:
+                        self._transition(p, st)
         self._dirty.add(name)
         self._kick.set()
 

@@ -38,7 +38,10 @@ def topic_entry(broker: Broker, topic: TopicState) -> dict[str, Any]:
                 "leader_id": leader,
                 "leader_epoch": p.leader_epoch,
                 "replica_nodes": tuple(p.replicas),
-                "isr_nodes": tuple(r for r in p.isr if r not in offline),
+                # the ISR as the controller and leader wrote it (Kafka's metadata cache): a
+                # dead broker stays in it until they remove it; a log offline here does not
+                "isr_nodes": tuple(r for r in p.isr
+                                   if not (r == broker.node_id and r in offline)),
                 "offline_replicas": tuple(r for r in p.replicas if r in offline),
             }
         )
