@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Runs every test. Installs what the tests need first (Python packages into .venv with the
-# test and spark extras, Java 17 for Spark, and Debian's kcat, built on the old librdkafka
-# 2.0.2 that real users still have). Arguments go to pytest. Under CI=true a skipped test
-# fails the run unless tests/conftest.py allows it (a missing kcat fails its tests).
+# test and spark extras, Java 17 for Spark, Debian's kcat, built on the old librdkafka
+# 2.0.2 that real users still have, and Debian's ZooKeeper for the cluster tests).
+# Arguments go to pytest. Under CI=true a skipped test fails the run unless
+# tests/conftest.py allows it (a missing kcat or ZooKeeper fails their tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v kcat >/dev/null 2>&1; then
+missing=""
+command -v kcat >/dev/null 2>&1 || missing="$missing kcat"
+[ -x /usr/share/zookeeper/bin/zkServer.sh ] || missing="$missing zookeeper"
+if [ -n "$missing" ]; then
   if command -v apt-get >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq >/dev/null 2>&1 || true
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null 2>&1 \
-      || echo "warning: could not install kcat; its tests will fail under CI (skip elsewhere)" >&2
+    # shellcheck disable=SC2086
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null 2>&1 \
+      || echo "warning: could not install$missing; their tests will fail under CI (skip elsewhere)" >&2
   fi
 fi
 bash scripts/setup.sh test,spark
