@@ -275,8 +275,8 @@ def test_preferred_leader_comes_back(healthy: Cluster) -> None:
     cluster.wait_leader(topic, 0, ok=lambda x: x != preferred, timeout_s=30)
     cluster.brokers[preferred].start()
     cluster.wait_isr(topic, 0, lambda isr: preferred in isr, 60)
-    from confluent_kafka import TopicPartition as TP
     from confluent_kafka import ElectionType
+    from confluent_kafka import TopicPartition as TP
 
     admin = cluster.admin()
     fut = admin.elect_leaders(ElectionType.PREFERRED, [TP(topic, 0)])

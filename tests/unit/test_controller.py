@@ -1,0 +1,123 @@
+"""The controller's pure decisions (R-REP-1, R-REP-5..8): Kafka's assignment and election
+rules, with property tests."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import Counter
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from headrace.cluster import controller as c
+from headrace.metadata.store import PartitionState, TopicState
+
+
+def topic(name: str, *states: PartitionState) -> TopicState:
+    return TopicState(name, uuid.uuid4(), list(states))
+
+
+def ps(replicas: list[int], leader: int, isr: list[int], epoch: int = 3) -> PartitionState:
+    return PartitionState(replicas, leader, epoch, isr, epoch, 1, 7)
+
+
+@given(n=st.integers(1, 9), rf=st.integers(1, 9), parts=st.integers(1, 60),
+       seed=st.integers(0, 1000))
+def test_assignment_distinct_and_leaders_balanced(n: int, rf: int, parts: int,
+                                                  seed: int) -> None:
+    brokers = [(b, None) for b in range(1, n + 1)]
+    if rf > n:
+        with pytest.raises(c.InvalidReplicationFactor, match="larger than available brokers"):
+            c.assign_replicas(brokers, parts, rf, rng=random.Random(seed))
+        return
+    out = c.assign_replicas(brokers, parts, rf, rng=random.Random(seed))
+    assert len(out) == parts
+    assert all(len(r) == rf == len(set(r)) for r in out)
+    leaders = Counter(r[0] for r in out)
+    assert max(leaders.values()) - min(leaders.get(b, 0) for b in range(1, n + 1)) <= 1
+
+
+@given(seed=st.integers(0, 1000), parts=st.integers(1, 40))
+def test_rack_aware_assignment_spreads_racks(seed: int, parts: int) -> None:
+    brokers = [(1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "c"), (6, "c")]
+    out = c.assign_replicas(brokers, parts, 3, rng=random.Random(seed))
+    rack = dict(brokers)
+    for replicas in out:
+        assert len({rack[b] for b in replicas}) == 3  # one replica per rack
+        assert len(set(replicas)) == 3
+
+
+def test_some_brokers_without_rack_is_refused() -> None:
+    with pytest.raises(c.InvalidReplicaAssignment):
+        c.assign_replicas([(1, "a"), (2, None)], 1, 1)
+
+
+def test_leader_failure_elects_first_live_isr_replica_in_assignment_order() -> None:
+    t = {"t": topic("t", ps([1, 2, 3], 1, [1, 2, 3]))}
+    (d,) = c.on_brokers_changed(t, {2, 3}, lambda _: False)
+    assert (d.state.leader, d.state.isr, d.state.leader_epoch) == (2, [2, 3], 4)
+    assert d.state.zk_version == 7 and not d.unclean
+
+
+def test_no_live_isr_member_keeps_partition_offline_unless_unclean() -> None:
+    """Seed 002: unclean off: leader -1, the last in-sync replica stays in the ISR so that
+    only it can lead again; unclean on: an out-of-sync live replica leads alone."""
+    t = {"t": topic("t", ps([1, 2, 3], 1, [1]))}
+    (off,) = c.on_brokers_changed(t, {2, 3}, lambda _: False)
+    assert (off.state.leader, off.state.isr) == (-1, [1])
+    (on,) = c.on_brokers_changed(t, {2, 3}, lambda _: True)
+    assert (on.state.leader, on.state.isr, on.unclean) == (2, [2], True)
+    # the offline partition, once its last ISR member is back: it leads again
+    back = {"t": topic("t", off.state)}
+    (d,) = c.on_brokers_changed(back, {1, 2, 3}, lambda _: False)
+    assert (d.state.leader, d.state.isr) == (1, [1])
+
+
+def test_dead_follower_leaves_isr_and_new_partitions_get_states() -> None:
+    t = {"t": topic("t", ps([1, 2, 3], 1, [1, 2, 3]),
+                    PartitionState([3, 1, 2], -1, -1, [], 0, -1, -1))}
+    ds = {d.partition: d for d in c.on_brokers_changed(t, {1, 3}, lambda _: False)}
+    assert ds[0].state.isr == [1, 3] and ds[0].state.leader_epoch == 3  # no new epoch
+    assert (ds[1].state.leader, ds[1].state.isr, ds[1].state.leader_epoch) == (3, [3, 1], 0)
+
+
+def test_nothing_to_do_when_all_is_well() -> None:
+    t = {"t": topic("t", ps([1, 2, 3], 1, [1, 2, 3]))}
+    assert c.on_brokers_changed(t, {1, 2, 3}, lambda _: False) == []
+
+
+def test_controlled_shutdown_moves_leadership_and_shrinks_isr() -> None:
+    t = {"t": topic("t", ps([1, 2, 3], 1, [1, 2, 3]), ps([2, 1, 3], 2, [2, 1, 3]),
+                    ps([1], 1, [1]))}
+    ds = {d.partition: d for d in c.controlled_shutdown(t, 1, {1, 2, 3})}
+    assert (ds[0].state.leader, ds[0].state.isr) == (2, [2, 3])
+    assert (ds[1].state.leader, ds[1].state.isr) == (2, [2, 3])
+    assert 2 not in ds  # a single replica: nothing to move to
+    assert c.leads(t, 1) == 1
+
+
+def test_preferred_election_and_imbalance() -> None:
+    t = {"t": topic("t", ps([1, 2, 3], 2, [1, 2, 3]), ps([2, 3, 1], 2, [2, 3, 1]),
+                    ps([1, 2, 3], 2, [2, 3]))}
+    new = c.preferred_election(t["t"].partitions[0], {1, 2, 3})
+    assert new is not None and new.leader == 1 and new.leader_epoch == 4
+    assert c.preferred_election(t["t"].partitions[1], {1, 2, 3}) is None  # already
+    assert c.preferred_election(t["t"].partitions[2], {1, 2, 3}) is None  # 1 not in ISR
+    assert c.imbalanced(t, {1, 2, 3}, 10) == [("t", 0)]
+    assert c.imbalanced(t, {1, 2, 3}, 100) == []
+
+
+@given(data=st.data())
+def test_elections_never_pick_out_of_sync_replicas_when_clean(data: st.DataObject) -> None:
+    n = data.draw(st.integers(1, 5))
+    replicas = data.draw(st.permutations(list(range(1, n + 1))))
+    isr = data.draw(st.lists(st.sampled_from(replicas), min_size=1, unique=True))
+    leader = data.draw(st.sampled_from(isr))
+    live = set(data.draw(st.lists(st.sampled_from(replicas), unique=True)))
+    t = {"t": topic("t", ps(list(replicas), leader, isr))}
+    for d in c.on_brokers_changed(t, live, lambda _: False):
+        assert d.state.leader == -1 or d.state.leader in isr
+        assert d.state.isr  # never emptied
+        assert set(d.state.isr) <= set(isr)
