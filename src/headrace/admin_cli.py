@@ -156,6 +156,32 @@ def alter_config(bootstrap: str, topic: str, sets: tuple[str, ...],
     click.echo(f"Altered configs of topic {topic}.")
 
 
+@topics.command("elect-leaders")
+@bootstrap_option
+@click.option("--topic", default=None, help="With --partition: one partition.")
+@click.option("--partition", type=int, default=None)
+@click.option("--all-topic-partitions", is_flag=True, help="Every partition of the cluster.")
+@click.option("--election-type", type=click.Choice(["preferred", "unclean"]),
+              default="preferred", show_default=True)
+def elect_leaders(bootstrap: str, topic: str | None, partition: int | None,
+                  all_topic_partitions: bool, election_type: str) -> None:
+    """Leader elections (kafka-leader-election.sh): preferred replicas back as leaders, or
+    an out-of-sync replica for an offline partition (unclean: may lose records)."""
+    from confluent_kafka import ElectionType, TopicPartition
+
+    if all_topic_partitions == (topic is not None):
+        raise click.UsageError("give either --all-topic-partitions or --topic/--partition")
+    if topic is not None and partition is None:
+        raise click.UsageError("--topic needs --partition")
+    kind = ElectionType.PREFERRED if election_type == "preferred" else ElectionType.UNCLEAN
+    wanted = None if all_topic_partitions else [TopicPartition(topic, partition)]
+    admin = _admin(bootstrap)
+    results = _result(admin.elect_leaders(kind, wanted))
+    for tp, err in sorted((results or {}).items(), key=lambda x: (x[0].topic, x[0].partition)):
+        outcome = "elected" if err is None else err.str()
+        click.echo(f"{tp.topic}-{tp.partition}: {outcome}")
+
+
 # ---------------------------------------------------------------------- groups
 #
 # ``headrace groups ...``: kafka-consumer-groups.sh-like, over the group APIs (ListGroups,
