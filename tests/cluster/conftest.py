@@ -22,6 +22,10 @@ def cluster(zookeeper, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
         yield c
     finally:
         c.stop()
+    # a traceback in a broker's log is a bug, whatever the faults were
+    for b in c.brokers.values():
+        bad = [line for line in b.log if "Traceback" in line]
+        assert not bad, f"broker {b.broker_id} logged a traceback:\n" + "".join(b.log[-60:])
 
 
 @pytest.fixture

@@ -1,0 +1,200 @@
+"""``ZkMetadataStore`` against a real ZooKeeper (R-REP-9): registration, the cache kept by
+watches, conditional ISR writes, controller fencing, producer id blocks, chroot, session
+expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+from headrace.cluster import zk_layout as L
+from headrace.cluster.zk_store import ControllerMovedError, TopicExistsError, ZkMetadataStore
+from headrace.cluster.zookeeper_server import ZooKeeperServer
+from headrace.config import BrokerConfig
+from headrace.metadata.store import BrokerInfo, MetadataError, PartitionState
+from tests.zk import chroot, zookeeper  # noqa: F401
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+
+    def topic_changed(self, name: str) -> None:
+        self.events.append(("topic_changed", name))
+
+    def topic_deleted(self, name: str) -> None:
+        self.events.append(("topic_deleted", name))
+
+    def brokers_changed(self) -> None:
+        self.events.append(("brokers_changed", None))
+
+    def session_lost(self) -> None:
+        self.events.append(("session_lost", None))
+
+    def session_restored(self) -> None:
+        self.events.append(("session_restored", None))
+
+
+def make_store(connect: str, node_id: int, session_ms: int = 4000) -> ZkMetadataStore:
+    cfg = BrokerConfig.from_mapping({"zookeeper.connect": connect, "broker.id": node_id,
+                                     "zookeeper.session.timeout.ms": session_ms,
+                                     "zookeeper.connection.timeout.ms": 5000})
+    return ZkMetadataStore(cfg, BrokerInfo(node_id, "127.0.0.1", 9000 + node_id),
+                           asyncio.get_running_loop())
+
+
+async def until(pred: Callable[[], Any], timeout_s: float = 10.0) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not (v := pred()):
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+    return v
+
+
+@pytest.fixture
+async def pair(zookeeper: ZooKeeperServer) -> AsyncIterator[tuple[ZkMetadataStore, ...]]:  # noqa: F811
+    connect = chroot(zookeeper)
+    a, b = make_store(connect, 1), make_store(connect, 2)
+    await a.start()
+    await b.start()
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+async def test_registration_and_topics_seen_through_watches(pair: tuple[ZkMetadataStore, ...]
+                                                            ) -> None:
+    a, b = pair
+    rec = Recorder()
+    b.add_listener(rec)
+    await until(lambda: [x.node_id for x in a.live_brokers()] == [1, 2])
+    assert a.cluster_id == b.cluster_id and len(a.cluster_id) == 22
+    tid = uuid.uuid4()
+    await asyncio.to_thread(a.create_topic_znodes, "t", [[1, 2], [2, 1]], {"retention.ms": "9"},
+                            tid)
+    t = await until(lambda: b.topic("t"))
+    assert t.topic_id == tid and [p.replicas for p in t.partitions] == [[1, 2], [2, 1]]
+    assert t.configs == {"retention.ms": "9"} and t.partitions[0].leader == -1
+    assert b.topic_by_id(tid) is t
+    assert ("topic_changed", "t") in rec.events
+    with pytest.raises(TopicExistsError):
+        await asyncio.to_thread(a.create_topic_znodes, "t", [[1]], {}, uuid.uuid4())
+
+    # controller: elected, writes states fenced by its epoch
+    won = await asyncio.to_thread(a.elect_controller, 1)
+    assert won is not None and await asyncio.to_thread(b.elect_controller, 2) is None
+    epoch, version = won
+    states = [("t", 0, PartitionState([1, 2], 1, 0, [1, 2])),
+              ("t", 1, PartitionState([2, 1], 2, 0, [2, 1]))]
+    assert await asyncio.to_thread(a.write_partition_states, states, epoch, version) == [0, 0]
+    await until(lambda: b.topic("t").partitions[1].leader == 2)  # type: ignore[union-attr]
+    assert await until(lambda: b.controller_id() == 1) == 1
+
+    # a leader's conditional ISR change; a stale version loses
+    st = b.topic("t").partitions[0]  # type: ignore[union-attr]
+    from dataclasses import replace
+
+    v = await asyncio.to_thread(b.update_isr, "t", 0, replace(st, isr=[1]))
+    assert v == st.zk_version + 1
+    assert await asyncio.to_thread(b.update_isr, "t", 0, replace(st, isr=[2])) is None
+    await until(lambda: a.topic("t").partitions[0].isr == [1])  # type: ignore[union-attr]
+
+    # another controller takes over: the first one's writes are refused
+    await asyncio.to_thread(a.resign_controller, 1)
+    won2 = await asyncio.to_thread(b.elect_controller, 2)
+    assert won2 is not None and won2[0] == epoch + 1
+    st = a.topic("t").partitions[0]  # type: ignore[union-attr]
+    with pytest.raises(ControllerMovedError):
+        await asyncio.to_thread(a.write_partition_states, [("t", 0, st)], epoch, version)
+
+    # deletion
+    await asyncio.to_thread(b.delete_topic_znodes, "t", won2[1])
+    await until(lambda: a.topic("t") is None)
+    await until(lambda: ("topic_deleted", "t") in rec.events)
+
+
+async def test_producer_id_blocks_never_overlap(pair: tuple[ZkMetadataStore, ...]) -> None:
+    a, b = pair
+    firsts = await asyncio.gather(*[asyncio.to_thread(s.allocate_producer_ids, 1000)
+                                    for s in (a, b, a, b, a, b)])
+    blocks = sorted(firsts)
+    assert all(y - x >= 1000 for x, y in itertools.pairwise(blocks))
+
+
+async def test_stale_registration_is_waited_out_and_a_live_one_refused(
+        zookeeper: ZooKeeperServer) -> None:  # noqa: F811
+    connect = chroot(zookeeper)
+    a = make_store(connect, 1, session_ms=2000)
+    await a.start()
+    # a live broker holds id 1: a second one waits for the node, then gives up
+    dup = make_store(connect, 1, session_ms=2000)
+    with pytest.raises(MetadataError):
+        await dup.start()
+    dup.close()
+    a.close()
+    # a broker killed with -9 leaves its ephemeral node until its session expires: a
+    # restarted broker with the same id waits that out and registers
+    hosts, root = connect.split("/", 1)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from kazoo.client import KazooClient\n"
+        f"c = KazooClient(hosts='{hosts}/{root}', timeout=2.0); c.start()\n"
+        f"c.create('{L.broker_path(1)}', b'{{}}', ephemeral=True)\n"
+        "print('ok', flush=True); time.sleep(600)")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ok"
+        holder.kill()
+        holder.wait(5)
+        again = make_store(connect, 1, session_ms=2000)
+        await asyncio.wait_for(again.start(), 20)
+        assert [x.node_id for x in again.live_brokers()] == [1]
+        again.close()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+
+
+async def test_session_expiry_is_reported_and_recovered(zookeeper: ZooKeeperServer  # noqa: F811
+                                                        ) -> None:
+    connect = chroot(zookeeper)
+    s = make_store(connect, 5, session_ms=2000)
+    rec = Recorder()
+    s.add_listener(rec)
+    await s.start()
+    try:
+        await asyncio.to_thread(s.create_topic_znodes, "x", [[5]], {}, uuid.uuid4())
+        await until(lambda: s.topic("x"))
+        # the standard trick: a second client on the same session, closed, expires it
+        assert s.client is not None
+        sid, pwd = s.client.client_id
+        hosts, root = connect.split("/", 1)
+        other = KazooClient(hosts=hosts + "/" + root, client_id=(sid, pwd))
+        await asyncio.to_thread(other.start)
+        await asyncio.to_thread(other.stop)
+        await until(lambda: ("session_lost", None) in rec.events, 15)
+        await until(lambda: ("session_restored", None) in rec.events, 15)
+        # registered again, cache intact and watching
+        check = KazooClient(hosts=hosts + "/" + root)
+        await asyncio.to_thread(check.start)
+        try:
+            assert await asyncio.to_thread(check.exists, L.broker_path(5)) is not None
+            await asyncio.to_thread(check.create, L.topic_path("y"),
+                                    L.encode_topic(uuid.uuid4(), {0: [5]}))
+        finally:
+            await asyncio.to_thread(check.stop)
+        await until(lambda: s.topic("y"))
+        assert s.topic("x") is not None
+    finally:
+        s.close()
