@@ -182,6 +182,77 @@ def elect_leaders(bootstrap: str, topic: str | None, partition: int | None,
         click.echo(f"{tp.topic}-{tp.partition}: {outcome}")
 
 
+def _controller_request(bootstrap: str, api_key: int, version: int,
+                        body: dict[str, Any]) -> Any:
+    """One request to the cluster's controller (found with Metadata), over the Kafka
+    protocol (confluent-kafka's AdminClient has no reassignment API)."""
+    from headrace.spark.wire import Connection
+
+    md = _admin(bootstrap).list_topics(timeout=TIMEOUT_S)
+    broker = md.brokers.get(md.controller_id)
+    if broker is None:
+        _fail(f"no controller is known to {bootstrap}")
+    conn = Connection(broker.host, broker.port, TIMEOUT_S)
+    try:
+        return conn.request(api_key, version, body)
+    except (OSError, ConnectionError) as e:
+        _fail(f"the controller at {broker.host}:{broker.port} did not answer: {e}")
+    finally:
+        conn.close()
+
+
+@topics.command("reassign")
+@bootstrap_option
+@click.option("--topic", required=True)
+@click.option("--partition", type=int, required=True)
+@click.option("--replicas", default=None, metavar="ID,ID,...",
+              help="The new replicas, preferred leader first.")
+@click.option("--cancel", is_flag=True, help="Cancel the partition's ongoing reassignment.")
+def reassign(bootstrap: str, topic: str, partition: int, replicas: str | None,
+             cancel: bool) -> None:
+    """Move a partition to other brokers (kafka-reassign-partitions.sh --execute); the new
+    replicas catch up, then the old ones are dropped."""
+    from kio.schema.errors import ErrorCode
+
+    if cancel == (replicas is not None):
+        raise click.UsageError("give either --replicas or --cancel")
+    target = None if cancel else [int(x) for x in str(replicas).split(",") if x.strip()]
+    resp = _controller_request(bootstrap, 45, 0, {
+        "timeout": 30_000,
+        "topics": [{"name": topic, "partitions": [
+            {"partition_index": partition, "replicas": target}]}]})
+    if resp.error_code != ErrorCode.none:
+        _fail(f"{ErrorCode(resp.error_code).name.upper()}: {resp.error_message or ''}")
+    for t in resp.responses:
+        for p in t.partitions:
+            if p.error_code != ErrorCode.none:
+                _fail(f"{t.name}-{p.partition_index}: {ErrorCode(p.error_code).name.upper()} "
+                      f"{p.error_message or ''}".rstrip())
+    click.echo(f"{'Cancelled' if cancel else 'Started'} the reassignment of "
+               f"{topic}-{partition}.")
+
+
+@topics.command("reassignments")
+@bootstrap_option
+def reassignments(bootstrap: str) -> None:
+    """Ongoing reassignments (kafka-reassign-partitions.sh --verify / --list)."""
+    from kio.schema.errors import ErrorCode
+
+    resp = _controller_request(bootstrap, 46, 0, {"timeout": 30_000, "topics": None})
+    if resp.error_code != ErrorCode.none:
+        _fail(f"{ErrorCode(resp.error_code).name.upper()}: {resp.error_message or ''}")
+    rows = 0
+    for t in resp.topics:
+        for p in t.partitions:
+            rows += 1
+            click.echo(f"{t.name}-{p.partition_index}\treplicas: "
+                       f"{','.join(map(str, p.replicas))}\tadding: "
+                       f"{','.join(map(str, p.adding_replicas)) or '-'}\tremoving: "
+                       f"{','.join(map(str, p.removing_replicas)) or '-'}")
+    if not rows:
+        click.echo("No reassignment in progress.")
+
+
 # ---------------------------------------------------------------------- groups
 #
 # ``headrace groups ...``: kafka-consumer-groups.sh-like, over the group APIs (ListGroups,

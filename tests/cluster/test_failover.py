@@ -284,3 +284,47 @@ def test_preferred_leader_comes_back(healthy: Cluster) -> None:
     assert out.returncode == 0, out.stderr
     assert f"{topic}-0: elected" in out.stdout
     assert cluster.wait_leader(topic, 0, ok=lambda x: x == preferred, timeout_s=30) == preferred
+
+
+def test_reassignment_moves_a_partition_to_another_broker(healthy: Cluster) -> None:
+    """KIP-455 (AlterPartitionReassignments / ListPartitionReassignments): a partition on
+    brokers 1,2 moves to 2,3: broker 3 catches up, broker 1's replica is dropped (its
+    directory removed), no record is lost and the new replica's log is the leader's."""
+    from confluent_kafka.admin import NewTopic
+
+    cluster = healthy
+    topic = _topic("reassign")
+    admin = cluster.admin()
+    admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2]])])[topic].result(30)
+    cluster.wait_leader(topic, 0)
+    produce_acked(cluster, topic, [f"r{i}".encode() for i in range(500)])
+    out = subprocess.run(
+        [sys.executable, "-m", "headrace.cli", "topics", "reassign", "--bootstrap-server",
+         cluster.live_bootstrap(), "--topic", topic, "--partition", "0", "--replicas", "2,3"],
+        capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+    def moved() -> bool:
+        p = cluster.describe(topic).get(0)
+        return p is not None and list(p.replicas) == [2, 3] and sorted(p.isrs) == [2, 3]
+
+    wait_until(moved, 60, 0.2, "the reassignment to finish")
+    listing = subprocess.run(
+        [sys.executable, "-m", "headrace.cli", "topics", "reassignments",
+         "--bootstrap-server", cluster.live_bootstrap()],
+        capture_output=True, text=True, timeout=60)
+    assert listing.returncode == 0 and "No reassignment in progress." in listing.stdout
+    wait_until(lambda: not (cluster.brokers[1].data_dir / f"{topic}-0").exists(), 30, 0.2,
+               "broker 1 to drop its replica")
+    produce_acked(cluster, topic, [b"after"])
+    got = read_all(cluster, topic, 1, 501)
+    assert got[0] == [f"r{i}".encode() for i in range(500)] + [b"after"]
+    wait_until(lambda: segment_bytes(cluster.brokers[3].data_dir, topic, 0)
+               == segment_bytes(cluster.brokers[2].data_dir, topic, 0), 30, 0.2,
+               "broker 3's replica to equal broker 2's")
+    # a cancel with nothing in progress is refused, as Kafka does
+    cancel = subprocess.run(
+        [sys.executable, "-m", "headrace.cli", "topics", "reassign", "--bootstrap-server",
+         cluster.live_bootstrap(), "--topic", topic, "--partition", "0", "--cancel"],
+        capture_output=True, text=True, timeout=60)
+    assert cancel.returncode == 1 and "NO_REASSIGNMENT_IN_PROGRESS" in cancel.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -121,3 +122,21 @@ def test_elections_never_pick_out_of_sync_replicas_when_clean(data: st.DataObjec
         assert d.state.leader == -1 or d.state.leader in isr
         assert d.state.isr  # never emptied
         assert set(d.state.isr) <= set(isr)
+
+
+def test_reassignment_phases() -> None:
+    """KIP-455: RS = target + old; finished once the target is in sync: the target, the
+    ISR within it, the leader moved into it; a cancel goes back."""
+    st = ps([1, 2], 1, [1, 2])
+    r = c.start_reassignment(st, [2, 3])
+    assert (r.replicas, r.adding, r.removing) == ([2, 3, 1], [3], [1])
+    assert r.state.leader_epoch == st.leader_epoch + 1 and r.state.leader == 1
+    assert c.finish_reassignment(r.state, [2, 3], {1, 2, 3}) is None  # 3 not in sync yet
+    synced = replace(r.state, isr=[1, 2, 3])
+    done = c.finish_reassignment(synced, c.reassignment_target(synced, [1]), {1, 2, 3})
+    assert done is not None
+    assert (done.replicas, done.leader, done.isr) == ([2, 3], 2, [2, 3])
+    back = c.cancel_reassignment(r.state, [1], [3], {1, 2, 3})
+    assert (back.replicas, back.leader, back.isr) == ([2, 1], 1, [1, 2])
+    with pytest.raises(c.InvalidReplicaAssignment):
+        c.start_reassignment(st, [2, 2])

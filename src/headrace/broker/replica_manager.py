@@ -436,6 +436,24 @@ class ReplicaManager:
             self._remove_later(doomed)
             failpoint("delete-removing")
 
+    def remove_dirs(self, dirs: list[Path]) -> None:
+        """Remove partition directories whose logs are closed (a replica moved away):
+        renamed to ``-delete`` names first (crash-safe), removed in the background."""
+        doomed = []
+        for d in dirs:
+            target = delete_dir_name(d)
+            try:
+                d.rename(target)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                log.error("cannot rename %s for deletion: %s", d, e.strerror)
+                continue
+            doomed.append(target)
+        if doomed:
+            self._fsync_data_dir()
+            self._remove_later(doomed)
+
     def update_topic_config(self, topic: TopicState) -> None:
         cfg = log_config(self.config, topic_overrides(topic))
         for tp, p in self.partitions.items():

@@ -240,3 +240,59 @@ def imbalanced(topics: Mapping[str, TopicState], live: set[int], percentage: int
             out += [(n, i) for n, i, st in parts
                     if st.leader != broker and preferred_election(st, live) is not None]
     return out
+
+
+# ---------------------------------------------------------------- reassignment (KIP-455)
+@dataclass(frozen=True, slots=True)
+class Reassignment:
+    """Phase 1 of moving a partition to ``target``: the assignment becomes RS = target +
+    the old replicas not in it (adding / removing recorded in the topic znode), and the
+    leader epoch moves so every replica acts on it; new replicas start fetching."""
+
+    replicas: list[int]
+    adding: list[int]
+    removing: list[int]
+    state: PartitionState
+
+
+def start_reassignment(st: PartitionState, target: list[int]) -> Reassignment:
+    if not target or len(set(target)) != len(target):
+        raise InvalidReplicaAssignment(f"Invalid replica assignment {target}")
+    current = [r for r in st.replicas]
+    rs = list(dict.fromkeys([*target, *current]))
+    adding = [r for r in target if r not in current]
+    removing = [r for r in current if r not in target]
+    return Reassignment(rs, adding, removing, replace(
+        st, replicas=rs, leader_epoch=st.leader_epoch + 1,
+        partition_epoch=st.partition_epoch + 1, isr=list(st.isr)))
+
+
+def reassignment_target(st: PartitionState, removing: list[int]) -> list[int]:
+    return [r for r in st.replicas if r not in removing]
+
+
+def finish_reassignment(st: PartitionState, target: list[int], live: set[int]
+                        ) -> PartitionState | None:
+    """Phase 2, once every target replica is in the ISR: the assignment becomes the
+    target, the ISR keeps only target replicas, and the leader moves into the target if it
+    is not there. None while the target is not all in sync (or nobody can lead)."""
+    if not all(r in st.isr for r in target):
+        return None
+    isr = [r for r in st.isr if r in target]
+    leader = st.leader if st.leader in target and st.leader in live else next(
+        (r for r in target if r in isr and r in live), -1)
+    if leader < 0:
+        return None
+    return replace(st, replicas=list(target), leader=leader, isr=isr,
+                   leader_epoch=st.leader_epoch + 1, partition_epoch=st.partition_epoch + 1)
+
+
+def cancel_reassignment(st: PartitionState, removing: list[int], adding: list[int],
+                        live: set[int]) -> PartitionState:
+    """Back to the original replicas (RS minus adding); leadership stays if it can."""
+    original = [r for r in st.replicas if r not in adding]
+    isr = [r for r in st.isr if r in original] or [r for r in original if r in live][:1]
+    leader = st.leader if st.leader in original else next(
+        (r for r in original if r in isr and r in live), -1)
+    return replace(st, replicas=original, leader=leader, isr=isr,
+                   leader_epoch=st.leader_epoch + 1, partition_epoch=st.partition_epoch + 1)

@@ -164,6 +164,7 @@ class ControllerService:
                 else:
                     await asyncio.to_thread(self.store.delete_admin_node,
                                             f"{L.DELETE_TOPICS}/{name}")
+            await self._progress_reassignments()
             requests = self.store.preferred_election_requests()
             if requests:
                 await self._preferred(requests)
@@ -243,6 +244,122 @@ class ControllerService:
         async with self._lock:
             live = self._live() - {broker_id}
             await self._write(decide.controlled_shutdown(self.store.topics(), broker_id, live))
+
+    # ------------------------------------------------------------------ reassignment
+    async def _write_assignment(self, name: str, assignment: dict[int, list[int]],
+                                adding: dict[int, list[int]],
+                                removing: dict[int, list[int]]) -> None:
+        await asyncio.to_thread(self.store.write_topic_assignment, name, assignment, adding,
+                                removing, self._epoch_zk_version)
+
+    async def _progress_reassignments(self) -> None:
+        """Phase 2 of every reassignment whose target replicas are all in sync."""
+        live = self._live()
+        for name, (adding, removing) in self.store.reassignments().items():
+            t = self.store.topic(name)
+            if t is None:
+                continue
+            parts = set(adding) | set(removing)
+            done = []
+            for p in sorted(parts):
+                st = t.partitions[p]
+                target = decide.reassignment_target(st, removing.get(p, []))
+                new = decide.finish_reassignment(st, target, live)
+                if new is not None:
+                    done.append(decide.Decision(name, p, new, "reassignment completed"))
+            if not done:
+                continue
+            assignment = {i: list(st.replicas) for i, st in enumerate(t.partitions)}
+            for d in done:
+                assignment[d.partition] = list(d.state.replicas)
+            finished = {d.partition for d in done}
+            await self._write_assignment(
+                name, assignment, {p: r for p, r in adding.items() if p not in finished},
+                {p: r for p, r in removing.items() if p not in finished})
+            await self._write(done)
+            for d in done:
+                log.info("reassignment of %s-%d done: replicas %s", name, d.partition,
+                         d.state.replicas)
+
+    async def alter_reassignments(self, items: list[tuple[str, int, list[int] | None]]
+                                  ) -> dict[tuple[str, int], tuple[str, str | None]]:
+        """AlterPartitionReassignments: per partition ("none" | an error name, message)."""
+        out: dict[tuple[str, int], tuple[str, str | None]] = {}
+        async with self._lock:
+            live = self._live()
+            by_topic: dict[str, list[tuple[int, list[int] | None]]] = {}
+            for name, p, target in items:
+                t = self.store.topic(name)
+                if t is None or not 0 <= p < len(t.partitions):
+                    out[(name, p)] = ("unknown_topic_or_partition", None)
+                    continue
+                if target is not None and (not target or len(set(target)) != len(target)
+                                           or not set(target) <= live):
+                    out[(name, p)] = ("invalid_replica_assignment",
+                                      f"Invalid replica assignment {target}: brokers must be "
+                                      "distinct and registered")
+                    continue
+                by_topic.setdefault(name, []).append((p, target))
+            for name, wanted in by_topic.items():
+                t = self.store.topic(name)
+                assert t is not None
+                adding, removing = self.store.reassignments().get(name, ({}, {}))
+                adding, removing = dict(adding), dict(removing)
+                assignment = {i: list(st.replicas) for i, st in enumerate(t.partitions)}
+                decisions = []
+                for p, target in wanted:
+                    st = t.partitions[p]
+                    ongoing = p in adding or p in removing
+                    if target is None:
+                        if not ongoing:
+                            out[(name, p)] = ("no_reassignment_in_progress", None)
+                            continue
+                        new = decide.cancel_reassignment(st, removing.get(p, []),
+                                                         adding.get(p, []), live)
+                        adding.pop(p, None)
+                        removing.pop(p, None)
+                        assignment[p] = list(new.replicas)
+                        decisions.append(decide.Decision(name, p, new, "reassignment cancelled"))
+                    else:
+                        if ongoing:  # a new target replaces the old: start from the original
+                            st = decide.cancel_reassignment(st, removing.get(p, []),
+                                                            adding.get(p, []), live)
+                        if list(target) == list(st.replicas):
+                            adding.pop(p, None)
+                            removing.pop(p, None)
+                            assignment[p] = list(st.replicas)
+                            out[(name, p)] = ("none", None)
+                            continue
+                        r = decide.start_reassignment(st, list(target))
+                        assignment[p] = r.replicas
+                        if r.adding:
+                            adding[p] = r.adding
+                        else:
+                            adding.pop(p, None)
+                        if r.removing:
+                            removing[p] = r.removing
+                        else:
+                            removing.pop(p, None)
+                        decisions.append(decide.Decision(name, p, r.state, "reassignment started"))
+                    out[(name, p)] = ("none", None)
+                if decisions or any(v == ("none", None) for k, v in out.items() if k[0] == name):
+                    await self._write_assignment(name, assignment, adding, removing)
+                    await self._write(decisions)
+        self._kick.set()
+        return out
+
+    def list_reassignments(self, wanted: list[tuple[str, int]] | None
+                           ) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
+        out = {}
+        for name, (adding, removing) in self.store.reassignments().items():
+            t = self.store.topic(name)
+            if t is None:
+                continue
+            for p in sorted(set(adding) | set(removing)):
+                if wanted is None or (name, p) in wanted:
+                    out[(name, p)] = (list(t.partitions[p].replicas), adding.get(p, []),
+                                      removing.get(p, []))
+        return out
 
     def describe(self) -> dict[str, Any]:
         return {"active": self.is_active, "epoch": self.epoch}

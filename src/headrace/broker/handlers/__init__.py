@@ -1,6 +1,7 @@
 """One module per API key; importing this package fills ``base.HANDLERS``."""
 
 from headrace.broker.handlers import (  # noqa: F401
+    alter_partition_reassignments,
     api_versions,
     consumer_group_describe,
     consumer_group_heartbeat,
