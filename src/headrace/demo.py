@@ -309,24 +309,69 @@ def _group_lag(bootstrap: str, group: str, latest: dict[tuple[str, int], int]) -
 # --- the command ---------------------------------------------------------------------------
 
 
-def _create_topics(bootstrap: str) -> None:
+def _create_topics(bootstrap: str, replication: int = 1) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     wanted = {ACTIVITY_TOPIC: 2, SENTENCES_TOPIC: 2, ACTIVITY_RESULTS: 1, WORD_RESULTS: 1,
               AUDIT_TOPIC: 1}
     existing = admin.list_topics(timeout=10).topics
-    new = [NewTopic(t, n, 1) for t, n in wanted.items() if t not in existing]
+    configs = {"min.insync.replicas": "2"} if replication >= 3 else {}
+    new = [NewTopic(t, n, replication, config=configs) for t, n in wanted.items()
+           if t not in existing]
     for topic, fut in (admin.create_topics(new).items() if new else []):
         try:
-            fut.result(15)
+            fut.result(40)
         except Exception as e:
             if "TOPIC_ALREADY_EXISTS" not in str(e):
                 raise RuntimeError(f"cannot create topic {topic}: {e}") from e
 
 
+class BrokerFault(threading.Thread):
+    """``--cluster``: kill -9 the broker leading ``activity``-0 a third of the way through
+    the run and start it again at two thirds (R-REP-5 under the pipeline)."""
+
+    def __init__(self, cluster: Any, bootstrap: str, duration_s: float,
+                 say: Callable[[str], None]) -> None:
+        super().__init__(name="demo-broker-fault", daemon=True)
+        self.cluster = cluster
+        self.bootstrap = bootstrap
+        self.duration_s = duration_s
+        self.say = say
+        self.killed: int | None = None
+        self.error: str | None = None
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
+        try:
+            if self._stop_event.wait(self.duration_s / 3):
+                return
+            admin = AdminClient({"bootstrap.servers": self.bootstrap})
+            md = admin.list_topics(topic=ACTIVITY_TOPIC, timeout=10)
+            leader = int(md.topics[ACTIVITY_TOPIC].partitions[0].leader)
+            if leader not in self.cluster.brokers:
+                leader = 1
+            self.cluster.brokers[leader].kill()
+            self.killed = leader
+            self.say(f"  fault: killed broker {leader} (kill -9), the leader of "
+                     f"{ACTIVITY_TOPIC}-0")
+            if self._stop_event.wait(self.duration_s / 3):
+                return
+            self.cluster.restart(leader)
+            self.say(f"  fault: broker {leader} restarted; it catches up as a follower")
+        except Exception as e:  # reported in the summary; the audit decides
+            self.error = str(e)
+            self.say(f"  fault injection failed: {e}")
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+
 def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path | None,
-             as_json: bool, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> dict[str, Any]:
+             as_json: bool, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
+             cluster: bool = False) -> dict[str, Any]:
     from headrace.broker.embedded import EmbeddedBroker
     from headrace.spark import local_session, warehouse
     from headrace.spark.audit import format_report, run_audit
@@ -340,7 +385,17 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
         print(msg, file=info, flush=True)
 
     broker = None
-    if bootstrap is None:
+    local_cluster = None
+    fault: BrokerFault | None = None
+    if cluster:
+        from headrace.cluster.local import LocalCluster
+
+        say(f"cluster: starting ZooKeeper and 3 brokers in {work / 'cluster'} ...")
+        local_cluster = LocalCluster(work / "cluster", 3)
+        bootstrap = local_cluster.start()
+        say(f"cluster: {bootstrap} (topics with replication factor 3, "
+            "min.insync.replicas=2)")
+    elif bootstrap is None:
         broker = EmbeddedBroker(work / "broker", config={"num.partitions": "2"}).start()
         bootstrap = broker.bootstrap_servers
         say(f"broker: embedded, {bootstrap}, data in {work / 'broker'}")
@@ -349,13 +404,16 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
     queries: dict[str, Any] = {}
     spark = None
     try:
-        _create_topics(bootstrap)
+        _create_topics(bootstrap, 3 if cluster else 1)
         say("spark: starting a local[2] session ...")
         spark = local_session("headrace-demo")
         queries = start_queries(spark, bootstrap, work, trigger_s=2.0)
         producer = EventProducer(bootstrap, rate, duration_s)
         t_produce = time.monotonic()
         producer.start()
+        if local_cluster is not None:
+            fault = BrokerFault(local_cluster, bootstrap, duration_s, say)
+            fault.start()
         say(f"producing ~{rate} events/s for {duration_s:.0f} s from {', '.join(WEB_HOSTS)} "
             f"and {WRITER_HOST}; warehouse in {work / 'warehouse'}")
         topics = (ACTIVITY_TOPIC, SENTENCES_TOPIC)
@@ -438,6 +496,9 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
             "runtime_s": round(time.monotonic() - t_start, 1),
             "workdir": str(work),
         }
+        if fault is not None:
+            summary["cluster"] = {"brokers": 3, "replication_factor": 3,
+                                  "broker_killed": fault.killed, "fault_error": fault.error}
         say(format_report(report))
         say(f"records in {summary['records_in']} (topics {ACTIVITY_TOPIC}, {SENTENCES_TOPIC}), "
             f"records out {records_out} (warehouse {tables}, results topics "
@@ -460,8 +521,13 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
         from headrace.spark import kafka_io
 
         kafka_io.close_all()
+        if fault is not None:
+            fault.stop()
+            fault.join(70)
         if broker is not None:
             broker.stop()
+        if local_cluster is not None:
+            local_cluster.stop()
 
 
 def run_audit_command(bootstrap: str, warehouse_dir: Path | None, topics: tuple[str, ...],
@@ -500,11 +566,17 @@ import click  # noqa: E402
                    "temporary directory, kept).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print progress to stderr and, as the last line of stdout, one JSON object.")
+@click.option("--cluster", is_flag=True,
+              help="Run on a local 3-broker cluster (ZooKeeper from Debian's package; topics "
+                   "with replication factor 3) and kill -9 one broker mid-run, restarting it "
+                   "later.")
 def demo_command(duration_s: float, rate: int, bootstrap: str | None, workdir: Path | None,
-                 as_json: bool) -> None:
+                 as_json: bool, cluster: bool) -> None:
     """Run the demo pipeline: producers -> headrace -> Spark -> warehouse, then the audit."""
+    if cluster and bootstrap is not None:
+        raise click.UsageError("--cluster starts its own brokers: drop --bootstrap")
     try:
-        summary = run_demo(duration_s, rate, bootstrap, workdir, as_json)
+        summary = run_demo(duration_s, rate, bootstrap, workdir, as_json, cluster=cluster)
     except ImportError as e:
         click.echo(f"headrace demo: the Spark extra is missing ({e}); install it with "
                    "pip install 'headrace[spark]' (and Java 17+)", err=True)

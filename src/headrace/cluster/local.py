@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import click
 STOP_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 60.0
 CHROOT = "/headrace"
+_LISTENING = re.compile(r"listening on [^ ]+:(\d+)")
 
 
 class LocalBroker:
@@ -57,9 +59,27 @@ class LocalBroker:
                 out.write(line)
                 out.flush()
                 if "listening on" in line:
+                    m = _LISTENING.search(line)
+                    if m:
+                        self.port = int(m.group(1))
                     self.listening.set()
                 elif " ERROR " in line or "cannot start" in line:
                     click.echo(f"broker {self.broker_id}: {line.rstrip()}", err=True)
+
+    def kill(self) -> None:
+        """kill -9 (fault injection)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+        self.listening.clear()
+
+    def wait_listening(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not self.listening.wait(0.2):
+            if self.proc is None or self.proc.poll() is not None or time.monotonic() > deadline:
+                return False
+        return True
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -72,6 +92,51 @@ class LocalBroker:
                        "killing it", err=True)
             self.proc.kill()
             self.proc.wait(5)
+
+
+class LocalCluster:
+    """A ZooKeeper and ``brokers`` broker processes under ``data_dir`` (the demo's
+    ``--cluster``); ``port`` 0 lets every broker pick a free port (kept on restarts)."""
+
+    def __init__(self, data_dir: Path, brokers: int = 3, port: int = 0, zk_port: int = 0,
+                 overrides: list[str] | None = None, log_level: str = "INFO") -> None:
+        from headrace.cluster.zookeeper_server import ZooKeeperServer
+
+        self.data_dir = data_dir
+        self.zk = ZooKeeperServer(data_dir / "zookeeper", port=zk_port)
+        self.connect = self.zk.connect_string + CHROOT
+        self.brokers = {i: LocalBroker(i, port + i - 1 if port else 0, data_dir / f"broker-{i}",
+                                       self.connect, list(overrides or []), log_level)
+                        for i in range(1, brokers + 1)}
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{b.port}" for b in self.brokers.values())
+
+    def start(self) -> str:
+        self.zk.start(timeout_s=START_TIMEOUT_S)
+        for b in self.brokers.values():
+            b.start()
+        for b in self.brokers.values():
+            if not b.wait_listening(START_TIMEOUT_S):
+                self.stop()
+                raise RuntimeError(f"broker {b.broker_id} did not start; see {b.log_path}")
+        return self.bootstrap
+
+    def restart(self, broker_id: int) -> None:
+        b = self.brokers[broker_id]
+        b.start()
+        if not b.wait_listening(START_TIMEOUT_S):
+            raise RuntimeError(f"broker {broker_id} did not restart; see {b.log_path}")
+
+    def stop(self) -> None:
+        threads = [threading.Thread(target=b.stop) for b in self.brokers.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(STOP_TIMEOUT_S + 10)
+        with contextlib.suppress(Exception):
+            self.zk.stop()
 
 
 def run_local_cluster(brokers: int, data_dir: Path, port: int, zk_port: int,
