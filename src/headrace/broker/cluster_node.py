@@ -286,6 +286,13 @@ class ClusterNode:
 
     def _transition(self, p: Partition, state: PartitionState) -> None:
         old = p.state
+        if (state.zk_version == old.zk_version and state.leader == old.leader
+                and state.leader_epoch == old.leader_epoch and state.isr == old.isr
+                and state.replicas == old.replicas and not self.fenced
+                and ((state.leader == self.node_id and p.leading)
+                     or (state.leader != self.node_id and not p.leading
+                         and (state.leader < 0 or self.fetchers.fetching(p.tp) is not None)))):
+            return  # nothing new (most partitions of a topic on each of its events)
         fresh = not p.leading and self.fetchers.fetching(p.tp) is None
         if state.leader_epoch < old.leader_epoch:
             return  # stale (the cache is behind what this broker acted on)

@@ -41,6 +41,7 @@ class LocalBroker:
         self.log_path = data_dir.parent / f"broker-{broker_id}.log"
 
     def start(self) -> None:
+        self.listening.clear()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [sys.executable, "-m", "headrace.cli", "broker", "--data-dir", str(self.data_dir),
                 "--port", str(self.port), "--broker-id", str(self.broker_id),
