@@ -65,6 +65,18 @@ class ClusterNode:
         self._stopping = False
         self._configs: dict[str, dict[str, str]] = {}
         self._expanding: set[tuple[TopicPartition, int]] = set()
+        self._became_leader: list[str] = []
+        self._became_follower: list[str] = []
+
+    def _log_transitions(self) -> None:
+        """One line for the leadership this broker took or gave up since the last one."""
+        for what, names in (("leading", self._became_leader),
+                            ("no longer leading", self._became_follower)):
+            if names:
+                more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+                log.info("%s %d partition(s): %s%s", what, len(names), ", ".join(names[:5]),
+                         more)
+                names.clear()
 
     # ------------------------------------------------------------------ listener
     def topic_changed(self, name: str) -> None:
@@ -73,11 +85,22 @@ class ClusterNode:
         # new logs, removals and configs follow in the reconcile pass
         topic = self.store.topic(name)
         if topic is not None and not self.fenced:
-            for i, st in enumerate(topic.partitions):
+            parts = getattr(self.store, "changed_partitions", {}).get(name)
+            indexes = range(len(topic.partitions)) if parts is None else sorted(parts)
+            for i in indexes:
+                if i >= len(topic.partitions):
+                    continue
+                st = topic.partitions[i]
                 if self.node_id in st.replicas:
                     p = self.replicas.get(TopicPartition(name, i))
                     if p is not None:
                         self._transition(p, st)
+            if parts is not None and all(
+                    self.replicas.get(TopicPartition(name, i)) is not None
+                    for i in parts if i < len(topic.partitions)
+                    and self.node_id in topic.partitions[i].replicas):
+                self._log_transitions()
+                return  # only states of hosted partitions changed: done
         self._dirty.add(name)
         self._kick.set()
 
@@ -223,6 +246,7 @@ class ClusterNode:
                 continue
             await self._reconcile_topic(topic, hosted)
             await asyncio.sleep(0)
+        self._log_transitions()
         self._changed.set()
 
     def _forget_topic(self, name: str, hosted: list[TopicPartition]) -> None:
@@ -310,9 +334,10 @@ class ClusterNode:
                     p.log.assign_epoch(state.leader_epoch, p.log.log_end_offset)
                 p.become_leader(now)
                 p._advance_hw()
-                log.info("leading %s at epoch %d (ISR %s, log end %d, high watermark %d)",
-                         p.tp, state.leader_epoch, state.isr, p.log.log_end_offset,
-                         p.log.high_watermark)
+                log.debug("leading %s at epoch %d (ISR %s, log end %d, high watermark %d)",
+                          p.tp, state.leader_epoch, state.isr, p.log.log_end_offset,
+                          p.log.high_watermark)
+                self._became_leader.append(str(p.tp))
                 self.broker.groups.partition_led(p.tp)
                 self.replicas.wake(p.tp)
             else:
@@ -322,8 +347,9 @@ class ClusterNode:
         if p.leading:
             p.become_follower()
             self.broker.groups.partition_unloaded(p.tp)
-            log.info("%s: broker %d leads now (epoch %d); following", p.tp, state.leader,
-                     state.leader_epoch)
+            log.debug("%s: broker %d leads now (epoch %d); following", p.tp, state.leader,
+                      state.leader_epoch)
+            self._became_follower.append(str(p.tp))
             self.replicas.wake(p.tp)
         if state.leader < 0:
             self.fetchers.remove(p.tp)

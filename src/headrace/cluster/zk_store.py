@@ -108,6 +108,9 @@ class ZkMetadataStore:
         self._session_lost = False
         self._watched_states: set[tuple[str, int]] = set()
         self._watched_topics: set[str] = set()
+        # during a topic_changed notification: the partitions whose state changed (None:
+        # the whole topic may have changed)
+        self.changed_partitions: dict[str, set[int] | None] = {}
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -440,7 +443,8 @@ class ZkMetadataStore:
     def _apply(self, updates: list[tuple[str, Any]], notify: bool = True) -> None:
         if self._closed:
             return
-        changed: set[str] = set()
+        changed: set[str] = set()  # the whole topic (assignment, config)
+        changed_parts: dict[str, set[int]] = {}  # partition states only
         deleted: set[str] = set()
         events: list[tuple[str, Any]] = []
         for kind, value in updates:
@@ -484,7 +488,7 @@ class ZkMetadataStore:
                         continue  # an older read arriving late
                     self._states[(name, p)] = PartitionState(
                         [], leader, epoch, isr, epoch, cepoch, version)
-                changed.add(name)
+                changed_parts.setdefault(name, set()).add(p)
             elif kind == "config":
                 name, data = value
                 try:
@@ -526,13 +530,23 @@ class ZkMetadataStore:
                 events.append(("admin_changed", "preferred_replica_election"))
         for name in changed - deleted:
             self._rebuild(name)
+        for name, parts in changed_parts.items():
+            if name not in changed and name not in deleted:
+                self._update_partitions(name, parts)
         if not notify:
             return
         for name in sorted(deleted):
             self._notify("topic_deleted", name)
-        for name in sorted(changed - deleted):
-            if name in self._topics:
-                self._notify("topic_changed", name)
+        self.changed_partitions = {n: None for n in changed}
+        for n, parts in changed_parts.items():
+            if n not in changed:
+                self.changed_partitions[n] = parts
+        try:
+            for name in sorted((changed | set(changed_parts)) - deleted):
+                if name in self._topics:
+                    self._notify("topic_changed", name)
+        finally:
+            self.changed_partitions = {}
         for method, arg in events:
             if arg is None:
                 self._notify(method)
@@ -548,6 +562,24 @@ class ZkMetadataStore:
         t = self._topics.pop(name, None)
         if t is not None:
             self._by_id.pop(t.topic_id, None)
+
+    def _update_partitions(self, name: str, parts: set[int]) -> None:
+        """New states of some partitions of a known topic (no full rebuild: a controller
+        writing thousands of states must not cost thousands of rebuilds)."""
+        t = self._topics.get(name)
+        a = self._assign.get(name)
+        if t is None or a is None or len(t.partitions) != len(a.partitions):
+            self._rebuild(name)
+            return
+        for p in parts:
+            if not 0 <= p < len(t.partitions):
+                continue
+            st = self._states.get((name, p))
+            replicas = list(a.partitions[p])
+            t.partitions[p] = (PartitionState(replicas, -1, -1, [], 0, -1, -1) if st is None
+                               else PartitionState(replicas, st.leader, st.leader_epoch,
+                                                   list(st.isr), st.partition_epoch,
+                                                   st.controller_epoch, st.zk_version))
 
     def _rebuild(self, name: str) -> None:
         a = self._assign.get(name)
@@ -737,34 +769,46 @@ class ZkMetadataStore:
         check of ``/controller_epoch``'s version (pipelined). ControllerMovedError if
         the check failed; per update the new version or None (BadVersion: re-decide)."""
         c = self._c()
+        parents_known: set[str] = set()
         pending = []
         for topic, p, st in updates:
             path = L.state_path(topic, p)
             data = L.encode_state(st, controller_epoch)
-            if st.zk_version < 0:
-                with contextlib.suppress(NodeExistsError):
-                    c.ensure_path(L.partition_path(topic, p))
             t = c.transaction()
             t.check(L.CONTROLLER_EPOCH, epoch_zk_version)
             if st.zk_version < 0:
+                if topic not in parents_known:  # once per topic, not once per partition
+                    c.ensure_path(L.partitions_path(topic))
+                    parents_known.add(topic)
+                t.create(L.partition_path(topic, p))
                 t.create(path, data)
             else:
                 t.set_data(path, data, version=st.zk_version)
-            pending.append(t.commit_async())
+            pending.append((topic, p, st, data, t.commit_async()))
         out: list[int | None] = []
         moved = False
-        for res in pending:
+        for topic, p, st, data, res in pending:
             results = res.get(timeout=max(self.session_timeout_s, 10))
-            first, second = results[0], results[1]
+            first, last = results[0], results[-1]
             if isinstance(first, Exception) and type(first).__name__ != "RolledBackError":
                 moved = True
                 out.append(None)
-            elif isinstance(second, Exception):
+            elif st.zk_version < 0 and isinstance(results[1], NodeExistsError):
+                # the partition's node exists (a retry after a partial failure): the state
+                # alone, still fenced
+                t = c.transaction()
+                t.check(L.CONTROLLER_EPOCH, epoch_zk_version)
+                t.create(L.state_path(topic, p), data)
+                r = t.commit()
+                if isinstance(r[0], Exception) and type(r[0]).__name__ != "RolledBackError":
+                    moved = True
+                out.append(None if isinstance(r[-1], Exception) else 0)
+            elif isinstance(last, Exception):
                 out.append(None)
-            elif isinstance(second, str):  # create returns the path
+            elif isinstance(last, str):  # create returns the path
                 out.append(0)
             else:
-                out.append(int(second.version))
+                out.append(int(last.version))
         if moved:
             raise ControllerMovedError("the controller epoch changed")
         return out
