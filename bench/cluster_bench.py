@@ -178,10 +178,13 @@ class Bench:
             i = 0
             while not stop.is_set():
                 for part in led:
-                    p.produce(name, b"x", key=repr(time.monotonic()).encode(), partition=part,
-                              on_delivery=dr)
+                    try:
+                        p.produce(name, b"x", key=repr(time.monotonic()).encode(),
+                                  partition=part, on_delivery=dr)
+                    except BufferError:  # the dead leader's partitions fill the queue
+                        p.poll(0.05)
                 i += 1
-                p.poll(0.02)
+                p.poll(0.05 if len(led) > 10 else 0.02)
             p.flush(30)
 
         t = threading.Thread(target=stream, daemon=True)

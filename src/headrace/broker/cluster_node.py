@@ -67,6 +67,15 @@ class ClusterNode:
         self._expanding: set[tuple[TopicPartition, int]] = set()
         self._became_leader: list[str] = []
         self._became_follower: list[str] = []
+        self._isr_changes: list[str] = []
+
+    def _log_isr_changes(self) -> None:
+        """ISR changes written in the last half second, in one line."""
+        changes, self._isr_changes = self._isr_changes, []
+        if changes:
+            more = f" (and {len(changes) - 3} more)" if len(changes) > 3 else ""
+            log.info("ISR changed for %d partition(s): %s%s", len(changes),
+                     "; ".join(changes[:3]), more)
 
     def _log_transitions(self) -> None:
         """One line for the leadership this broker took or gave up since the last one."""
@@ -406,7 +415,10 @@ class ClusterNode:
                     or p.state.zk_version > version):
                 return
             p.state = replace(new, zk_version=version)
-            log.info("ISR of %s: %s -> %s (%s)", p.tp, acted.isr, p.state.isr, why)
+            log.debug("ISR of %s: %s -> %s (%s)", p.tp, acted.isr, p.state.isr, why)
+            self._isr_changes.append(f"{p.tp}: {acted.isr} -> {p.state.isr} ({why})")
+            if len(self._isr_changes) == 1:
+                asyncio.get_running_loop().call_later(0.5, self._log_isr_changes)
             now = self.broker.clock.wall_ms()
             for r in p.state.isr:
                 if r not in acted.isr:
