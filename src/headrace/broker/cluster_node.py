@@ -408,7 +408,7 @@ class ClusterNode:
                 log.warning("ISR change of %s failed: %s", p.tp, e)
                 return
             if version is None:
-                log.info("ISR change of %s lost a race (the state changed); re-reading", p.tp)
+                log.debug("ISR change of %s lost a race (the state changed); re-reading", p.tp)
                 return
             if (self.replicas.partitions.get(p.tp) is not p or not p.leading
                     or p.state.leader_epoch != acted.leader_epoch

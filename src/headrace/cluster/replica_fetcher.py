@@ -381,6 +381,6 @@ class Fetcher:
         if code == ErrorCode.unknown_leader_epoch:
             self._pause(state, UNKNOWN_EPOCH_RETRY_S)
             return
-        log.info("%s of %s from broker %d answered %s; waiting for new leadership",
-                 what, tp, self.leader, code.name)
+        log.debug("%s of %s from broker %d answered %s; waiting for new leadership",
+                  what, tp, self.leader, code.name)
         self._pause(state, PAUSE_S)
