@@ -95,8 +95,8 @@ class ClusterBroker:
             self.proc = None
             self.paused = False
 
-    def stop(self, timeout_s: float = 30.0) -> int:
-        """SIGTERM: a controlled shutdown, then a clean stop."""
+    def stop(self, timeout_s: float = 90.0) -> int:
+        """SIGTERM: a controlled shutdown (bounded by its retries), then a clean stop."""
         if self.proc is None:
             return 0
         if self.paused:
