@@ -174,7 +174,9 @@ def elect_leaders(bootstrap: str, topic: str | None, partition: int | None,
     if topic is not None and partition is None:
         raise click.UsageError("--topic needs --partition")
     kind = ElectionType.PREFERRED if election_type == "preferred" else ElectionType.UNCLEAN
-    wanted = None if all_topic_partitions else [TopicPartition(topic, partition)]
+    wanted = None
+    if topic is not None and partition is not None:
+        wanted = [TopicPartition(topic, partition)]
     admin = _admin(bootstrap)
     results = _result(admin.elect_leaders(kind, wanted))
     for tp, err in sorted((results or {}).items(), key=lambda x: (x[0].topic, x[0].partition)):

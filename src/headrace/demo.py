@@ -343,7 +343,7 @@ class BrokerFault(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+        from confluent_kafka.admin import AdminClient
 
         try:
             if self._stop_event.wait(self.duration_s / 3):

@@ -295,7 +295,8 @@ def test_reassignment_moves_a_partition_to_another_broker(healthy: Cluster) -> N
     cluster = healthy
     topic = _topic("reassign")
     admin = cluster.admin()
-    admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2]])])[topic].result(30)
+    new = NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2]])
+    admin.create_topics([new])[topic].result(30)
     cluster.wait_leader(topic, 0)
     produce_acked(cluster, topic, [f"r{i}".encode() for i in range(500)])
     out = subprocess.run(
@@ -328,3 +329,25 @@ def test_reassignment_moves_a_partition_to_another_broker(healthy: Cluster) -> N
          cluster.live_bootstrap(), "--topic", topic, "--partition", "0", "--cancel"],
         capture_output=True, text=True, timeout=60)
     assert cancel.returncode == 1 and "NO_REASSIGNMENT_IN_PROGRESS" in cancel.stderr
+
+
+def test_fetch_as_a_non_replica_cannot_move_the_high_watermark(healthy: Cluster) -> None:
+    """A client claiming a replica id that is not one of the partition's replicas gets
+    NOT_LEADER_OR_FOLLOWER and cannot make the leader count unreplicated records as
+    committed (R-REP-4)."""
+    cluster = healthy
+    topic = _topic("spoof")
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+    leader = cluster.wait_leader(topic, 0)
+    with WireClient.to(cluster.brokers[leader].address) as wc:
+        resp = wc.request(1, 12, {
+            "replica_id": 99, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": [{
+                "partition": 0, "current_leader_epoch": -1, "fetch_offset": 1_000_000,
+                "last_fetched_epoch": -1, "log_start_offset": -1,
+                "partition_max_bytes": 1 << 20}]}],
+            "forgotten_topics_data": [], "rack_id": ""})
+    (p,) = resp.responses[0].partitions
+    assert p.error_code == ErrorCode.not_leader_or_follower
+    produce_acked(cluster, topic, [b"still-fine"])

@@ -64,7 +64,6 @@ class ClusterNode:
         self._changed = asyncio.Event()  # any reconcile finished (waiters re-check)
         self._stopping = False
         self._configs: dict[str, dict[str, str]] = {}
-        self._expanding: set[tuple[TopicPartition, int]] = set()
         self._became_leader: list[str] = []
         self._became_follower: list[str] = []
         self._isr_changes: list[str] = []

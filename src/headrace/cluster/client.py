@@ -22,7 +22,7 @@ from kio.static.primitive import i16, i32
 from headrace.protocol.entities import build
 
 _SIZE = struct.Struct(">i")
-MAX_RESPONSE_BYTES = 512 * 1024 * 1024
+MAX_RESPONSE_BYTES = 512 * 1024 * 1024  # default cap; fetchers pass their own
 
 
 class BrokerConnectionError(Exception):
@@ -30,7 +30,9 @@ class BrokerConnectionError(Exception):
 
 
 class BrokerConnection:
-    def __init__(self, host: str, port: int, client_id: str) -> None:
+    def __init__(self, host: str, port: int, client_id: str,
+                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+        self.max_response_bytes = max_response_bytes
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -78,7 +80,7 @@ class BrokerConnection:
             await asyncio.wait_for(self._writer.drain(), timeout_s)
             head = await asyncio.wait_for(self._reader.readexactly(4), timeout_s)
             (size,) = _SIZE.unpack(head)
-            if not 0 < size <= MAX_RESPONSE_BYTES:
+            if not 0 < size <= self.max_response_bytes:
                 raise BrokerConnectionError(f"response frame of {size} bytes")
             frame = await asyncio.wait_for(self._reader.readexactly(size), timeout_s)
         except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:

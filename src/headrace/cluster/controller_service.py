@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from headrace.cluster import controller as decide
 from headrace.cluster import zk_layout as L
@@ -361,5 +361,3 @@ class ControllerService:
                                       removing.get(p, []))
         return out
 
-    def describe(self) -> dict[str, Any]:
-        return {"active": self.is_active, "epoch": self.epoch}

@@ -219,8 +219,13 @@ class Fetcher:
         info = self.manager.broker_info(self.leader)
         if info is None:
             raise BrokerConnectionError(f"broker {self.leader} is not registered")
+        # a response is at most what was asked for, plus one whole batch (KIP-74) and
+        # the framing of the partitions: a claimed size past that is refused unread
+        cfg = self.manager.config
+        cap = (self.response_max_bytes + int(cfg["message.max.bytes"])
+               + 64 * 1024 * (1 + len(self.partitions)))
         conn = BrokerConnection(info.host, info.port,
-                                f"headrace-replica-fetcher-{self.manager.node_id}")
+                                f"headrace-replica-fetcher-{self.manager.node_id}", cap)
         await conn.connect(CONNECT_TIMEOUT_S)
         self._conn = conn
         return conn
@@ -338,9 +343,10 @@ class Fetcher:
         for t in resp.responses:
             for r in t.partitions:
                 tp = TP(str(t.topic), int(r.partition_index))
-                state = batch.get(tp)
-                if state is None:
+                fetched = batch.get(tp)
+                if fetched is None:
                     continue
+                state = fetched
                 p = self._partition(tp, state)
                 if p is None:
                     continue

@@ -283,7 +283,7 @@ class ZkMetadataStore:
         assert self.client is not None
         try:
             data, _ = self.client.get(path, watch=self._watch(kind, path))
-            return data
+            return bytes(data)
         except NoNodeError:
             if self.client.exists(path, watch=self._watch(kind, path)) is not None:
                 return self._get(path, kind)

@@ -110,7 +110,13 @@ def _read_all(
                 continue
             if replica_id >= 0:
                 # a follower (R-REP-3): it reads up to the log end offset, and its fetch
-                # offset is its log end offset (once per request, not per long-poll pass)
+                # offset is its log end offset (once per request, not per long-poll pass).
+                # Only a replica of the partition may: anything else claiming a replica id
+                # could move the high watermark (Kafka answers the same).
+                if replica_id not in partition.state.replicas or replica_id == broker.node_id:
+                    entry.error_code = int(ErrorCode.not_leader_or_follower)
+                    any_error = True
+                    continue
                 if first:
                     broker.follower_fetched(partition, replica_id, int(p.fetch_offset))
                     entry.high_watermark = plog.high_watermark
