@@ -12,6 +12,7 @@ and port. Every wait is a poll with a deadline (``wait_until``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -105,8 +106,12 @@ class ClusterBroker:
         try:
             rc = self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)  # the broker dumps every thread's stack
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(1.0)
             self.kill()
-            raise RuntimeError(f"broker {self.broker_id} did not stop in {timeout_s}s") from None
+            raise RuntimeError(f"broker {self.broker_id} did not stop in {timeout_s}s; its log "
+                               "ends:\n" + "".join(self.log[-60:])) from None
         self.proc = None
         return rc
 

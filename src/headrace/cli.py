@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import faulthandler
+import os
 import signal
 import sys
 from pathlib import Path
@@ -72,6 +74,9 @@ def broker(
         click.echo(f"headrace: invalid configuration: {e}", err=True)
         sys.exit(2)
 
+    # SIGUSR1 dumps every thread's stack to stderr (what a stuck broker is doing)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
     async def run() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -88,9 +93,43 @@ def broker(
             return 1
         await stop.wait()
         await b.stop()
+        await _cancel_leftover_tasks(5.0)
         return 0
 
-    sys.exit(asyncio.run(run()))
+    # not asyncio.run(): its final cancel of left-over tasks waits without a bound, and one
+    # task that swallows its cancellation would keep a stopped broker's process alive
+    loop = asyncio.new_event_loop()
+    try:
+        rc = loop.run_until_complete(run())
+        try:
+            loop.run_until_complete(asyncio.wait_for(loop.shutdown_default_executor(), 10))
+        except TimeoutError:  # a worker thread stuck in a blocking call: do not wait for it
+            import logging
+            logging.getLogger("headrace.broker").warning(
+                "a worker thread did not finish within 10 s; exiting anyway")
+            logging.shutdown()
+            os._exit(rc)
+    finally:
+        loop.close()
+    sys.exit(rc)
+
+
+async def _cancel_leftover_tasks(timeout_s: float) -> None:
+    """Cancel what is still running after a stop; name any task that does not end."""
+    import logging
+
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+    for t in tasks:
+        t.cancel()
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    if pending:
+        names = ", ".join(sorted(str(t.get_coro()) for t in pending))
+        logging.getLogger("headrace.broker").warning(
+            "%d task(s) did not stop within %.0f s (exiting anyway): %s", len(pending),
+            timeout_s, names)
 
 
 @main.command()

@@ -24,8 +24,9 @@ def cluster(zookeeper, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
         c.stop()
     # a traceback in a broker's log is a bug, whatever the faults were
     for b in c.brokers.values():
-        bad = [line for line in b.log if "Traceback" in line]
-        assert not bad, f"broker {b.broker_id} logged a traceback:\n" + "".join(b.log[-60:])
+        bad = [i for i, line in enumerate(b.log) if "Traceback" in line]
+        assert not bad, f"broker {b.broker_id} logged a traceback:\n" + "".join(
+            b.log[max(bad[0] - 10, 0):bad[0] + 50])
 
 
 @pytest.fixture

@@ -198,26 +198,34 @@ class ClusterNode:
             return
 
         def leading() -> int:
+            # only what another live in-sync replica could take over counts: a partition
+            # whose other ISR members are dead stays with us (the controller cannot move it)
+            live = {b.node_id for b in self.store.live_brokers()}
             return sum(1 for p in self.replicas.partitions.values()
-                       if p.leading and any(r != self.node_id for r in p.state.isr))
+                       if p.leading and any(r != self.node_id and r in live
+                                            for r in p.state.isr))
 
         n = leading()
         if not n:
             return
         log.info("controlled shutdown: moving the leadership of %d partition(s) away", n)
+        # Kafka's bounds: max.retries attempts, each a request bounded by the request
+        # timeout, then retry.backoff.ms for the leadership change to arrive
         retries = int(self.config["controlled.shutdown.max.retries"])
-        timeout_s = max(int(self.config["request.timeout.ms"]) / 1000, 5.0)
+        request_s = min(max(int(self.config["request.timeout.ms"]) / 1000, 1.0), 10.0)
+        backoff_s = max(int(self.config["controlled.shutdown.retry.backoff.ms"]) / 1000, 0.5)
         for attempt in range(retries + 1):
             controller = self.broker.controller
             try:
                 if controller is not None and controller.is_active:
-                    await controller.controlled_shutdown(self.node_id)
+                    await asyncio.wait_for(controller.controlled_shutdown(self.node_id),
+                                           request_s)
                 else:
-                    await asyncio.to_thread(self.store.request_controlled_shutdown,
-                                            self.node_id)
+                    await asyncio.wait_for(asyncio.to_thread(
+                        self.store.request_controlled_shutdown, self.node_id), request_s)
             except Exception as e:
-                log.warning("controlled shutdown request failed: %s", e)
-            if await self.wait_for(lambda: leading() == 0, timeout_s):
+                log.warning("controlled shutdown request failed: %s", e or type(e).__name__)
+            if await self.wait_for(lambda: leading() == 0, backoff_s):
                 log.info("controlled shutdown: leadership moved")
                 return
             if attempt < retries:
