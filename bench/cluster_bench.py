@@ -24,6 +24,7 @@ machine's cores: the RF 3 / RF 1 ratio says where the CPU goes, not what three m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -40,6 +41,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from headrace.cluster.local import LocalCluster
 
 CLK = os.sysconf("SC_CLK_TCK")
+
+
+def _histogram(seconds: list[float]) -> dict[int, int]:
+    """How many partitions first acknowledged a write in each whole second after the kill."""
+    out: dict[int, int] = {}
+    for s in seconds:
+        out[int(s)] = out.get(int(s), 0) + 1
+    return dict(sorted(out.items()))
 
 
 def cpu_s(pid: int) -> float:
@@ -65,8 +74,10 @@ def say(msg: str) -> None:
 
 
 class Bench:
-    def __init__(self, cluster: LocalCluster, bootstrap: str) -> None:
+    def __init__(self, cluster: LocalCluster, bootstrap: str,
+                 profile_dir: str | None = None) -> None:
         self.cluster = cluster
+        self.profile_dir = profile_dir
         self.bootstrap = bootstrap
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
 
@@ -169,10 +180,17 @@ class Bench:
         first_ack: dict[int, float] = {}
         inflight: set[int] = set()
 
+        errors: dict[str, int] = {}
+
         def dr(err: Any, m: Any) -> None:
             inflight.discard(m.partition())
-            if err is None and killed_at[0] and float(m.key()) > killed_at[0]:
-                first_ack.setdefault(m.partition(), time.monotonic())
+            if err is not None:
+                errors[err.name()] = errors.get(err.name(), 0) + 1
+            # an ack a second or more after the kill can only come from the new leader
+            # (whether the record was sent before the kill and retried, or after it)
+            now = time.monotonic()
+            if err is None and killed_at[0] and now > killed_at[0] + 1.0:
+                first_ack.setdefault(m.partition(), now)
 
         stop = threading.Event()
 
@@ -197,16 +215,37 @@ class Bench:
         time.sleep(2)
         killed_at[0] = time.monotonic()
         self.cluster.brokers[victim].kill()
+        spy = self.profile_dir  # py-spy profiles of the survivors through the failover
+        if spy:
+            import subprocess
+            for i, pid in self.pids().items():
+                if i != victim:
+                    subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record",
+                                      "-p", str(pid), "-d", "40", "-f", "raw", "-o",
+                                      f"{spy}/broker-{i}.txt"], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
+        live = ",".join(f"127.0.0.1:{b.port}" for i, b in self.cluster.brokers.items()
+                        if i != victim)
+        md_admin = AdminClient({"bootstrap.servers": live})
+        moved_s: float | None = None
         while len(first_ack) < len(led) and time.monotonic() < deadline:
-            time.sleep(0.05)
+            if moved_s is None:  # when metadata first shows every partition moved
+                with contextlib.suppress(Exception):
+                    parts = md_admin.list_topics(topic=name, timeout=5).topics[name].partitions
+                    if all(parts[q].leader not in (victim, -1) for q in led):
+                        moved_s = time.monotonic() - killed_at[0]
+            time.sleep(0.05 if moved_s is not None else 0.2)
         stop.set()
         t.join(60)
         done = [first_ack[q] - killed_at[0] for q in led if q in first_ack]
         result = {"broker_killed": victim, "partitions_it_led": len(led),
                   "partitions_acked_after_kill": len(done), "waited_s": timeout_s,
                   "all_writable_s": round(max(done), 2) if len(done) == len(led) else None,
-                  "median_s": round(statistics.median(done), 2) if done else None}
+                  "median_s": round(statistics.median(done), 2) if done else None,
+                  "metadata_moved_s": round(moved_s, 2) if moved_s is not None else None,
+                  "delivery_errors": errors,
+                  "acked_by_second": _histogram(done)}
         self.cluster.restart(victim)
         return result
 
@@ -243,18 +282,23 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--big", type=int, default=1000, help="partitions led by one broker")
     ap.add_argument("--session-ms", type=int, default=6000)
+    ap.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker config for every broker (repeatable)")
+    ap.add_argument("--profile-dir", help="py-spy raw profiles of the surviving brokers "
+                    "during the many-partition failover go here")
     ap.add_argument("--only-big", action="store_true",
                     help="only the many-partition create, failover and restart")
     args = ap.parse_args()
     records = 20_000 if args.quick else 100_000
     root = Path(tempfile.mkdtemp(prefix="headrace-cluster-bench-"))
     cluster = LocalCluster(root, 3, overrides=[
-        f"zookeeper.session.timeout.ms={args.session_ms}", "replica.lag.time.max.ms=10000"])
+        f"zookeeper.session.timeout.ms={args.session_ms}", "replica.lag.time.max.ms=10000",
+        *args.override])
     say(f"starting ZooKeeper and 3 brokers in {root} ...")
     bootstrap = cluster.start()
     out: dict[str, Any] = {"session_timeout_ms": args.session_ms}
     try:
-        b = Bench(cluster, bootstrap)
+        b = Bench(cluster, bootstrap, args.profile_dir)
         for rf in (() if args.only_big else (1, 3)):
             name = f"tput-rf{rf}-{uuid.uuid4().hex[:4]}"
             b.create(name, 8, rf)

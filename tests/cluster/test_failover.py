@@ -351,3 +351,57 @@ def test_fetch_as_a_non_replica_cannot_move_the_high_watermark(healthy: Cluster)
     (p,) = resp.responses[0].partitions
     assert p.error_code == ErrorCode.not_leader_or_follower
     produce_acked(cluster, topic, [b"still-fine"])
+
+
+def test_produce_requests_pipeline_on_one_connection(healthy: Cluster) -> None:
+    """Consecutive acks=all Produce requests on one connection are applied in order at
+    once and wait for replication side by side (librdkafka sends one partition per
+    request: served one at a time, a connection would write one partition per
+    replication round trip); responses still come back in request order."""
+    import select
+    import struct
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    cluster = healthy
+    slow = _topic("pipe-rf3")
+    fast = _topic("pipe-rf1")
+    cluster.create_topic(slow, 1, 3)
+    cluster.create_topic(fast, 3, 1)
+    leader = cluster.wait_leader(slow, 0)
+    cluster.wait_isr(slow, 0, lambda isr: isr == {1, 2, 3})
+    fast_leaders = {p: cluster.wait_leader(fast, p) for p in range(3)}
+    q = next(p for p, b in fast_leaders.items() if b == leader)
+    f = followers(cluster, slow, leader)[0]
+    now = int(time.time() * 1000)
+
+    def produce(topic: str, partition: int, value: bytes) -> bytes:
+        return wc.encode(0, 9, {"transactional_id": None, "acks": -1, "timeout": 30_000,
+                                "topic_data": [{"name": topic, "partition_data": [
+                                    {"index": partition,
+                                     "records": make_batch([(None, value, now, [])])}]}]})
+
+    watcher = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "pipe-watch"})
+    cluster.brokers[f].pause()  # the RF 3 write now waits until f leaves the ISR
+    try:
+        with WireClient.to(cluster.brokers[leader].address, timeout_s=60) as wc:
+            wc.send_raw(produce(slow, 0, b"waits") + produce(fast, q, b"behind it"))
+            first, second = wc.correlation_id - 1, wc.correlation_id
+            # the second request was applied while the first still waits for replication
+            wait_until(lambda: watcher.get_watermark_offsets(
+                TopicPartition(fast, q), timeout=2)[1] == 1, 3.0,
+                what="the second Produce to be applied")
+            readable, _, _ = select.select([wc.sock], [], [], 0)
+            assert not readable, "a response came back before the first write replicated"
+            cluster.brokers[f].resume()
+            got = []
+            for _ in range(2):
+                frame = wc.recv_frame()
+                (cid,) = struct.unpack(">i", frame[:4])
+                got.append(cid)
+            assert got == [first, second]
+    finally:
+        if cluster.brokers[f].paused:
+            cluster.brokers[f].resume()
+        watcher.close()
+    assert read_all(cluster, slow, 1, 1)[0] == [b"waits"]

@@ -60,6 +60,8 @@ log = logging.getLogger("headrace.broker")
 API_VERSIONS = 18
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 QUEUE_HIGH_WATER = 64
+# Produce requests of one connection applied and waiting for replication at once
+MAX_PIPELINED_PRODUCE = 16
 LOG_PACE_S = 10.0  # at most one line per this many seconds for a repeated event
 FLUSH_SCHEDULER_INTERVAL_MS = 1000  # how often flush.ms is checked between appends
 _IOV_MAX = 1024  # Linux's limit on writev's buffer count
@@ -350,8 +352,47 @@ class Connection(asyncio.Protocol):
         return bool(self._unsent) and now - self.last_write_progress >= STALLED_RESPONSE_S
 
     async def _serve(self) -> None:
+        """Handle this connection's requests one at a time, in order, as Kafka does, with
+        one exception: consecutive Produce requests are pipelined. Each is applied (its
+        batches appended) in request order before the next starts, then waits for
+        replication (acks=all) beside the ones before it; responses still leave in
+        request order. librdkafka sends one partition per Produce request, so without
+        this a connection's acks=all throughput would be one partition per replication
+        round trip. Any other request waits until every Produce before it is answered."""
+        pipeline: collections.deque[tuple[asyncio.Task[Any], Frame]] = collections.deque()
         try:
             while True:
+                if pipeline and (not self.frames or _api_key(self.frames[0]) != _PRODUCE
+                                 or len(pipeline) >= MAX_PIPELINED_PRODUCE):
+                    # answer the oldest Produce (or wait for it, or for a new frame that
+                    # may join the pipeline)
+                    head = pipeline[0][0]
+                    if not head.done() and not self.frames:
+                        self._wakeup.clear()
+                        woken = asyncio.ensure_future(self._wakeup.wait())
+                        try:
+                            await asyncio.wait({head, woken},
+                                               return_when=asyncio.FIRST_COMPLETED)
+                        finally:
+                            woken.cancel()
+                        continue
+                    if not head.done():
+                        await asyncio.wait({head})
+                    task, frame = pipeline.popleft()
+                    self._finished(frame)
+                    del frame
+                    self._handling = bool(pipeline)
+                    response = task.result()
+                    if response is not None and not self.closed:
+                        self._write(response)
+                        del response
+                        self.last_activity = self.last_write_progress = self.broker.now()
+                        if not self._writable.is_set():
+                            assert self.transport is not None
+                            self._set_unsent(self.transport.get_write_buffer_size())
+                    if not self._writable.is_set():
+                        await self._writable.wait()
+                    continue
                 if not self.frames:
                     if self.closed:
                         return
@@ -362,13 +403,21 @@ class Connection(asyncio.Protocol):
                 if len(self.frames) < QUEUE_HIGH_WATER // 2:
                     self.unmute("queue")
                 api_key = _api_key(frame)
+                if api_key == _PRODUCE:
+                    # applied now, in order: everything up to its wait for replication
+                    # runs before the event loop runs the next task (FIFO), and the
+                    # handler does not suspend before it has appended
+                    self._handling = True
+                    pipeline.append((asyncio.get_running_loop().create_task(
+                        self._handle(frame)), frame))
+                    del frame
+                    continue
                 try:
                     try:
                         if api_key == _FETCH and not self.closed:
                             await self.broker.response_room(self)
                         self._handling = True
-                        response = (None if self.closed and api_key != _PRODUCE
-                                    else await self._handle(frame))
+                        response = None if self.closed else await self._handle(frame)
                     finally:
                         self._handling = False
                         self._finished(frame)
@@ -394,6 +443,11 @@ class Connection(asyncio.Protocol):
             self.close()
         finally:
             self.broker.connections.discard(self)
+            for task, frame in pipeline:  # cancelled at shutdown: its appends are done
+                task.cancel()
+                self._finished(frame)
+            pipeline.clear()
+            self._handling = False
             while self.frames:  # cancelled at shutdown: give back what is still held
                 self._finished(self.frames.popleft())
 
