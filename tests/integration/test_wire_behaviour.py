@@ -561,3 +561,31 @@ def test_topic_ids_are_stable_across_a_restart(wb: BrokerProcess) -> None:
                                    "include_topic_authorized_operations": False})
         (t,) = by_id.topics
         assert (t.error_code, t.name) == (ErrorCode.none, names[0])
+
+
+def test_fetch_sessions_are_for_replicas_clients_stay_sessionless(wb: BrokerProcess) -> None:
+    """KIP-227: a client asking for a session (epoch 0) gets session_id 0 and a full
+    answer (Kafka may refuse a session; clients then keep sending full fetches); an
+    incremental fetch in a session the broker does not know answers
+    FETCH_SESSION_ID_NOT_FOUND with no partitions; epoch -1 with an id is a sessionless
+    full fetch."""
+    with wire(wb) as admin:
+        topic = create_topic(admin, "sessions")
+
+    def body(session_id: int, epoch: int) -> dict[str, Any]:
+        return {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
+                "forgotten_topics_data": [],
+                "topics": [{"topic": topic, "partitions": [{
+                    "partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]}
+
+    with wire(wb) as wc:
+        full = wc.request(1, 12, body(0, 0))
+        assert (full.error_code, full.session_id) == (ErrorCode.none, 0)
+        assert [p.partition_index for t in full.responses for p in t.partitions] == [0]
+        lost = wc.request(1, 12, body(123456, 3))
+        assert lost.error_code == ErrorCode.fetch_session_id_not_found
+        assert lost.session_id == 0 and list(lost.responses) == []
+        closed = wc.request(1, 12, body(123456, -1))
+        assert (closed.error_code, closed.session_id) == (ErrorCode.none, 0)
+        assert [p.partition_index for t in closed.responses for p in t.partitions] == [0]

@@ -38,6 +38,7 @@ import resource
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from headrace.broker.fetch_sessions import FetchSessionCache
 from headrace.broker.group_service import GroupService
 from headrace.broker.handlers import HANDLERS, RequestContext
 from headrace.broker.memory_pool import ConnectionQuotas, LogPacer, MemoryPool, idle_connections
@@ -592,6 +593,7 @@ class Broker:
             self._dir_lock.release()
             raise
         self.replicas = ReplicaManager(self.data_dir, config, self.metadata, clock)
+        self.fetch_sessions = FetchSessionCache()  # KIP-227, for replica fetchers
         self.topics = TopicAdmin(config, self.metadata, self.replicas)
         self.producer_ids = ProducerIdAllocator(self.metadata)
         self.groups = GroupService(self)

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from headrace.broker.fetch_sessions import INITIAL_EPOCH, next_epoch
 from headrace.cluster.client import BrokerConnection, BrokerConnectionError
 from headrace.log.errors import LogError
 from headrace.metadata.store import BrokerInfo
@@ -130,6 +131,10 @@ class Fetcher:
         self._stopped = False
         self._conn: BrokerConnection | None = None
         self._failing = False
+        # KIP-227: the session with the leader and what it holds (offset, log start, epoch)
+        self._session_id = 0
+        self._session_epoch = INITIAL_EPOCH
+        self._sent: dict[TopicPartition, tuple[int, int, int]] = {}
         cfg = manager.config
         self.wait_ms = int(cfg["replica.fetch.wait.max.ms"])
         self.min_bytes = int(cfg["replica.fetch.min.bytes"])
@@ -228,6 +233,7 @@ class Fetcher:
                                 f"headrace-replica-fetcher-{self.manager.node_id}", cap)
         await conn.connect(CONNECT_TIMEOUT_S)
         self._conn = conn
+        self.reset_session()  # a new connection (maybe a restarted leader): start over
         return conn
 
     def _partition(self, tp: TopicPartition, state: FetchState) -> Partition | None:
@@ -310,8 +316,13 @@ class Fetcher:
 
     # ------------------------------------------------------------------ fetch
     async def _fetch(self, conn: BrokerConnection) -> None:
+        """One Fetch in this fetcher's KIP-227 session with the leader: the first is full
+        (epoch 0, all partitions; the answer names the session), the next ones name only
+        partitions added or whose fetch position changed, plus the ones to forget, and
+        get back only partitions with something new. A session the leader lost (or none
+        granted) falls back to a full fetch."""
         batch: dict[TopicPartition, FetchState] = {}
-        topics: dict[str, list[dict[str, Any]]] = {}
+        want: dict[TopicPartition, tuple[int, int, int]] = {}
         for tp, state in self._active().items():
             if not state.truncated:
                 continue
@@ -319,27 +330,61 @@ class Fetcher:
             if p is None:
                 continue
             batch[tp] = state
-            topics.setdefault(tp.topic, []).append({
-                "partition": tp.partition, "current_leader_epoch": state.epoch,
-                "fetch_offset": p.log.log_end_offset, "last_fetched_epoch": -1,
-                "log_start_offset": p.log.log_start_offset,
-                "partition_max_bytes": self.max_bytes})
+            want[tp] = (p.log.log_end_offset, p.log.log_start_offset, state.epoch)
         if not batch:
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), PAUSE_S)
             return
+        full = self._session_id == 0
+        if full:
+            send = want
+            forgotten: dict[str, list[int]] = {}
+            epoch = INITIAL_EPOCH
+        else:
+            send = {tp: v for tp, v in want.items() if self._sent.get(tp) != v}
+            forgotten = {}
+            for tp in self._sent:
+                if tp not in want:
+                    forgotten.setdefault(tp.topic, []).append(tp.partition)
+            epoch = self._session_epoch
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp, (offset, log_start, leader_epoch) in send.items():
+            topics.setdefault(tp.topic, []).append({
+                "partition": tp.partition, "current_leader_epoch": leader_epoch,
+                "fetch_offset": offset, "last_fetched_epoch": -1,
+                "log_start_offset": log_start, "partition_max_bytes": self.max_bytes})
         resp = await conn.request(FETCH, FETCH_VERSION, {
             "replica_id": self.manager.node_id, "max_wait": self.wait_ms,
             "min_bytes": self.min_bytes, "max_bytes": self.response_max_bytes,
-            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "isolation_level": 0, "session_id": self._session_id, "session_epoch": epoch,
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-            "forgotten_topics_data": [], "rack_id": "",
+            "forgotten_topics_data": [{"topic": t, "partitions": ps}
+                                      for t, ps in forgotten.items()],
+            "rack_id": "",
         }, self.request_timeout_s)
         from headrace.broker.replica_manager import TopicPartition as TP
 
-        if int(resp.error_code):
-            raise BrokerConnectionError(f"fetch answered {ErrorCode(resp.error_code).name}")
+        code = int(resp.error_code)
+        if code in (ErrorCode.fetch_session_id_not_found,
+                    ErrorCode.invalid_fetch_session_epoch):
+            log.debug("replica fetcher %d-%d: session %d answered %s; starting a new one",
+                      self.leader, self.index, self._session_id, ErrorCode(code).name)
+            self.reset_session()
+            return
+        if code:
+            self.reset_session()
+            raise BrokerConnectionError(f"fetch answered {ErrorCode(code).name}")
+        if full:
+            self._session_id = int(resp.session_id)
+            self._session_epoch = next_epoch(INITIAL_EPOCH)
+            self._sent = dict(want) if self._session_id else {}
+        else:
+            self._session_epoch = next_epoch(self._session_epoch)
+            self._sent.update(send)
+            for t, ps in forgotten.items():
+                for i in ps:
+                    self._sent.pop(TP(t, i), None)
         for t in resp.responses:
             for r in t.partitions:
                 tp = TP(str(t.topic), int(r.partition_index))
@@ -357,6 +402,12 @@ class Fetcher:
                     self._out_of_range(p, state, int(r.log_start_offset))
                 else:
                     self._on_error(tp, state, code, "Fetch")
+
+    def reset_session(self) -> None:
+        """The next Fetch is a full one that asks for a new session."""
+        self._session_id = 0
+        self._session_epoch = INITIAL_EPOCH
+        self._sent = {}
 
     def _append(self, p: Partition, state: FetchState, r: Any) -> None:
         plog = p.log

@@ -5,8 +5,10 @@ broker's ``fetch.max.bytes`` (as Kafka's ``KafkaApis.handleFetchRequest``), exce
 the first batch of the first partition with data is returned whole (KIP-74) so a consumer
 can always make progress. Consumers see data below the high watermark (read_uncommitted) or
 the last stable offset (read_committed). If fewer than ``min_bytes`` are available the request
-is parked until an append wakes it or ``max_wait`` ends. Fetch sessions are not kept: the
-response's ``session_id`` is 0, which keeps clients sessionless (full fetches).
+is parked until an append wakes it or ``max_wait`` ends. Fetch sessions (KIP-227,
+``fetch_sessions.py``) are kept for replica fetchers: their incremental requests and
+responses carry only what changed; clients are answered ``session_id`` 0 and stay on full
+fetches.
 
 Hot path: each partition's batches are one ``os.pread`` per segment (``read_chunks``), and the
 response is encoded by hand around them (``codec.encode_fetch_body``) and written with
@@ -20,6 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from headrace.broker.fetch_sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    CachedPartition,
+    FetchSession,
+    next_epoch,
+)
 from headrace.broker.handlers.base import RequestContext, handler, ms
 from headrace.broker.replica_manager import TopicPartition
 from headrace.log.errors import LogError
@@ -39,12 +48,23 @@ def _epoch_error(current_leader_epoch: int, leader_epoch: int) -> ErrorCode | No
     return ErrorCode.fenced_leader_epoch
 
 
+class _SessionTopic:
+    """A fetch session's topic, shaped like a request's FetchTopic (v7-v12: by name)."""
+
+    __slots__ = ("partitions", "topic", "topic_id")
+
+    def __init__(self, topic: str, partitions: list[CachedPartition]) -> None:
+        self.topic = topic
+        self.topic_id = None
+        self.partitions = partitions
+
+
 class _Plan:
     """The request resolved once: (topic key, name, tp or error, fetch partition)."""
 
-    def __init__(self, broker: Broker, req: Any, by_id: bool) -> None:
+    def __init__(self, broker: Broker, topics: Any, by_id: bool) -> None:
         self.entries: list[tuple[Any, list[tuple[TopicPartition | None, Any, ErrorCode]]]] = []
-        for t in req.topics:
+        for t in topics:
             if by_id:
                 # the all-zero id reads as None: no topic has it (Kafka: UNKNOWN_TOPIC_ID)
                 topic = broker.metadata.topic_by_id(t.topic_id) if t.topic_id else None
@@ -161,10 +181,36 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     int(broker.config["fetch.max.bytes"]))
     min_bytes = int(req.min_bytes)
     max_wait_ms = ms(req.max_wait)
-    plan = _Plan(broker, req, by_id)
     replica_id = _replica_id(ctx, req)
     if replica_id >= 0 and broker.cluster is None:
         replica_id = -1  # no replication on a single node: an ordinary read
+    session: FetchSession | None = None
+    incremental = False
+    if ctx.api_version >= 7:  # KIP-227 fetch sessions (see fetch_sessions.py)
+        session_id, session_epoch = int(req.session_id), int(req.session_epoch)
+        sessions = broker.fetch_sessions
+        now_ms = broker.clock.wall_ms()
+        if session_id != 0 and session_epoch == FINAL_EPOCH:
+            sessions.remove(session_id)  # closed: this one is a sessionless full fetch
+        elif session_id != 0:
+            session = sessions.get(session_id, now_ms)
+            if session is None:
+                return encode_fetch_body(ctx.api_version, 0,
+                                         int(ErrorCode.fetch_session_id_not_found), 0, [])
+            if session.epoch != session_epoch:
+                return encode_fetch_body(ctx.api_version, 0,
+                                         int(ErrorCode.invalid_fetch_session_epoch), 0, [])
+            session.update(req.topics, req.forgotten_topics_data)
+            session.epoch = next_epoch(session.epoch)
+            incremental = True
+        elif session_epoch == INITIAL_EPOCH and replica_id >= 0 and not by_id:
+            session = sessions.create(replica_id, req.topics, now_ms)
+    if incremental:
+        assert session is not None
+        plan = _Plan(broker, [_SessionTopic(name, parts) for name, parts in
+                              session.by_topic()], by_id)
+    else:
+        plan = _Plan(broker, req.topics, by_id)
 
     topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id,
                                          replica_id)
@@ -185,4 +231,19 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 broker.replicas.unwatch(tps, fut)
             topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id,
                                                  replica_id, first=False)
-    return encode_fetch_body(ctx.api_version, 0, 0, 0, topics)
+    if session is None:
+        return encode_fetch_body(ctx.api_version, 0, 0, 0, topics)
+    # what this response tells the follower becomes the session's memory; an incremental
+    # response carries only the partitions with something new
+    kept: list[tuple[Any, list[FetchPartition]]] = []
+    for name, parts in topics:
+        news = []
+        for fp in parts:
+            cached = session.partitions.get((name, fp.index))
+            if cached is None or cached.must_respond(
+                    fp.error_code, fp.records_size, fp.high_watermark,
+                    fp.last_stable_offset, fp.log_start_offset) or not incremental:
+                news.append(fp)
+        if news:
+            kept.append((name, news))
+    return encode_fetch_body(ctx.api_version, 0, 0, session.id, kept)
