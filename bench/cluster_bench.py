@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -41,6 +43,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from headrace.cluster.local import LocalCluster
 
 CLK = os.sysconf("SC_CLK_TCK")
+
+
+LOADGEN = Path(__file__).resolve().parent / "build" / "loadgen"
 
 
 def _histogram(seconds: list[float]) -> dict[int, int]:
@@ -99,10 +104,26 @@ class Bench:
         raise TimeoutError(f"{name}: not every partition has a leader and a full ISR")
 
     def throughput(self, name: str, records: int, size: int, partitions: int) -> dict[str, Any]:
-        p = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
-                      "enable.idempotence": True, "linger.ms": 5, "batch.size": 262144,
-                      "batch.num.messages": 10000, "queue.buffering.max.messages": 500000,
-                      "queue.buffering.max.kbytes": 1048576})
+        conf = {"acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                "batch.size": 262144, "batch.num.messages": 10000,
+                "queue.buffering.max.messages": 500000, "queue.buffering.max.kbytes": 1048576}
+        if LOADGEN.is_file():  # the C load generator (bash bench/setup.sh builds it)
+            pids = self.pids()
+            cpu0 = {i: cpu_s(pid) for i, pid in pids.items()}
+            t0 = time.monotonic()
+            x = [a for k, v in conf.items()
+                 for a in ("-X", f"{k}={str(v).lower() if isinstance(v, bool) else v}")]
+            out = subprocess.run([str(LOADGEN), "-P", "-b", self.bootstrap, "-t", name,
+                                  "-p", str(partitions), "-s", str(size), "-n", str(records),
+                                  "-T", "300", *x], capture_output=True, text=True, timeout=400)
+            wall = time.monotonic() - t0
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            return {"records_per_s": round(r["records_per_s"]), "mb_per_s": r["mb_per_s"],
+                    "failed": r["failed"] + r["undelivered"], "client": "C loadgen",
+                    "client_cpu": r["client_cpu"],
+                    "broker_cpu": {i: round((cpu_s(pid) - cpu0[i]) / wall, 2)
+                                   for i, pid in pids.items()}}
+        p = Producer({"bootstrap.servers": self.bootstrap, **conf})
         value = os.urandom(size)
         failed = [0]
         for part in range(partitions):  # warm up: metadata and connections before timing
@@ -290,6 +311,8 @@ def main() -> int:
                     help="only the many-partition create, failover and restart")
     args = ap.parse_args()
     records = 20_000 if args.quick else 100_000
+    if LOADGEN.is_file():  # the C client needs more records for a phase of some seconds
+        records *= 10
     root = Path(tempfile.mkdtemp(prefix="headrace-cluster-bench-"))
     cluster = LocalCluster(root, 3, overrides=[
         f"zookeeper.session.timeout.ms={args.session_ms}", "replica.lag.time.max.ms=10000",

@@ -53,6 +53,7 @@ class Plan:
     latency_fetch_wait_ms: int
     disk_bytes: int
     loopback_bytes: int
+    loadgen: str = "python"  # "c": bench/build/loadgen (bench/setup.sh builds it)
 
     @classmethod
     def full(cls) -> Plan:
@@ -99,10 +100,11 @@ def run_throughput(broker: BrokerProcess, plan: Plan) -> list[ThroughputResult]:
                 try:
                     workloads.create_topic(bootstrap, topic, partitions)
                     topics.append(topic)
-                    r = workloads.produce(bootstrap, topic, partitions=partitions,
-                                          record_size=size, count=count, acks=acks,
-                                          max_seconds=plan.phase_seconds,
-                                          cpu=broker.cpu_seconds)
+                    produce = (workloads.produce_c if plan.loadgen == "c"
+                               else workloads.produce)
+                    r = produce(bootstrap, topic, partitions=partitions,
+                                record_size=size, count=count, acks=acks,
+                                max_seconds=plan.phase_seconds, cpu=broker.cpu_seconds)
                     produced[topic] = r.records
                 except Exception as e:
                     r = ThroughputResult("produce", size, partitions, acks, count,
@@ -116,10 +118,11 @@ def run_throughput(broker: BrokerProcess, plan: Plan) -> list[ThroughputResult]:
                                      error="nothing was produced to consume")
             else:
                 try:
-                    r = workloads.consume(bootstrap, source, partitions=partitions,
-                                          record_size=size, expected=produced[source],
-                                          max_seconds=plan.phase_seconds,
-                                          cpu=broker.cpu_seconds)
+                    consume = (workloads.consume_c if plan.loadgen == "c"
+                               else workloads.consume)
+                    r = consume(bootstrap, source, partitions=partitions, record_size=size,
+                                expected=produced[source], max_seconds=plan.phase_seconds,
+                                cpu=broker.cpu_seconds)
                 except Exception as e:
                     r = ThroughputResult("consume", size, partitions, "-", produced[source],
                                          error=_describe(e))
@@ -176,6 +179,8 @@ def environment(plan: Plan) -> dict[str, Any]:
         "confluent-kafka": importlib.metadata.version("confluent-kafka"),
         "librdkafka": confluent_kafka.libversion()[0],
         "phase cap": f"{plan.phase_seconds:g} s",
+        "load generator": ("C on librdkafka (bench/build/loadgen)" if plan.loadgen == "c"
+                           else "Python confluent-kafka"),
     }
 
 
@@ -219,6 +224,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="length of the latency phase (default 10, quick 3)")
     parser.add_argument("--fetch-wait-ms", type=int, default=None,
                         help="the latency consumer's fetch.wait.max.ms (default 100)")
+    parser.add_argument("--loadgen", choices=["c", "python"], default=None,
+                        help="throughput phases' client: the C load generator (default when "
+                             "bash bench/setup.sh built it) or the Python producer/consumer")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply the record counts of the throughput phases")
     return parser.parse_args(argv)
@@ -230,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides: dict[str, Any] = {
         "phase_seconds": args.phase_seconds, "latency_rate": args.latency_rate,
         "latency_seconds": args.latency_seconds, "latency_fetch_wait_ms": args.fetch_wait_ms,
+        "loadgen": args.loadgen or ("c" if workloads.loadgen_available() else "python"),
         "records_by_size": {size: max(int(n * args.scale), 1)
                             for size, n in plan.records_by_size.items()},
     }

@@ -91,7 +91,10 @@ def throughput_table(brokers: Sequence[BrokerRun]) -> str:
                 if r.failed:
                     why += f", {r.failed:,} failed ({r.error})"
                 notes.append(f"{b.name} {op} {_size(size)} {partitions}p acks={acks}: {why}")
-            row += [_num(r.records_per_s) + mark, _num(r.mb_per_s), _cpu(r.broker_cpu)]
+            cpu = _cpu(r.broker_cpu)
+            if r.client_cpu is not None:
+                cpu += f" (client {_cpu(r.client_cpu)})"
+            row += [_num(r.records_per_s) + mark, _num(r.mb_per_s), cpu]
             rates.append(r.records_per_s)
         if len(runs) == 2:
             a, t = rates

@@ -14,14 +14,17 @@ Every phase stops at a deadline, so a slow or broken broker cannot hang the run.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import struct
+import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import (
@@ -82,6 +85,7 @@ class ThroughputResult:
     failed: int = 0  # delivery reports or consumer messages carrying an error
     capped: bool = False  # stopped by the phase deadline before reaching ``target``
     broker_cpu: float | None = None  # broker CPU seconds / wall seconds (1.0 = one core)
+    client_cpu: float | None = None  # the load generator's own CPU (C load generator only)
     error: str | None = None  # the phase could not run at all
 
     @property
@@ -238,6 +242,71 @@ def consume(bootstrap: str, topic: str, *, partitions: int, record_size: int, ex
         result.capped = received < expected
     finally:
         consumer.close()
+    return result
+
+
+# -- the C load generator (bench/loadgen.c) -------------------------------------------------------
+
+LOADGEN = Path(__file__).resolve().parent.parent / "build" / "loadgen"
+
+
+def loadgen_available() -> bool:
+    return LOADGEN.is_file() and os.access(LOADGEN, os.X_OK)
+
+
+def _x_args(conf: dict[str, Any]) -> list[str]:
+    """librdkafka properties as ``-X key=value`` (Python-only settings left out)."""
+    out: list[str] = []
+    for k, v in conf.items():
+        if k == "logger" or callable(v):
+            continue
+        out += ["-X", f"{k}={str(v).lower() if isinstance(v, bool) else v}"]
+    return out
+
+
+def _run_loadgen(args: list[str], max_seconds: float) -> dict[str, Any]:
+    out = subprocess.run([str(LOADGEN), *args, "-T", str(max_seconds + FLUSH_GRACE_S)],
+                         capture_output=True, text=True, timeout=max_seconds + 60)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"loadgen exited {out.returncode}: {out.stderr.strip()[-300:]}")
+    return dict(json.loads(lines[-1]))
+
+
+def produce_c(bootstrap: str, topic: str, *, partitions: int, record_size: int, count: int,
+              acks: str, max_seconds: float, cpu: CpuProbe) -> ThroughputResult:
+    """``produce`` with the C load generator: the same settings, no Python in the loop."""
+    result = ThroughputResult("produce", record_size, partitions, acks, count)
+    conf = {**PRODUCER_DEFAULTS, "acks": acks}
+    cpu_start = cpu()
+    start = time.perf_counter()
+    r = _run_loadgen(["-P", "-b", bootstrap, "-t", topic, "-p", str(partitions),
+                      "-s", str(record_size), "-n", str(count), *_x_args(conf)], max_seconds)
+    wall = time.perf_counter() - start
+    result.records = int(r["delivered"])
+    result.failed = int(r["failed"])
+    result.seconds = float(r["seconds"])
+    result.broker_cpu = _cpu_share(cpu_start, cpu(), wall)
+    result.client_cpu = float(r["client_cpu"])
+    result.capped = result.records < count
+    return result
+
+
+def consume_c(bootstrap: str, topic: str, *, partitions: int, record_size: int, expected: int,
+              max_seconds: float, cpu: CpuProbe) -> ThroughputResult:
+    """``consume`` with the C load generator (timed from the first record)."""
+    result = ThroughputResult("consume", record_size, partitions, "-", expected)
+    cpu_start = cpu()
+    start = time.perf_counter()
+    r = _run_loadgen(["-C", "-b", bootstrap, "-t", topic, "-p", str(partitions),
+                      "-n", str(expected), *_x_args(CONSUMER_DEFAULTS)], max_seconds)
+    wall = time.perf_counter() - start
+    result.records = int(r["records"])
+    result.failed = int(r["errors"])
+    result.seconds = float(r["seconds"])
+    result.broker_cpu = _cpu_share(cpu_start, cpu(), wall)
+    result.client_cpu = float(r["client_cpu"])
+    result.capped = result.records < expected
     return result
 
 

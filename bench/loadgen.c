@@ -1,0 +1,199 @@
+/*
+ * loadgen: a load generator in C on librdkafka, so that the client is not the limit of a
+ * benchmark (a Python produce loop tops out near 300k records/s on this machine).
+ * Built by bench/setup.sh against Debian's librdkafka-dev into bench/build/loadgen.
+ *
+ *   loadgen -P -b HOST:PORT -t TOPIC [-p PARTITIONS] [-s SIZE] [-n COUNT] [-X key=value]...
+ *   loadgen -C -b HOST:PORT -t TOPIC [-p PARTITIONS] [-n COUNT] [-T SECONDS] [-X key=value]...
+ *
+ * -P produces COUNT records of SIZE bytes round-robin over PARTITIONS partitions and
+ * waits for every delivery report; -C reads COUNT records from the beginning of all
+ * PARTITIONS partitions (assigned, no group). -X passes any librdkafka property. -T caps
+ * the run (default 300 s). One JSON line on stdout: records, seconds, records/s, MB/s,
+ * failures, delivery latency percentiles (produce) and the generator's own CPU.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static double cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec / 1e6;
+}
+
+static void die(const char *what, const char *why) {
+    fprintf(stderr, "loadgen: %s: %s\n", what, why);
+    exit(2);
+}
+
+/* produce state, touched only from delivery reports (called inside rd_kafka_poll/flush) */
+static uint64_t *sent_at;  /* send time of record i, ns */
+static uint32_t *latency_us;
+static long delivered, failed;
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
+    (void)rk;
+    (void)opaque;
+    uintptr_t i = (uintptr_t)m->_private;
+    if (m->err) {
+        failed++;
+        return;
+    }
+    uint64_t us = (now_ns() - sent_at[i]) / 1000;
+    latency_us[delivered++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct_ms(long n, double q) {
+    if (n == 0) return -1;
+    long i = (long)(q * (double)n);
+    if (i >= n) i = n - 1;
+    return latency_us[i] / 1000.0;
+}
+
+static void set(rd_kafka_conf_t *conf, const char *key, const char *value) {
+    char err[512];
+    if (rd_kafka_conf_set(conf, key, value, err, sizeof err) != RD_KAFKA_CONF_OK)
+        die(key, err);
+}
+
+int main(int argc, char **argv) {
+    int produce = -1, partitions = 1, size = 100;
+    long count = 100000;
+    double cap_s = 300;
+    const char *brokers = NULL, *topic = NULL;
+    char *extra[64];
+    int n_extra = 0, opt;
+    while ((opt = getopt(argc, argv, "PCb:t:p:s:n:T:X:")) != -1) {
+        switch (opt) {
+        case 'P': produce = 1; break;
+        case 'C': produce = 0; break;
+        case 'b': brokers = optarg; break;
+        case 't': topic = optarg; break;
+        case 'p': partitions = atoi(optarg); break;
+        case 's': size = atoi(optarg); break;
+        case 'n': count = atol(optarg); break;
+        case 'T': cap_s = atof(optarg); break;
+        case 'X':
+            if (n_extra == 64) die("-X", "at most 64");
+            extra[n_extra++] = optarg;
+            break;
+        default: die("usage", "loadgen -P|-C -b BROKERS -t TOPIC [-p N] [-s SIZE] [-n COUNT] [-T S] [-X k=v]");
+        }
+    }
+    if (produce < 0 || !brokers || !topic) die("usage", "need -P or -C, -b and -t");
+    if (partitions < 1 || size < 0 || count < 1) die("usage", "bad -p, -s or -n");
+
+    char err[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    set(conf, "bootstrap.servers", brokers);
+    if (!produce) {
+        char group[64];
+        snprintf(group, sizeof group, "loadgen-%ld", (long)now_ns());
+        set(conf, "group.id", group);
+        set(conf, "enable.auto.commit", "false");
+        set(conf, "enable.partition.eof", "false");
+    }
+    for (int i = 0; i < n_extra; i++) {
+        char *eq = strchr(extra[i], '=');
+        if (!eq) die("-X", "expects key=value");
+        *eq = '\0';
+        set(conf, extra[i], eq + 1);
+    }
+    double cpu0 = cpu_seconds();
+    uint64_t t0, t1;
+    long done = 0;
+    if (produce) {
+        sent_at = malloc(sizeof *sent_at * (size_t)count);
+        latency_us = malloc(sizeof *latency_us * (size_t)count);
+        char *payload = malloc((size_t)size + 1);
+        if (!sent_at || !latency_us || !payload) die("malloc", strerror(errno));
+        for (int i = 0; i < size; i++) payload[i] = (char)('a' + i % 26);
+        rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+        rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+        if (!rk) die("producer", err);
+        uint64_t deadline = now_ns() + (uint64_t)(cap_s * 1e9);
+        t0 = now_ns();
+        for (long i = 0; i < count && now_ns() < deadline; i++) {
+            sent_at[i] = now_ns();
+            for (;;) {
+                rd_kafka_resp_err_t e = rd_kafka_producev(
+                    rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION((int32_t)(i % partitions)),
+                    RD_KAFKA_V_VALUE(payload, (size_t)size), RD_KAFKA_V_OPAQUE((void *)(uintptr_t)i),
+                    RD_KAFKA_V_END);
+                if (e == RD_KAFKA_RESP_ERR_NO_ERROR) break;
+                if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) die("produce", rd_kafka_err2str(e));
+                rd_kafka_poll(rk, 1);
+            }
+            done++;
+            if ((i & 1023) == 0) rd_kafka_poll(rk, 0);
+        }
+        rd_kafka_flush(rk, (int)(cap_s * 1000));
+        t1 = now_ns();
+        long outstanding = rd_kafka_outq_len(rk);
+        rd_kafka_destroy(rk);
+        double s = (double)(t1 - t0) / 1e9;
+        qsort(latency_us, (size_t)delivered, sizeof *latency_us, cmp_u32);
+        printf("{\"mode\": \"produce\", \"records\": %ld, \"delivered\": %ld, \"failed\": %ld, "
+               "\"undelivered\": %ld, \"seconds\": %.3f, \"records_per_s\": %.0f, "
+               "\"mb_per_s\": %.1f, \"p50_ms\": %.2f, \"p99_ms\": %.2f, \"p999_ms\": %.2f, "
+               "\"client_cpu\": %.2f}\n",
+               done, delivered, failed, outstanding, s, delivered / s,
+               (double)delivered * size / s / 1e6, pct_ms(delivered, 0.5),
+               pct_ms(delivered, 0.99), pct_ms(delivered, 0.999),
+               (cpu_seconds() - cpu0) / s);
+        return failed || outstanding || delivered < count ? 1 : 0;
+    }
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
+    if (!rk) die("consumer", err);
+    rd_kafka_poll_set_consumer(rk);
+    rd_kafka_topic_partition_list_t *tps = rd_kafka_topic_partition_list_new(partitions);
+    for (int p = 0; p < partitions; p++)
+        rd_kafka_topic_partition_list_add(tps, topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    rd_kafka_resp_err_t e = rd_kafka_assign(rk, tps);
+    rd_kafka_topic_partition_list_destroy(tps);
+    if (e) die("assign", rd_kafka_err2str(e));
+    long errors = 0;
+    double bytes = 0;
+    uint64_t deadline = now_ns() + (uint64_t)(cap_s * 1e9);
+    t0 = 0;
+    while (done < count && now_ns() < deadline) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+        if (!m) continue;
+        if (m->err) {
+            errors++;
+        } else {
+            if (!t0) t0 = now_ns(); /* from the first record: connection set-up not counted */
+            done++;
+            bytes += (double)m->len;
+        }
+        rd_kafka_message_destroy(m);
+    }
+    t1 = now_ns();
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    double s = t0 ? (double)(t1 - t0) / 1e9 : 0;
+    printf("{\"mode\": \"consume\", \"records\": %ld, \"errors\": %ld, \"seconds\": %.3f, "
+           "\"records_per_s\": %.0f, \"mb_per_s\": %.1f, \"client_cpu\": %.2f}\n",
+           done, errors, s, s > 0 ? done / s : 0, s > 0 ? bytes / s / 1e6 : 0,
+           s > 0 ? (cpu_seconds() - cpu0) / s : 0);
+    return done < count ? 1 : 0;
+}
