@@ -117,6 +117,13 @@ class GroupMember:
             kw["group_instance_id"] = self.instance_id
         kw.update(self.extra)
         c = KafkaConsumer(**kw)
+        # subscribe once the metadata holds the topics: see consume_and_commit in
+        # tests/integration/test_offsets.py (a kafka-python 3.0.12 race after an empty
+        # first assignment)
+        deadline = time.monotonic() + 10
+        while (not all(c.partitions_for_topic(t) for t in self.topics)
+               and time.monotonic() < deadline and not self._stop.is_set()):
+            time.sleep(0.05)
         c.subscribe(self.topics)
         try:
             while not self._stop.is_set():

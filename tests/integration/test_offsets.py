@@ -68,15 +68,20 @@ def consume_and_commit(client: str, bootstrap: str, topic: str, group: str, n: i
     if client == "kafka-python":
         from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
-        # metadata_max_age_ms as in tests/group_clients.py: a kafka-python leader whose
-        # metadata lacked the topic at join time assigns nothing and only rejoins after
-        # its next metadata refresh (default 5 minutes); seen once in CI under load.
-        k = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+        # kafka-python 3.0.12: a leader whose metadata lacked the topic at join time
+        # assigns nothing, rejoins at its next metadata refresh, and then (about 1 run in
+        # 30 under load) never applies the second SyncGroup's assignment although the
+        # broker sent it (seen in its debug log). So it subscribes only once its metadata
+        # holds the topic's partitions.
+        k = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
                           auto_offset_reset="earliest", enable_auto_commit=False,
                           max_poll_records=n, heartbeat_interval_ms=300,
                           metadata_max_age_ms=1000)
         got: list[int] = []
         try:
+            wait_until(lambda: k.partitions_for_topic(topic), 10,
+                       what=f"kafka-python's metadata to hold {topic}")
+            k.subscribe([topic])
             wait_until(lambda: got.extend(m.offset for ms in k.poll(100).values()
                                           for m in ms) or len(got) >= n, 20, interval_s=0)
             k.commit({TopicPartition(topic, 0): OffsetAndMetadata(got[n - 1] + 1, "meta", -1)})

@@ -164,6 +164,34 @@ def _read_all(
     return topics, available, any_error
 
 
+def _session_plan(broker: Broker, session: FetchSession, named: set[tuple[str, int]],
+                  replica_id: int, by_id: bool, first: bool) -> _Plan:
+    """The session partitions an incremental fetch must read: those the request named and
+    those with anything new for the follower. A quiet one (the follower is at the log end
+    offset and HW, LSO and log start are as last sent) is only noted as caught up, as a
+    read would (``first`` pass): so a follower of many partitions costs the leader a few
+    dict lookups per idle partition, not a read and a response entry."""
+    now_ms = broker.clock.wall_ms()
+    active: dict[str, list[CachedPartition]] = {}
+    for key, cached in session.partitions.items():
+        if key not in named:
+            part = broker.replicas.get(TopicPartition(*key))
+            if part is not None and part.leading:
+                plog = part.log
+                if (plog.log_end_offset == cached.fetch_offset
+                        and plog.high_watermark == cached.high_watermark
+                        and plog.last_stable_offset == cached.last_stable_offset
+                        and plog.log_start_offset == cached.leader_log_start
+                        and cached.current_leader_epoch in (-1, part.leader_epoch)
+                        and replica_id in part.state.replicas):
+                    if first and part.caught_up_ms.get(replica_id, 0) < now_ms:
+                        part.caught_up_ms[replica_id] = now_ms
+                    continue
+        active.setdefault(key[0], []).append(cached)
+    return _Plan(broker, [_SessionTopic(name, parts) for name, parts in active.items()],
+                 by_id)
+
+
 def _replica_id(ctx: RequestContext, req: Any) -> int:
     """The fetching follower's broker id (v15+ carry it in ``replica_state``), or -1."""
     if ctx.api_version >= 15:
@@ -207,17 +235,20 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             session = sessions.create(replica_id, req.topics, now_ms)
     if incremental:
         assert session is not None
-        plan = _Plan(broker, [_SessionTopic(name, parts) for name, parts in
-                              session.by_topic()], by_id)
+        named = {(str(t.topic), int(p.partition)) for t in req.topics or ()
+                 for p in t.partitions or ()}
+        watched = [TopicPartition(*key) for key in session.partitions]
+        plan = _session_plan(broker, session, named, replica_id, by_id, True)
     else:
         plan = _Plan(broker, req.topics, by_id)
+        watched = plan.tps()
 
     topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id,
                                          replica_id)
-    if total < min_bytes and max_wait_ms > 0 and not any_error and plan.tps():
+    if total < min_bytes and max_wait_ms > 0 and not any_error and watched:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
-        tps = plan.tps()
+        tps = watched
         while total < min_bytes and not any_error:
             left = deadline - loop.time()
             if left <= 0 or broker.stopping:
@@ -229,6 +260,9 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 pass
             finally:
                 broker.replicas.unwatch(tps, fut)
+            if incremental:
+                assert session is not None
+                plan = _session_plan(broker, session, set(), replica_id, by_id, False)
             topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id,
                                                  replica_id, first=False)
     if session is None:
