@@ -60,7 +60,8 @@ class BrokerConnection:
 
     async def request(self, api_key: int, version: int, body: dict[str, Any],
                       timeout_s: float) -> Any:
-        if self._writer is None or self._reader is None:
+        reader, writer = self._reader, self._writer  # close() may run while we wait
+        if writer is None or reader is None:
             raise BrokerConnectionError("not connected")
         cls = load_request_schema(api_key, version)
         hdr = cls.__header_schema__
@@ -75,14 +76,16 @@ class BrokerConnection:
         payload = buf.getbuffer()
         _SIZE.pack_into(payload, 0, len(payload) - 4)
         try:
-            self._writer.write(bytes(payload))
+            writer.write(bytes(payload))
             del payload
-            await asyncio.wait_for(self._writer.drain(), timeout_s)
-            head = await asyncio.wait_for(self._reader.readexactly(4), timeout_s)
+            await asyncio.wait_for(writer.drain(), timeout_s)
+            head = await asyncio.wait_for(reader.readexactly(4), timeout_s)
             (size,) = _SIZE.unpack(head)
             if not 0 < size <= self.max_response_bytes:
                 raise BrokerConnectionError(f"response frame of {size} bytes")
-            frame = await asyncio.wait_for(self._reader.readexactly(size), timeout_s)
+            frame = await asyncio.wait_for(reader.readexactly(size), timeout_s)
+            if self._reader is not reader:
+                raise OSError("the connection was closed meanwhile")
         except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
             self.close()
             raise BrokerConnectionError(
