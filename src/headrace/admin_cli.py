@@ -156,6 +156,37 @@ def alter_config(bootstrap: str, topic: str, sets: tuple[str, ...],
     click.echo(f"Altered configs of topic {topic}.")
 
 
+@topics.command("delete-records")
+@bootstrap_option
+@click.option("--topic", required=True)
+@click.option("--partition", "partitions", type=int, multiple=True,
+              help="Repeatable. Default: every partition of the topic.")
+@click.option("--offset", type=int, default=-1, show_default=True,
+              help="Delete the records before this offset; -1: every record up to the "
+                   "high watermark.")
+def delete_records(bootstrap: str, topic: str, partitions: tuple[int, ...],
+                   offset: int) -> None:
+    """Delete a topic's records before an offset (kafka-delete-records.sh): the log start
+    offset moves there; consumers below it reset (auto.offset.reset)."""
+    from confluent_kafka import TopicPartition
+
+    if offset < -1:
+        raise click.BadParameter("must be -1 or an offset", param_hint="--offset")
+    admin = _admin(bootstrap)  # keep the client alive until its futures resolve
+    if not partitions:
+        md = admin.list_topics(topic=topic, timeout=TIMEOUT_S)
+        t = md.topics.get(topic)
+        if t is None or t.error is not None:
+            _fail(f"topic {topic}: {t.error.str() if t is not None and t.error else 'not found'}")
+        assert t is not None
+        partitions = tuple(sorted(t.partitions))
+    futs = admin.delete_records([TopicPartition(topic, p, offset) for p in partitions],
+                                request_timeout=TIMEOUT_S)
+    for tp, fut in sorted(futs.items(), key=lambda kv: kv[0].partition):
+        result = _result(fut)
+        click.echo(f"partition: {topic}-{tp.partition}\tlow_watermark: {result.low_watermark}")
+
+
 @topics.command("elect-leaders")
 @bootstrap_option
 @click.option("--topic", default=None, help="With --partition: one partition.")

@@ -503,6 +503,7 @@ def _coerce(t: Any, value: Any) -> Any:
 MINIMAL_REQUEST_ERRORS = {
     11: {ErrorCode.invalid_group_id}, 12: {ErrorCode.invalid_group_id},
     13: {ErrorCode.invalid_group_id}, 14: {ErrorCode.invalid_group_id},
+    29: {ErrorCode.security_disabled},  # DescribeAcls without an authorizer, as Kafka
     47: {ErrorCode.group_id_not_found, ErrorCode.none}, 68: {ErrorCode.invalid_request},
 }
 

@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+from kio.schema.errors import ErrorCode
+
 from headrace.clock import Clock
 from headrace.config import BrokerConfig, log_config
 from headrace.fsutil import fsync_dir
@@ -47,6 +49,7 @@ from headrace.log.partition_log import (
     failpoint,
     is_partition_dir,
     read_partition_metadata,
+    sync_log_start_offset,
     write_partition_metadata,
 )
 from headrace.metadata.store import MetadataStore, PartitionState, TopicState
@@ -384,9 +387,11 @@ class ReplicaManager:
 
     def install_one(self, tp: TopicPartition, plog: PartitionLog, state: PartitionState) -> None:
         if self.clustered:
-            # a replica's high watermark comes from its checkpoint; it leads nothing until
+            # a replica's high watermark comes from its checkpoint, within [log start
+            # offset, log end offset] (Kafka's updateHighWatermark); it leads nothing until
             # the cluster node's transition says so
-            plog.high_watermark = min(self.hw_checkpoint.get(tp, 0), plog.log_end_offset)
+            plog.high_watermark = max(plog.log_start_offset,
+                                      min(self.hw_checkpoint.get(tp, 0), plog.log_end_offset))
             p = Partition(tp, plog, state, leading=False)
         else:
             plog.high_watermark = plog.log_end_offset  # single node: ISR == {self}
@@ -470,6 +475,56 @@ class ReplicaManager:
 
     def get(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
+
+    # ---------------------------------------------------------------- delete records
+    HIGH_WATERMARK = -1  # DeleteRecords' offset meaning "up to the high watermark"
+
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        """DeleteRecords on this broker as the partition's leader (Kafka's
+        ``Partition.deleteRecordsOnLeader``): move the log start offset of ``tp`` to
+        ``offset`` (``HIGH_WATERMARK``: to the high watermark) and return the low
+        watermark, the log start offset now (the leader's own: followers' log start
+        offsets are not tracked, so it is not the minimum over the replicas Kafka waits
+        for). The new start is stored but not yet fsynced: ``sync_log_starts`` does that.
+
+        Raises ``LogError``: NOT_LEADER_OR_FOLLOWER (not hosted here, or not leading),
+        POLICY_VIOLATION (cleanup.policy without ``delete``), OFFSET_OUT_OF_RANGE (negative,
+        or past the high watermark), KAFKA_STORAGE_ERROR."""
+        p = self.partitions.get(tp)
+        if p is None or not p.is_leader(self.node_id):
+            raise LogError(ErrorCode.not_leader_or_follower,
+                           f"this broker does not lead {tp}")
+        plog = p.log
+        if not plog.config.delete:
+            raise LogError(ErrorCode.policy_violation,
+                           f"Records of partition {tp} can not be deleted due to the "
+                           "configured policy")
+        target = plog.high_watermark if offset == self.HIGH_WATERMARK else offset
+        if target < 0:
+            raise LogError(ErrorCode.offset_out_of_range,
+                           f"The offset {target} for partition {tp} is not valid")
+        plog.increment_log_start_offset(target)
+        return plog.log_start_offset
+
+    async def sync_log_starts(self, tps: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """fsync the stored log start offsets of ``tps`` (after ``delete_records``) in a
+        worker thread; returns those whose fsync failed (logged here)."""
+        dirs = [(tp, p.log.dir) for tp in dict.fromkeys(tps)
+                if (p := self.partitions.get(tp)) is not None]
+        if not dirs:
+            return set()
+
+        def sync() -> set[TopicPartition]:
+            failed = set()
+            for tp, d in dirs:
+                try:
+                    sync_log_start_offset(d)
+                except OSError as e:
+                    log.error("fsync of the log start offset of %s failed: %s", tp, e)
+                    failed.add(tp)
+            return failed
+
+        return await asyncio.to_thread(sync)
 
     # ---------------------------------------------------------------- retention
     async def run_retention(self) -> int:

@@ -422,6 +422,15 @@ class Fetcher:
         hw = min(int(r.high_watermark), plog.log_end_offset)
         if hw > plog.high_watermark:
             plog.high_watermark = hw
+        # the leader's log start (DeleteRecords, retention) moves the follower's too, as
+        # Kafka's maybeIncrementLogStartOffset: so a follower that becomes leader does not
+        # serve what the leader had deleted
+        start = min(int(r.log_start_offset), plog.high_watermark)
+        if start > plog.log_start_offset:
+            try:
+                plog.increment_log_start_offset(start)
+            except LogError as e:
+                log.warning("%s: cannot follow the leader's log start %d: %s", p.tp, start, e)
 
     def _out_of_range(self, p: Partition, state: FetchState, leader_start: int) -> None:
         plog = p.log

@@ -8,6 +8,9 @@
         00000000000000000000.timeindex
         leader-epoch-checkpoint          text: "0" (version), entry count, then one
                                          "<leader epoch> <start offset>" line per epoch
+        log-start-offset                 text: "0" (version), then the log start offset
+                                         that DeleteRecords moved past the first
+                                         segment's base offset (absent otherwise)
         partition.metadata               text: "version: 0\ntopic_id: <id>\n" (Kafka's;
                                          the id base64url without padding): whose
                                          partition this is. ``open`` with a topic id
@@ -20,7 +23,16 @@
 
 Offsets: ``log_start_offset`` is the first segment's base offset (retention deletes whole
 segments, so that is where the log starts; after everything is deleted the empty active
-segment is named by the log end offset, which is how a reopen knows where it was).
+segment is named by the log end offset, which is how a reopen knows where it was), unless
+DeleteRecords moved it further (``increment_log_start_offset``, Kafka's
+``maybeIncrementLogStartOffset``): then it may lie inside the first segment, and it is kept
+in the partition's ``log-start-offset`` file (Kafka keeps one ``log-start-offset-checkpoint``
+per log dir, written every minute; ours is per partition and written at once, renamed into
+place, and fsynced by the caller off the event loop: a kill -9 never loses it). ``open``
+takes the larger of the file and the first segment's base offset; if the file is past the
+recovered log end offset the log is emptied and restarts there (Kafka's
+``deleteSegmentsIfLogStartGreaterThanLogEnd``). Segments wholly below the log start offset
+are deleted when it moves and at open.
 ``log_end_offset`` is the next offset to assign. ``high_watermark`` is a plain attribute that
 the broker sets (R-REP-4); reads never return data at or past the ``max_offset`` they are
 given, and retention never deletes past it. ``last_stable_offset`` equals the high
@@ -106,6 +118,7 @@ from headrace.protocol.records import (
 log = logging.getLogger("headrace.log")
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+LOG_START_OFFSET_FILE = "log-start-offset"
 PARTITION_METADATA = "partition.metadata"
 # A stored batch begins: baseOffset int64, batchLength int32, partitionLeaderEpoch int32.
 _OFFSET = struct.Struct(">q")
@@ -250,6 +263,7 @@ class PartitionLog:
                                               max_index_bytes=max_index, now_ms=now))
         plog = cls(dir, config, clock, segments)
         plog._load_state()
+        plog._apply_stored_log_start()
         log.info("opened log %s: offsets [%d, %d), %d segment(s)", dir,
                  plog.log_start_offset, plog.log_end_offset, len(segments))
         return plog
@@ -551,6 +565,7 @@ class PartitionLog:
         self._bases = [offset]
         self._unflushed = []
         self.log_start_offset = offset
+        self._forget_stored_log_start()
         self.high_watermark = min(self.high_watermark, offset)
         self.producer_state.producers.clear()
         self.leader_epochs = []
@@ -759,7 +774,7 @@ class PartitionLog:
             seg.delete()
         self._bases = [s.base_offset for s in self._segments]
         self._generation += 1
-        self.log_start_offset = self._segments[0].base_offset
+        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
         self._truncate_epochs_from_start(self.log_start_offset)
         return len(deletable)
 
@@ -884,6 +899,95 @@ class PartitionLog:
             self.leader_epochs = epochs
             self._write_leader_epochs()
 
+    # ------------------------------------------------------------------ log start offset
+    @property
+    def log_start_offset_path(self) -> Path:
+        return self.dir / LOG_START_OFFSET_FILE
+
+    def increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset forward to ``offset`` (DeleteRecords; Kafka's
+        ``maybeIncrementLogStartOffset``): records below it are no longer served (a fetch
+        there gets OFFSET_OUT_OF_RANGE, ListOffsets earliest answers it), segments wholly
+        below it are deleted, the leader-epoch cache is cut at it; producer state stays (as
+        Kafka's does). ``offset`` at or below the current start changes nothing (False).
+
+        The new offset is written to ``log-start-offset`` (renamed into place, not
+        fsynced: ``sync_log_start_offset`` does that, off the event loop) before anything
+        else changes. Raises ``LogError``: OFFSET_OUT_OF_RANGE past the high watermark,
+        KAFKA_STORAGE_ERROR if the log is offline or the file cannot be written (then
+        nothing changed)."""
+        self._check_online()
+        if offset > self.high_watermark:
+            raise LogError(ErrorCode.offset_out_of_range,
+                           f"cannot move the log start offset of {self.dir.name} to {offset}: "
+                           f"past the high watermark {self.high_watermark}")
+        if offset <= self.log_start_offset:
+            return False
+        try:
+            write_atomically(self.log_start_offset_path,
+                             f"{_CHECKPOINT_VERSION}\n{offset}\n".encode(), fsync=False)
+        except OSError as e:
+            raise LogError(ErrorCode.kafka_storage_error,
+                           f"cannot write {self.log_start_offset_path}: {e}") from e
+        log.info("log start offset of %s moved from %d to %d", self.dir, self.log_start_offset,
+                 offset)
+        self.log_start_offset = offset
+        try:
+            self._truncate_epochs_from_start(offset)
+        except OSError as e:  # derived data: open rebuilds it
+            log.warning("could not write %s: %s", self.dir / LEADER_EPOCH_CHECKPOINT, e)
+        self._delete_segments_below_start()
+        return True
+
+    def _delete_segments_below_start(self) -> int:
+        """Delete the segments whose every offset is below the log start offset (Kafka's
+        ``deleteLogStartOffsetBreachedSegments``); the active segment always stays."""
+        doomed: list[LogSegment] = []
+        for seg, nxt in zip(self._segments, self._segments[1:], strict=False):
+            if nxt.base_offset > self.log_start_offset:
+                break
+            doomed.append(seg)
+        if not doomed:
+            return 0
+        for seg in doomed:
+            log.info("deleting segment %s (below the log start offset %d): offsets [%d, %d), "
+                     "%d bytes", seg.log_path, self.log_start_offset, seg.base_offset,
+                     seg.next_offset, seg.size)
+            self._segments.remove(seg)
+            if seg in self._unflushed:
+                self._unflushed.remove(seg)
+            try:
+                seg.delete()
+            except OSError as e:  # out of the log either way; open deletes it again
+                log.warning("could not delete segment %s: %s", seg.log_path, e)
+        self._bases = [s.base_offset for s in self._segments]
+        self._generation += 1
+        return len(doomed)
+
+    def _apply_stored_log_start(self) -> None:
+        """At open: a log start offset that DeleteRecords stored past the first segment's
+        base offset (see the module docstring)."""
+        stored = _read_log_start(self.log_start_offset_path)
+        if stored is None or stored <= self.log_start_offset:
+            return
+        if stored > self.log_end_offset:
+            log.warning("log %s ends at %d, before its stored log start offset %d: emptying it",
+                        self.dir, self.log_end_offset, stored)
+            self.truncate_fully_and_start_at(stored)
+            return
+        self.log_start_offset = stored
+        self._truncate_epochs_from_start(stored)
+        self._delete_segments_below_start()
+
+    def _forget_stored_log_start(self) -> None:
+        """The log restarted at or below its old start (truncation): the stored start no
+        longer holds."""
+        try:
+            self.log_start_offset_path.unlink(missing_ok=True)
+        except OSError as e:
+            log.error("could not remove %s: %s; the next open may start the log there",
+                      self.log_start_offset_path, e)
+
     # ------------------------------------------------------------------ truncation
     def truncate_to(self, offset: int) -> None:
         """Remove every batch with offsets >= ``offset`` (a follower diverging from its
@@ -901,6 +1005,7 @@ class PartitionLog:
                 max_index_bytes=self.config.segment_index_bytes, now_ms=self.clock.wall_ms(),
             )]
             self.log_start_offset = offset
+            self._forget_stored_log_start()
         else:
             while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
                 self._segments.pop().delete()
@@ -1172,3 +1277,41 @@ def _read_checkpoint(path: Path) -> list[tuple[int, int]] | None:
         return None
 
 
+
+
+def _read_log_start(path: Path) -> int | None:
+    """The offset in a ``log-start-offset`` file; None if missing or malformed (a torn or
+    bad file is ignored with one warning: the log then starts at its first segment)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        log.warning("cannot read %s (%s); ignoring it", path, e)
+        return None
+    lines = text.split("\n")
+    try:
+        if int(lines[0]) != _CHECKPOINT_VERSION:
+            raise ValueError(f"version {lines[0]!r}")
+        offset = int(lines[1])
+        if offset < 0:
+            raise ValueError(f"negative offset {offset}")
+        return offset
+    except (ValueError, IndexError) as e:
+        log.warning("malformed %s (%s); ignoring it", path, e)
+        return None
+
+
+def sync_log_start_offset(plog_dir: Path) -> None:
+    """fsync a partition's ``log-start-offset`` file and its directory (blocking: run it in
+    a worker thread). A file gone meanwhile (the topic was deleted) is fine."""
+    path = plog_dir / LOG_START_OFFSET_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(plog_dir)

@@ -2,6 +2,9 @@
 
 The whole resource is validated before anything is stored; ``validate_only`` stores nothing.
 Broker configs are static here (set in the config file or flags): altering them is refused.
+A resource named twice in one request is INVALID_REQUEST for both (Kafka's
+``ConfigAdminManager.preprocess``). AlterConfigs (33, ``alter_configs``) shares the
+resource checks (``resource_error``) and the storing (``store_topic_configs``).
 """
 
 from __future__ import annotations
@@ -14,11 +17,51 @@ from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.handlers.describe_configs import BROKER, TOPIC
 from headrace.broker.topics import TopicError, validate_configs
 from headrace.config import TOPIC_CONFIGS
+from headrace.metadata.store import TopicState
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def duplicate_resources(resources: Any) -> set[tuple[int, str]]:
+    """(type, name) of the resources a request names more than once."""
+    seen: set[tuple[int, str]] = set()
+    dups: set[tuple[int, str]] = set()
+    for r in resources:
+        key = (int(r.resource_type), r.resource_name)
+        (dups if key in seen else seen).add(key)
+    return dups
+
+
+def resource_error(broker: Broker, r: Any,
+                   duplicates: set[tuple[int, str]]) -> tuple[ErrorCode, str] | TopicState:
+    """The topic an alter request may change, or the error its resource gets."""
+    if (int(r.resource_type), r.resource_name) in duplicates:
+        return ErrorCode.invalid_request, "Each resource must appear at most once."
+    if r.resource_type == BROKER:
+        return ErrorCode.invalid_request, "Broker configs are static: set them in the config file"
+    if r.resource_type != TOPIC:
+        return ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}"
+    if not r.resource_name:
+        return ErrorCode.invalid_request, "Default topic resources are not allowed."
+    topic = broker.metadata.topic(r.resource_name)
+    if topic is None:
+        return ErrorCode.unknown_topic_or_partition, f"Topic {r.resource_name!r} does not exist"
+    return topic
+
+
+def check_known(names: Any) -> None:
+    """TopicError(INVALID_CONFIG) for a name that is not a topic config."""
+    for name in names:
+        if name not in TOPIC_CONFIGS:
+            raise TopicError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
+
+
+async def store_topic_configs(broker: Broker, name: str, overrides: dict[str, str]) -> None:
+    """Replace the topic's config overrides (validated) and apply them to its logs."""
+    await broker.topics.set_configs_async(name, overrides)
 
 
 def _apply(current: dict[str, str], ops: Any) -> dict[str, str]:
@@ -57,23 +100,15 @@ def _apply(current: dict[str, str], ops: Any) -> dict[str, str]:
 @handler(44, "IncrementalAlterConfigs", 0, 1)
 async def handle_incremental_alter_configs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     responses = []
+    duplicates = duplicate_resources(req.resources)
     for r in req.resources:
         entry: dict[str, Any] = {"error_code": 0, "error_message": None,
                                  "resource_type": r.resource_type,
                                  "resource_name": r.resource_name}
         responses.append(entry)
-        if r.resource_type == BROKER:
-            entry["error_code"] = ErrorCode.invalid_request
-            entry["error_message"] = "Broker configs are static: set them in the config file"
-            continue
-        if r.resource_type != TOPIC:
-            entry["error_code"] = ErrorCode.invalid_request
-            entry["error_message"] = f"Unsupported resource type {r.resource_type}"
-            continue
-        topic = broker.metadata.topic(r.resource_name)
-        if topic is None:
-            entry["error_code"] = ErrorCode.unknown_topic_or_partition
-            entry["error_message"] = f"Topic {r.resource_name!r} does not exist"
+        topic = resource_error(broker, r, duplicates)
+        if not isinstance(topic, TopicState):
+            entry["error_code"], entry["error_message"] = topic
             continue
         try:
             new = _apply(topic.configs, r.configs)
@@ -82,5 +117,5 @@ async def handle_incremental_alter_configs(broker: Broker, ctx: RequestContext, 
             entry["error_message"] = e.message
             continue
         if not req.validate_only:
-            await broker.topics.set_configs_async(r.resource_name, new)
+            await store_topic_configs(broker, r.resource_name, new)
     return ctx.response({"throttle_time": 0, "responses": responses})

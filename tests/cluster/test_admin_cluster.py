@@ -1,0 +1,126 @@
+"""Admin APIs on a 3-broker cluster (issue 11 item 3): DeleteRecords answered by the
+partition's leader (NOT_LEADER_OR_FOLLOWER elsewhere), and OffsetForLeaderEpoch as
+kafka-python's consumer uses it after a leader change (KIP-320: it validates a position
+whose leader epoch is older than the current leader's)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from tests.cluster.test_failover import produce_acked
+from tests.clusterproc import Cluster
+from tests.kafka_wire import WireClient
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _topic(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def _wire(cluster: Cluster, broker_id: int) -> WireClient:
+    return WireClient.to(cluster.brokers[broker_id].address)
+
+
+def _leader_epoch(cluster: Cluster, broker_id: int, topic: str) -> tuple[int, int]:
+    """(leader, leader epoch) of partition 0 as broker ``broker_id``'s Metadata says."""
+    with _wire(cluster, broker_id) as wc:
+        md = wc.request(3, 12, {"topics": [{"name": topic, "topic_id": None}],
+                                "allow_auto_topic_creation": False,
+                                "include_topic_authorized_operations": False})
+    (p,) = md.topics[0].partitions
+    return int(p.leader_id), int(p.leader_epoch)
+
+
+def _earliest(cluster: Cluster, broker_id: int, topic: str) -> tuple[int, int]:
+    with _wire(cluster, broker_id) as wc:
+        resp = wc.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                            "timestamp": -2}]}]})
+    (p,) = resp.topics[0].partitions
+    return int(p.error_code), int(p.offset)
+
+
+def _delete_on(cluster: Cluster, broker_id: int, topic: str, offset: int) -> tuple[int, int]:
+    with _wire(cluster, broker_id) as wc:
+        resp = wc.request(21, 2, {"timeout": 5000, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "offset": offset}]}]})
+    (p,) = resp.topics[0].partitions
+    return int(p.error_code), int(p.low_watermark)
+
+
+def test_delete_records_on_the_leader_only(healthy: Cluster) -> None:
+    """confluent-kafka's delete_records reaches the leader, whose log start moves; a
+    follower asked directly answers NOT_LEADER_OR_FOLLOWER and moves nothing."""
+    from confluent_kafka import TopicPartition as CTP
+
+    cluster = healthy
+    topic = _topic("delrec")
+    cluster.create_topic(topic, 1, 3)
+    leader = cluster.wait_leader(topic, 0)
+    produce_acked(cluster, topic, [b"v%d" % i for i in range(12)])
+    follower = next(b for b in cluster.brokers if b != leader)
+    assert _delete_on(cluster, follower, topic, 3) == (ErrorCode.not_leader_or_follower, -1)
+    assert _earliest(cluster, leader, topic) == (ErrorCode.none, 0)
+    admin = cluster.admin()  # referenced until the result is in
+    futs = admin.delete_records([CTP(topic, 0, 5)], request_timeout=20)
+    (fut,) = futs.values()
+    assert fut.result(30).low_watermark == 5
+    assert _earliest(cluster, leader, topic) == (ErrorCode.none, 5)
+    assert _delete_on(cluster, leader, topic, -1) == (ErrorCode.none, 12)
+    assert _earliest(cluster, leader, topic) == (ErrorCode.none, 12)
+
+
+def test_kafka_python_detects_truncation_after_an_unclean_election(healthy: Cluster) -> None:
+    """kafka-python's consumer read records that only the old leader had (its followers
+    paused, out of the ISR); the old leader dies and a follower wins an unclean election
+    with a new leader epoch. The consumer then asks the new leader where its position's
+    epoch ended (OffsetForLeaderEpoch, KIP-320) and goes back to that offset: it reads
+    the new leader's records from there. (Without the answer it would get
+    OFFSET_OUT_OF_RANGE and reset to the earliest offset.) kafka-python only validates
+    positions whose epoch is older than the leader's, so this takes a leader change."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    cluster = healthy
+    topic = _topic("ofle")
+    cluster.create_topic(topic, 1, 3, {"unclean.leader.election.enable": "true",
+                                        "min.insync.replicas": "1"})
+    leader = cluster.wait_leader(topic, 0)
+    produce_acked(cluster, topic, [b"old-%d" % i for i in range(10)])
+    _, epoch = _leader_epoch(cluster, leader, topic)
+    others = [b for b in cluster.brokers if b != leader]
+    tp = TopicPartition(topic, 0)
+    c = KafkaConsumer(bootstrap_servers=cluster.bootstrap, enable_auto_commit=False,
+                      auto_offset_reset="earliest", request_timeout_ms=10_000,
+                      metadata_max_age_ms=3000, reconnect_backoff_max_ms=1000)
+    try:
+        c.assign([tp])
+
+        def consume(n: int) -> list[tuple[int, bytes]]:
+            got: list[tuple[int, bytes]] = []
+            deadline = time.monotonic() + 60
+            while len(got) < n and time.monotonic() < deadline:
+                for records in c.poll(500).values():
+                    got += [(r.offset, r.value) for r in records]
+            return got
+
+        assert [o for o, _ in consume(10)] == list(range(10))
+        for b in others:
+            cluster.brokers[b].pause()
+        cluster.wait_isr(topic, 0, lambda isr: isr == {leader}, 60)
+        produce_acked(cluster, topic, [b"lost-%d" % i for i in range(5)])  # only on the leader
+        assert consume(5) == [(10 + i, b"lost-%d" % i) for i in range(5)]
+
+        cluster.brokers[leader].kill()
+        for b in others:
+            cluster.brokers[b].resume()
+        new_leader = cluster.wait_leader(topic, 0, lambda b: b != leader, 60)
+        assert _leader_epoch(cluster, new_leader, topic)[1] > epoch
+        produce_acked(cluster, topic, [b"new-%d" % i for i in range(3)])
+        assert consume(3) == [(10, b"new-0"), (11, b"new-1"), (12, b"new-2")]
+    finally:
+        c.close()
