@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test. Installs what the tests need first (Python packages into .venv with the
 # test and spark extras, Java 17 for Spark, Debian's kcat, built on the old librdkafka
-# 2.0.2 that real users still have, and Debian's ZooKeeper for the cluster tests).
+# 2.0.2 that real users still have, Debian's ZooKeeper for the cluster tests and Debian's
+# Burrow, a sarama-based lag monitor, for the old-protocol tests).
 # Arguments go to pytest. Under CI=true a skipped test fails the run unless
 # tests/conftest.py allows it (a missing kcat or ZooKeeper fails their tests).
 set -euo pipefail
@@ -9,6 +10,7 @@ cd "$(dirname "$0")/.."
 missing=""
 command -v kcat >/dev/null 2>&1 || missing="$missing kcat"
 [ -x /usr/share/zookeeper/bin/zkServer.sh ] || missing="$missing zookeeper"
+command -v Burrow >/dev/null 2>&1 || missing="$missing burrow"
 if [ -n "$missing" ]; then
   if command -v apt-get >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

@@ -73,6 +73,10 @@ def broker(
     except (ConfigError, OSError) as e:
         click.echo(f"headrace: invalid configuration: {e}", err=True)
         sys.exit(2)
+    import logging
+
+    for note in config.notes:  # Kafka settings with no effect here, extra log dirs
+        logging.getLogger("headrace.config").warning("%s", note)
 
     # SIGUSR1 dumps every thread's stack to stderr (what a stuck broker is doing)
     faulthandler.register(signal.SIGUSR1, all_threads=True)

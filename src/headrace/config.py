@@ -10,6 +10,8 @@ gets the same clear ``ConfigError`` (mapped to INVALID_CONFIG by handlers).
 from __future__ import annotations
 
 import dataclasses
+import re
+import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -260,6 +262,176 @@ BROKER_CONFIGS = _defs(
 # Kafka's older names accepted as aliases (ZooKeeper-mode server.properties).
 BROKER_ALIASES = {"broker.id": "node.id"}
 
+# ---- Kafka's listener configs (server.properties): translated into host/port and
+# advertised.host/advertised.port (which win when given too, e.g. ``--port``), kept as
+# given for DescribeConfigs. One client listener, PLAINTEXT only; a listener named in
+# controller.listener.names (a KRaft controller's) is not served here.
+DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+LISTENER_CONFIGS = _defs(
+    ConfigDef("listeners", "string", "",
+              "Kafka's NAME://HOST:PORT listener list: one PLAINTEXT listener (an empty "
+              "host: every interface); sets host and port."),
+    ConfigDef("advertised.listeners", "string", "",
+              "Kafka's advertised NAME://HOST:PORT list; the client listener's entry sets "
+              "advertised.host and advertised.port."),
+    ConfigDef("listener.security.protocol.map", "string", DEFAULT_PROTOCOL_MAP,
+              "Listener name → security protocol; only PLAINTEXT is served."),
+    ConfigDef("controller.listener.names", "string", "",
+              "Listeners of a KRaft controller: accepted, not served here."),
+    ConfigDef("inter.broker.listener.name", "string", "",
+              "Accepted for Kafka's files; brokers reach each other on the client listener."),
+)
+
+# Kafka's time configs in coarser units: (config, unit in ms), finest first. Kafka's
+# precedence: ms over minutes over hours; a negative value means no limit (-1).
+TIME_UNIT_FORMS = {
+    "log.retention.ms": (("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)),
+    "log.roll.ms": (("log.roll.hours", 3_600_000),),
+}
+
+# Kafka broker configs accepted from a server.properties file with no effect here (thread
+# pools, socket buffers, KRaft quorum, transaction log, metrics, ...): the broker starts
+# and says once which of them it ignores. Anything else unknown is refused (a typo).
+NO_EFFECT_CONFIGS = frozenset({
+    "num.network.threads", "num.io.threads", "background.threads",
+    "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "socket.listen.backlog.size",
+    "socket.connection.setup.timeout.ms", "socket.connection.setup.timeout.max.ms",
+    "num.recovery.threads.per.data.dir", "num.replica.alter.log.dirs.threads",
+    "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
+    "transaction.state.log.num.partitions", "transaction.state.log.segment.bytes",
+    "transaction.max.timeout.ms", "transactional.id.expiration.ms",
+    "process.roles", "controller.quorum.voters", "controller.quorum.bootstrap.servers",
+    "controller.quorum.election.timeout.ms", "controller.quorum.fetch.timeout.ms",
+    "metadata.log.dir", "metadata.log.segment.bytes", "metadata.max.retention.bytes",
+    "inter.broker.protocol.version", "log.message.format.version",
+    "security.inter.broker.protocol", "log.cleaner.enable", "log.cleaner.threads",
+    "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.size", "log.cleaner.backoff.ms",
+    "log.cleaner.min.cleanable.ratio", "log.cleaner.io.max.bytes.per.second",
+    "log.cleaner.io.buffer.load.factor", "log.preallocate", "log.segment.delete.delay.ms",
+    "log.flush.scheduler.interval.ms", "log.flush.offset.checkpoint.interval.ms",
+    "log.flush.start.offset.checkpoint.interval.ms", "log.roll.jitter.ms",
+    "log.roll.jitter.hours", "replica.socket.timeout.ms", "replica.socket.receive.buffer.bytes",
+    "offsets.retention.minutes", "offsets.retention.check.interval.ms",
+    "offsets.topic.segment.bytes", "offsets.load.buffer.size", "offsets.commit.timeout.ms",
+    "offsets.topic.compression.codec", "group.coordinator.rebalance.protocols",
+    "group.coordinator.threads", "zookeeper.sync.time.ms", "zookeeper.max.in.flight.requests",
+    "reserved.broker.max.id", "broker.id.generation.enable", "quota.window.num",
+    "quota.window.size.seconds", "replication.quota.window.num",
+    "connection.failed.authentication.delay.ms", "fetch.purgatory.purge.interval.requests",
+    "producer.purgatory.purge.interval.requests",
+    "delete.records.purgatory.purge.interval.requests",
+    "max.incremental.fetch.session.cache.slots", "metric.reporters",
+    "auto.include.jmx.reporter", "compression.gzip.level", "compression.lz4.level",
+    "compression.zstd.level",
+})
+# ... and every key under these prefixes (per-listener, TLS and SASL settings of listeners
+# that are not served, metrics)
+NO_EFFECT_PREFIXES = ("listener.name.", "ssl.", "sasl.", "metrics.", "kafka.metrics.")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_LISTENER = re.compile(r"^([A-Za-z0-9_]+)://(\[[0-9A-Fa-f:.]+\]|[^:/\[\]]*):(\d{1,5})$")
+
+
+def _listeners(name: str, text: str) -> list[tuple[str, str, int]]:
+    """``NAME://HOST:PORT,...`` → (NAME upper-cased, host without brackets, port)."""
+    out: list[tuple[str, str, int]] = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        m = _LISTENER.match(item)
+        if m is None or int(m.group(3)) > 65_535:
+            raise ConfigError(name, f"{item!r} is not NAME://HOST:PORT")
+        if any(n == m.group(1).upper() for n, _, _ in out):
+            raise ConfigError(name, f"listener name {m.group(1)} appears twice")
+        out.append((m.group(1).upper(), m.group(2).strip("[]"), int(m.group(3))))
+    return out
+
+
+def _protocol_map(text: str) -> dict[str, str]:
+    name = "listener.security.protocol.map"
+    out: dict[str, str] = {}
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        listener, sep, protocol = item.partition(":")
+        if not sep or not listener.strip() or protocol.strip().upper() not in SECURITY_PROTOCOLS:
+            raise ConfigError(name, f"{item!r} is not LISTENER:PROTOCOL (a protocol is one "
+                                    f"of {', '.join(SECURITY_PROTOCOLS)})")
+        out[listener.strip().upper()] = protocol.strip().upper()
+    return out
+
+
+def _translate_kafka_forms(raw: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Kafka's server.properties forms → headrace's keys. Returns the mapping to validate
+    and the warnings to log (one line each)."""
+    out = {BROKER_ALIASES.get(k, k): v for k, v in raw.items()}
+    notes: list[str] = []
+    ignored = sorted(k for k in out if k not in BROKER_CONFIGS and k not in LISTENER_CONFIGS
+                     and (k in NO_EFFECT_CONFIGS or k.startswith(NO_EFFECT_PREFIXES)))
+    for k in ignored:
+        del out[k]
+    # time units: the finest given wins
+    for ms_name, forms in TIME_UNIT_FORMS.items():
+        coarse = [(unit, _parse_int(32)(n, out.pop(n))) for n, unit in forms if n in out]
+        if ms_name not in out and coarse:
+            unit, value = coarse[0]
+            out[ms_name] = -1 if value < 0 else value * unit
+    # log.dir (Kafka's single-directory form) and several log.dirs
+    single = out.pop("log.dir", None)
+    if "log.dirs" not in out and single is not None:
+        out["log.dirs"] = single
+    if "log.dirs" in out:
+        dirs = [d.strip() for d in str(out["log.dirs"]).split(",") if d.strip()]
+        if not dirs:
+            raise ConfigError("log.dirs", "must name a directory")
+        if len(dirs) > 1:
+            notes.append(f"log.dirs lists {len(dirs)} directories; headrace uses one: "
+                         f"{dirs[0]} (not {', '.join(dirs[1:])})")
+        out["log.dirs"] = dirs[0]
+    ignored += _translate_listeners(out)
+    if ignored:
+        notes.insert(0, "accepted with no effect here: " + ", ".join(ignored))
+    return out, tuple(notes)
+
+
+def _translate_listeners(out: dict[str, Any]) -> list[str]:
+    """Sets host/port and advertised.host/advertised.port from Kafka's listener configs
+    (unless given themselves); returns the controller listeners it does not serve."""
+    if "listeners" not in out and "advertised.listeners" not in out:
+        return []
+    protocols = _protocol_map(str(out.get("listener.security.protocol.map",
+                                          DEFAULT_PROTOCOL_MAP)))
+    controllers = {n.strip().upper() for n in str(out.get("controller.listener.names", ""))
+                   .split(",") if n.strip()}
+    listeners = _listeners("listeners", str(out.get("listeners", "")))
+    served = [entry for entry in listeners if entry[0] not in controllers]
+    for name, _, _ in served:
+        protocol = protocols.get(name)
+        if protocol is None:
+            raise ConfigError("listeners", f"no security protocol for listener {name} in "
+                                           "listener.security.protocol.map")
+        if protocol != "PLAINTEXT":
+            raise ConfigError("listeners", f"listener {name} uses {protocol}; headrace serves "
+                                           "PLAINTEXT only (TLS and SASL are not supported yet)")
+    if len(served) > 1:
+        raise ConfigError("listeners", "headrace serves one client listener, got "
+                          + ", ".join(n for n, _, _ in served))
+    skipped = [f"listener {n} (controller.listener.names)" for n, _, _ in listeners
+               if n in controllers]
+    if served:
+        name, host, port = served[0]
+        out.setdefault("host", host or "0.0.0.0")
+        out.setdefault("port", port)
+        for adv_name, adv_host, adv_port in _listeners(
+                "advertised.listeners", str(out.get("advertised.listeners", ""))):
+            if adv_name == name:
+                if adv_host:
+                    out.setdefault("advertised.host", adv_host)
+                out.setdefault("advertised.port", adv_port)
+        if not host and "advertised.host" not in out:
+            # Kafka advertises the machine's canonical name for an every-interface listener
+            out["advertised.host"] = socket.getfqdn()
+    return skipped
+
 # Topic-level configs: name, and the broker config that gives the default.
 TOPIC_CONFIGS = _defs(
     ConfigDef("cleanup.policy", "list", "delete", "delete and/or compact.",
@@ -336,19 +508,25 @@ class BrokerConfig:
     """Validated broker configuration: Kafka names in ``values``."""
 
     values: Mapping[str, Any] = field(default_factory=dict)
+    # what the file, flags or overrides set, by Kafka's names as written (``broker.id``,
+    # ``log.retention.hours``, ``listeners``, ...): DescribeConfigs' STATIC_BROKER_CONFIG
+    given: Mapping[str, Any] = field(default_factory=dict)
+    # warnings for the operator (keys with no effect here, extra log dirs), one line each
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> BrokerConfig:
-        values = {d.name: d.default for d in BROKER_CONFIGS.values()}
-        raw = {BROKER_ALIASES.get(k, k): v for k, v in raw.items()}
-        values.update(parse_overrides(raw, BROKER_CONFIGS))
-        return cls(values)
+        values = {d.name: d.default for d in (*BROKER_CONFIGS.values(),
+                                              *LISTENER_CONFIGS.values())}
+        translated, notes = _translate_kafka_forms(raw)
+        values.update(parse_overrides(translated, {**BROKER_CONFIGS, **LISTENER_CONFIGS}))
+        return cls(values, dict(raw), notes)
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
 
     def with_overrides(self, raw: Mapping[str, Any]) -> BrokerConfig:
-        return BrokerConfig.from_mapping({**self.values, **raw})
+        return BrokerConfig.from_mapping({**self.given, **raw})
 
     @property
     def node_id(self) -> int:

@@ -253,9 +253,9 @@ def test_api_versions_of_an_unknown_version_gets_a_v0_error_with_ranges(
         assert resp.error_code == ErrorCode.none
 
 
-@pytest.mark.parametrize("key,version", [(3, 99), (3, 13), (1, 17), (2, 11), (0, 2)],
+@pytest.mark.parametrize("key,version", [(3, 99), (3, 13), (1, 17), (2, 11), (0, 13)],
                          ids=["metadata-v99", "metadata-v13", "fetch-v17", "listoffsets-v11",
-                              "produce-v2"])
+                              "produce-v13"])
 def test_unsupported_version_of_another_api_closes(strict: BrokerProcess, witness: Witness,
                                                    key: int, version: int) -> None:
     """R-PROTO-1, R-NF-1: a version outside the advertised range (whether or not kio has a

@@ -69,6 +69,12 @@ def validate_topic_name(name: str | None) -> str:
     return name
 
 
+def collision_key(name: str) -> str | None:
+    """Kafka's ``Topic.unifyCollisionChars``: metric names turn '.' into '_', so two topics
+    whose names differ only there would collide. None for a name with neither."""
+    return name.replace(".", "_") if "." in name or "_" in name else None
+
+
 def assign_replicas(
     brokers: list[int], num_partitions: int, replication_factor: int, start: int = 0
 ) -> list[list[int]]:
@@ -196,11 +202,29 @@ class TopicAdmin:
             )
 
     # ------------------------------------------------------------------ create
-    def plan(self, spec: TopicSpec) -> TopicPlan:
-        """Validate one topic (name, existence, partitions, replicas, configs)."""
+    def _collisions(self) -> dict[str, str]:
+        """Collision key → a topic holding it, over existing and reserved topics."""
+        out: dict[str, str] = {}
+        for name in (*self.metadata.topics(), *self._reserved):
+            key = collision_key(name)
+            if key is not None:
+                out.setdefault(key, name)
+        return out
+
+    def plan(self, spec: TopicSpec, collisions: Mapping[str, str] | None = None) -> TopicPlan:
+        """Validate one topic (name, existence, a name colliding with an existing one once
+        '.' and '_' are equated, partitions, replicas, configs). ``collisions``: from
+        ``_collisions`` (computed here when not given)."""
         name = validate_topic_name(spec.name)
         if self.metadata.topic(name) is not None or name in self._reserved:
             raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+        key = collision_key(name)
+        if key is not None:
+            other = (self._collisions() if collisions is None else collisions).get(key)
+            if other is not None:
+                # Kafka (KRaft's ReplicationControlManager) words it so
+                raise TopicError(ErrorCode.invalid_topic_exception,
+                                 f"Topic '{name}' collides with existing topic: {other}")
         num_partitions, replication_factor = spec.num_partitions, spec.replication_factor
         assignment = spec.assignment
         if num_partitions == -1:
@@ -294,12 +318,13 @@ class TopicAdmin:
         ``max.broker.partitions`` together, every one of them is refused and nothing is
         created. Directories and logs are made in a worker thread."""
         out: list[Outcome] = []
+        collisions = self._collisions()
         for spec in specs:
             if isinstance(spec, TopicError):
                 out.append(spec)
                 continue
             try:
-                plan = self.plan(spec)
+                plan = self.plan(spec, collisions)
             except TopicError as e:
                 out.append(e)
                 continue
@@ -307,6 +332,9 @@ class TopicAdmin:
                 out.append(TopicError(ErrorCode.invalid_request,
                                       f"Duplicate topic name {plan.name!r} in the request"))
                 continue
+            key = collision_key(plan.name)
+            if key is not None:  # a later topic of the request colliding with this one
+                collisions.setdefault(key, plan.name)
             out.append(plan)
         plans = [o for o in out if isinstance(o, TopicPlan)]
         try:

@@ -25,12 +25,16 @@ passes the current topic metadata and ``now_ms``, and encodes the result. No I/O
 |                         | compute next assignment; otherwise wait (rebalance timeout runs) |
 | UNRELEASED_PARTITIONS   | compute next assignment (picks up partitions released by now)   |
 
-*Compute next assignment*: assigned := current ∩ target; pending revocation := current -
-target; each partition of target - current is added if no other member owns it, else it is
-*unreleased*. Then: pending revocation that the member still owns → UNREVOKED_PARTITIONS at
-the member's current epoch (the rebalance timeout starts: a member that does not release in
-``rebalance_timeout_ms`` is fenced); else unreleased partitions → UNRELEASED_PARTITIONS at the
-target epoch; else STABLE at the target epoch.
+*Compute next assignment*: pending revocation := current - target. If the member still
+owns some of it (its owned list names one, or it sent no owned list) → UNREVOKED_PARTITIONS
+at the member's current epoch with assigned := current ∩ target and nothing new, not even
+free partitions: a member revoking only ever shrinks, and gets what is new for it once it
+acknowledges (Kafka's rule; handing both at once lets a client that unsubscribes
+mid-revocation end up holding the new partitions, and a partition two clients hold). The
+rebalance timeout starts: a member that does not release in ``rebalance_timeout_ms`` is
+fenced. Otherwise assigned := current ∩ target plus each partition of target - current that
+no other member owns (the others are *unreleased*) → UNRELEASED_PARTITIONS if some are
+unreleased, else STABLE, at the target epoch.
 
 ## Heartbeat rules (Kafka's error codes)
 
@@ -741,28 +745,27 @@ class ConsumerGroup:
                          now_ms: int) -> None:
         target = _tps(self.target.get(member.member_id, {}))
         current = _tps(member.assigned)
-        owners = self._owners(exclude=member.member_id)
-        assigned = current & target
+        kept = current & target
         revoke = current - target
-        unreleased = False
-        for tp in sorted(target - current, key=lambda tp: (str(tp[0]), tp[1])):
-            if tp in owners:
-                unreleased = True
-            else:
-                assigned.add(tp)
-        still_owned = owned is None or bool(_tps(owned) & revoke)
         new_epoch = epoch
-        if revoke and still_owned:
+        if revoke and (owned is None or bool(_tps(owned) & revoke)):
+            # Revoke first: the member stays at its epoch holding current ∩ target, and
+            # gets nothing new (not even free partitions) until it acknowledges.
             member.state = MemberState.UNREVOKED_PARTITIONS
             member.pending_revocation = _group(revoke)
             if member.revocation_deadline_ms is None:
                 member.revocation_deadline_ms = now_ms + member.rebalance_timeout_ms
+            assigned = kept
         else:
-            member.state = (MemberState.UNRELEASED_PARTITIONS if unreleased
+            owners = self._owners(exclude=member.member_id)
+            wanted = target - current
+            free = {tp for tp in wanted if tp not in owners}
+            member.state = (MemberState.UNRELEASED_PARTITIONS if free != wanted
                             else MemberState.STABLE)
             member.pending_revocation = {}
             member.revocation_deadline_ms = None
             new_epoch = self.assignment_epoch
+            assigned = kept | free
         member.assigned = _group(assigned)
         if new_epoch != member.member_epoch:
             member.previous_member_epoch = member.member_epoch

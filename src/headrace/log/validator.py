@@ -42,6 +42,7 @@ from kio.schema.errors import ErrorCode
 from headrace.config import LogConfig
 from headrace.protocol.records import (
     HEADER_SIZE,
+    TOPIC_PARTITION,
     BatchHeader,
     InvalidRecordError,
     inflate,
@@ -119,7 +120,9 @@ def _validate_records(batch: memoryview, h: BatchHeader, config: LogConfig, now_
         if not bool(bad.any()):
             continue
         total += int(np.count_nonzero(bad))
-        bad_time = bad_time or bool(out_of_range.any())
+        # a record reports one error, its key's before its timestamp's (Kafka's
+        # validateRecord): INVALID_TIMESTAMP only if some record's reported error is one
+        bad_time = bad_time or bool((out_of_range & ~keyless & ~bad_offset).any())
         for i in np.flatnonzero(bad)[:max(MAX_RECORD_ERRORS - len(errors), 0)].tolist():
             index = first + i
             if bad_offset[i]:
@@ -128,12 +131,13 @@ def _validate_records(batch: memoryview, h: BatchHeader, config: LogConfig, now_
                                  f"expected {index}")
             elif keyless[i]:
                 errors[index] = (ErrorCode.invalid_record,
-                                 f"compacted topic cannot accept message without key "
-                                 f"(record {index})")
+                                 "Compacted topic cannot accept message without key in "
+                                 f"topic partition {TOPIC_PARTITION}")
             else:
                 errors[index] = (ErrorCode.invalid_timestamp,
-                                 f"timestamp {int(stamps[i])} of record {index} is out of "
-                                 f"range: it should be within [{lo}, {hi}]")
+                                 f"Timestamp {int(stamps[i])} of message with offset "
+                                 f"{h.base_offset + int(scan.offset_delta[i])} is out of "
+                                 f"range. The timestamp should be within [{lo}, {hi}]")
     if total:
         _raise_record_errors(errors, total, bad_time)
     if check_time and h.max_timestamp != NO_TIMESTAMP and not lo <= h.max_timestamp <= hi:
@@ -148,21 +152,22 @@ def _validate_records(batch: memoryview, h: BatchHeader, config: LogConfig, now_
 
 def _raise_record_errors(errors: dict[int, tuple[ErrorCode, str]], total: int,
                          bad_time: bool) -> None:
-    """Kafka's ``processRecordErrors``: INVALID_TIMESTAMP if any record's timestamp is out
-    of range, else INVALID_RECORD listing (at most) the first three errors; ``errors`` holds
-    the first ``MAX_RECORD_ERRORS`` of ``total``."""
+    """Kafka's ``processRecordErrors``, in its words: INVALID_TIMESTAMP if any record's
+    timestamp is out of range, else INVALID_RECORD whose message lists (at most) the first
+    three errors as Java prints a list of ``RecordError``; ``errors`` holds the first
+    ``MAX_RECORD_ERRORS`` of ``total``. Built only for a batch already known bad."""
     record_errors = tuple((i, msg) for i, (_, msg) in sorted(errors.items()))
     if bad_time:
         raise InvalidRecordError(
             ErrorCode.invalid_timestamp,
-            "one or more records have been rejected due to invalid timestamp: "
-            + "; ".join(msg for _, msg in record_errors[:3]),
+            "One or more records have been rejected due to invalid timestamp",
             record_errors,
         )
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{msg}')"
+                      for i, msg in record_errors[:3])
     raise InvalidRecordError(
         ErrorCode.invalid_record,
-        f"one or more records have been rejected due to {total} record errors "
-        "in total, and only showing the first three errors at most: "
-        + "; ".join(msg for _, msg in record_errors[:3]),
+        f"One or more records have been rejected due to {total} record errors "
+        f"in total, and only showing the first three errors at most: [{shown}]",
         record_errors,
     )

@@ -67,7 +67,8 @@ from kio.serial.errors import SerialError  # DecodeError and OutOfBoundValue
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32
 
-from headrace.protocol.errors import ProtocolError, UnknownApiError
+from headrace.protocol import legacy
+from headrace.protocol.errors import ProtocolError, UnknownApiError, UnsupportedVersionError
 from headrace.protocol.prescan import LengthError, prescanner
 
 API_VERSIONS_KEY = 18
@@ -100,7 +101,9 @@ def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
 
 @cache
 def supported_versions(api_key: int) -> tuple[int, int] | None:
-    """The (min, max) request versions kio has schemas for, or None."""
+    """The (min, max) request versions kio has schemas for, or None; extended down to the
+    older versions ``legacy`` decodes by hand (ListOffsets v0) or only advertises (Produce
+    v0-v2, KAFKA-18659)."""
     name = api_key_map.get(api_key)  # type: ignore[call-overload,unused-ignore]
     if name is None:
         return None
@@ -108,7 +111,9 @@ def supported_versions(api_key: int) -> tuple[int, int] | None:
         v for v, kinds in schema_name_map[name].items()
         if EntityType.request in kinds and EntityType.response in kinds
     ]
-    return (min(versions), max(versions)) if versions else None
+    if not versions:
+        return None
+    return min(min(versions), legacy.LEGACY_MIN.get(api_key, 2**15)), max(versions)
 
 
 @cache
@@ -135,6 +140,13 @@ def decode_request(frame: bytes | memoryview) -> Request:
     api_key, api_version, correlation_id = peek_header(frame)
     if supported_versions(api_key) is None:
         raise UnknownApiError(api_key, api_version, correlation_id)
+    if (api_key, api_version) in legacy.HAND_CODED:
+        client_id, n = legacy.read_header_v1(frame)
+        return Request(RequestHeaderInfo(api_key, api_version, correlation_id, client_id),
+                       legacy.decode_list_offsets_v0(frame, n))
+    if legacy.is_refused(api_key, api_version):
+        # Produce v0-v2: advertised as Kafka 4.0 does (KAFKA-18659), refused as it refuses
+        raise UnsupportedVersionError(api_key, api_version, correlation_id)
     try:
         header_cls, read_header, req_cls, read_body, check_lengths = _readers(api_key,
                                                                               api_version)
@@ -198,7 +210,7 @@ class EncodedBody:
 @cache
 def _flexible_header(api_key: int, api_version: int) -> bool:
     """Whether the response header is v1 (a tagged-field section after the correlation id)."""
-    if api_key == API_VERSIONS_KEY:
+    if api_key == API_VERSIONS_KEY or (api_key, api_version) in legacy.HAND_CODED:
         return False
     return bool(response_class(api_key, api_version).__header_schema__.__flexible__)
 

@@ -33,3 +33,13 @@ class UnknownApiError(ProtocolError):
         self.api_key = api_key
         self.api_version = api_version
         self.correlation_id = correlation_id
+
+
+class UnsupportedVersionError(UnknownApiError):
+    """A version advertised only so that old clients negotiate well (Produce v0-v2,
+    KAFKA-18659), refused as Kafka 4.0 refuses it: UNSUPPORTED_VERSION, connection closed."""
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
+        super().__init__(api_key, api_version, correlation_id)
+        self.args = (f"UNSUPPORTED_VERSION: API key {api_key} version {api_version} is "
+                     "advertised for old clients' sake (KAFKA-18659) but not served",)

@@ -117,6 +117,18 @@ class InvalidRecordError(Exception):
         # (index of the record in its batch, message): Produce v8+'s record_errors
         self.record_errors = record_errors
 
+    def in_partition(self, topic_partition: str) -> tuple[str, tuple[tuple[int, str], ...]]:
+        """(error_message, record_errors) with ``TOPIC_PARTITION`` replaced by the name of
+        the partition (``topic-index``), where Kafka's messages name it: the validator
+        does not know which partition it checks."""
+        return (str(self).replace(TOPIC_PARTITION, topic_partition),
+                tuple((i, m.replace(TOPIC_PARTITION, topic_partition))
+                      for i, m in self.record_errors))
+
+
+TOPIC_PARTITION = "<topic-partition>"
+"""Stands for the partition's name in validation messages until ``in_partition`` fills it."""
+
 
 @dataclass(frozen=True, slots=True)
 class BatchHeader:

@@ -7,7 +7,18 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
-from headrace.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigDef
+from headrace.config import (
+    BROKER_ALIASES,
+    BROKER_CONFIGS,
+    LISTENER_CONFIGS,
+    LONG_MAX,
+    NO_EFFECT_CONFIGS,
+    NO_EFFECT_PREFIXES,
+    TIME_UNIT_FORMS,
+    TOPIC_CONFIGS,
+    BrokerConfig,
+    ConfigDef,
+)
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -17,6 +28,7 @@ TOPIC, BROKER = 2, 4
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 # Kafka's ConfigType
 CONFIG_TYPE = {"bool": 1, "string": 2, "int": 3, "long": 5, "list": 7}
+UNKNOWN_TYPE, INT_TYPE, STRING_TYPE = 0, 3, 2
 
 
 def _entry(d: ConfigDef, value: Any, source: int, synonyms: list[dict[str, Any]],
@@ -53,14 +65,125 @@ def topic_config_entries(
     return out
 
 
-def broker_config_entries(broker: Broker, keys: tuple[str, ...] | None) -> list[dict[str, Any]]:
+# ---- broker configs as Kafka 3.9 reports them (ConfigHelper.createBrokerConfigEntry):
+# a config's synonyms are the names that can set it (DynamicBrokerConfig.
+# brokerConfigSynonyms: log.retention.ms/minutes/hours, log.roll.ms/hours,
+# log.flush.interval.ms and the scheduler interval); each synonym given in the file is
+# listed as STATIC_BROKER_CONFIG, then each with a Kafka default as DEFAULT_CONFIG, and the
+# list starts at the described name itself (earlier, finer ones are dropped). The source is
+# the first synonym's, else DEFAULT_CONFIG. Kafka's own names that headrace folds into its
+# keys (broker.id, log.retention.hours, log.roll.hours, log.dir) are listed as well, and
+# so is each key given that has no effect here.
+_SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
+    *((ms, *(n for n, _ in forms)) for ms, forms in TIME_UNIT_FORMS.items()),
+    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+)
+_SYNONYMS = {name: group for group in _SYNONYM_GROUPS for name in group}
+# Kafka's default (as a string; None: no default, reported as a null value) where it is
+# not the headrace default, and Kafka names with no ConfigDef here: (default, ConfigType)
+_KAFKA_ONLY: dict[str, tuple[str | None, int]] = {
+    "broker.id": ("-1", INT_TYPE),
+    "log.dir": ("/tmp/kafka-logs", STRING_TYPE),
+    "log.retention.minutes": (None, INT_TYPE),
+    "log.retention.hours": ("168", INT_TYPE),
+    "log.roll.hours": ("168", INT_TYPE),
+    "log.flush.scheduler.interval.ms": (str(LONG_MAX), 5),
+}
+_KAFKA_DEFAULTS: dict[str, str | None] = {
+    "log.retention.ms": None, "log.roll.ms": None, "log.flush.interval.ms": None,
+    "log.dirs": None, "advertised.listeners": None,
+}
+
+
+def _kafka_default(name: str) -> str | None:
+    if name in _KAFKA_ONLY:
+        return _KAFKA_ONLY[name][0]
+    if name in _KAFKA_DEFAULTS:
+        return _KAFKA_DEFAULTS[name]
+    d = BROKER_CONFIGS.get(name) or LISTENER_CONFIGS.get(name)
+    return None if d is None else d.to_string(d.default)
+
+
+def _given(config: BrokerConfig) -> dict[str, str]:
+    """What the file, flags and overrides set, by the names they used (``broker.id`` set
+    also sets ``node.id``, as in Kafka)."""
+    out: dict[str, str] = {}
+    for k, v in config.given.items():
+        out[k] = "" if v is None else str(v)
+        if k in BROKER_ALIASES:
+            out.setdefault(BROKER_ALIASES[k], out[k])
+    return out
+
+
+def _effective_values(broker: Broker) -> dict[str, str | None]:
+    """The value DescribeConfigs reports for each broker config."""
+    config = broker.config
+    given = _given(config)
+    out: dict[str, str | None] = {}
+    for name, d in {**BROKER_CONFIGS, **LISTENER_CONFIGS}.items():
+        out[name] = d.to_string(config[name])
+    for name in _KAFKA_DEFAULTS:
+        out[name] = given.get(name, _kafka_default(name))
+    out["log.dirs"] = str(config["log.dirs"]) if "log.dirs" in given else None
+    for name in _KAFKA_ONLY:
+        out[name] = given.get(name, _kafka_default(name))
+    out["broker.id"] = str(broker.node_id)
+    # what is actually served: the bound port, the host it listens on
+    served = f"PLAINTEXT://{_host(broker.host)}:{broker.port}"
+    if "listeners" not in given or {"host", "port"} & set(given):
+        out["listeners"] = served
+    adv_host = str(config["advertised.host"]) or broker.host
+    adv_port = int(config["advertised.port"]) or broker.port
+    if "advertised.listeners" in given and not {"advertised.host", "advertised.port",
+                                                "host", "port"} & set(given):
+        out["advertised.listeners"] = given["advertised.listeners"]
+    elif {"advertised.host", "advertised.port", "advertised.listeners"} & set(given):
+        out["advertised.listeners"] = f"PLAINTEXT://{_host(adv_host)}:{adv_port}"
+    for name in given:
+        if name not in out and (name in NO_EFFECT_CONFIGS or name.startswith(NO_EFFECT_PREFIXES)):
+            out[name] = given[name]
+    return out
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host else ("" if host == "0.0.0.0" else host)
+
+
+def _broker_synonyms(name: str, given: dict[str, str]) -> list[dict[str, Any]]:
+    names = _SYNONYMS.get(name, (name,))
+    found = [{"name": n, "value": given[n], "source": STATIC_BROKER_CONFIG}
+             for n in names if n in given]
+    found += [{"name": n, "value": default, "source": DEFAULT_CONFIG}
+              for n in names if (default := _kafka_default(n)) is not None]
+    while found and found[0]["name"] != name:
+        found.pop(0)
+    return found
+
+
+def broker_config_entries(broker: Broker, keys: tuple[str, ...] | None,
+                          synonyms: bool = False) -> list[dict[str, Any]]:
+    given = _given(broker.config)
     out = []
-    for name, d in BROKER_CONFIGS.items():
+    for name, value in _effective_values(broker).items():
         if keys is not None and name not in keys:
             continue
-        value = broker.config[name]
-        source = DEFAULT_CONFIG if value == d.default else STATIC_BROKER_CONFIG
-        out.append(_entry(d, value, source, [], read_only=True))
+        d = BROKER_CONFIGS.get(name) or LISTENER_CONFIGS.get(name)
+        syn = _broker_synonyms(name, given)
+        if name in ("listeners", "advertised.listeners") and given.keys() & {
+                "host", "port", "advertised.host", "advertised.port"}:
+            source = STATIC_BROKER_CONFIG  # rendered from what was given
+        else:
+            source = syn[0]["source"] if syn else DEFAULT_CONFIG
+        if d is not None:
+            config_type, doc = CONFIG_TYPE[d.kind], d.doc
+        elif name in _KAFKA_ONLY:
+            config_type, doc = _KAFKA_ONLY[name][1], "Kafka's name; see its headrace config."
+        else:
+            config_type, doc = UNKNOWN_TYPE, "Accepted from server.properties; no effect here."
+        out.append({"name": name, "value": value, "read_only": True,
+                    "config_source": source, "is_sensitive": False,
+                    "synonyms": syn if synonyms else [], "config_type": config_type,
+                    "documentation": doc})
     return out
 
 
@@ -83,9 +206,13 @@ async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any)
         elif r.resource_type == BROKER:
             if r.resource_name not in ("", str(broker.node_id)):
                 entry["error_code"] = ErrorCode.invalid_request
-                entry["error_message"] = f"Unexpected broker id {r.resource_name!r}"
+                entry["error_message"] = (f"Unexpected broker id, expected {broker.node_id} "
+                                          f"or empty string, but received {r.resource_name}")
                 continue
-            entry["configs"] = broker_config_entries(broker, keys)
+            # "" is the cluster-wide dynamic defaults: none can be set here (as in Kafka,
+            # an empty list); a broker id lists every config of that broker
+            if r.resource_name:
+                entry["configs"] = broker_config_entries(broker, keys, synonyms)
         else:
             entry["error_code"] = ErrorCode.invalid_request
             entry["error_message"] = f"Unsupported resource type {r.resource_type}"

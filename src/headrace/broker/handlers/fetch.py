@@ -48,6 +48,18 @@ def _epoch_error(current_leader_epoch: int, leader_epoch: int) -> ErrorCode | No
     return ErrorCode.fenced_leader_epoch
 
 
+def _not_led_here(broker: Broker, tp: TopicPartition, not_hosted: bool) -> ErrorCode:
+    """Kafka's ``ReplicaManager.getPartitionOrException`` for a partition this broker does
+    not lead: one the metadata no longer has (its topic deleted, e.g. while the fetch was
+    parked: the delete wakes it) is UNKNOWN_TOPIC_OR_PARTITION; one that exists but is led
+    or hosted elsewhere NOT_LEADER_OR_FOLLOWER."""
+    if not_hosted:
+        state = broker.metadata.topic(tp.topic)
+        if state is None or tp.partition >= len(state.partitions):
+            return ErrorCode.unknown_topic_or_partition
+    return ErrorCode.not_leader_or_follower
+
+
 class _SessionTopic:
     """A fetch session's topic, shaped like a request's FetchTopic (v7-v12: by name)."""
 
@@ -115,7 +127,7 @@ def _read_all(
                 continue
             partition = broker.replicas.get(tp)
             if partition is None or not partition.is_leader(broker.node_id):
-                entry.error_code = int(ErrorCode.not_leader_or_follower)
+                entry.error_code = int(_not_led_here(broker, tp, partition is None))
                 any_error = True
                 continue
             plog = partition.log

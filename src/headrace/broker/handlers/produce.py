@@ -67,7 +67,11 @@ def _partition_result(
     }
 
 
-@handler(0, "Produce", 3, 12)
+# v0-v2 are advertised, never served, as Kafka 4.0 does (KAFKA-18659): librdkafka before its
+# fix (librdkafka issue 4956) compresses only if Produce v0 is advertised; those versions are
+# refused before they reach this handler (``protocol/legacy.py``: UNSUPPORTED_VERSION, the
+# connection is closed).
+@handler(0, "Produce", 0, 12)
 async def handle_produce(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     acks = int(req.acks)
     timeout_ms = ms(req.timeout)
@@ -121,8 +125,9 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 res = partition.append_as_leader(records)
             except InvalidRecordError as e:
                 log.debug("produce to %s rejected: %s", tp, e)
+                message, record_errors = e.in_partition(str(tp))
                 partition_results.append(_partition_result(
-                    index, e.error_code, message=str(e) or None, record_errors=e.record_errors,
+                    index, e.error_code, message=message or None, record_errors=record_errors,
                 ))
                 continue
             except LogError as e:

@@ -1,0 +1,73 @@
+"""Kafka's server.properties forms (issue 11 item 6): listeners, time units, log dirs,
+keys with no effect here — translated into headrace's keys, or refused with the reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from headrace.config import BrokerConfig, ConfigError
+
+
+def test_time_units_follow_kafkas_precedence() -> None:
+    assert BrokerConfig.from_mapping({"log.retention.hours": "2"})["log.retention.ms"] \
+        == 7_200_000
+    assert BrokerConfig.from_mapping({"log.retention.hours": "2",
+                                      "log.retention.minutes": "3"})["log.retention.ms"] \
+        == 180_000
+    assert BrokerConfig.from_mapping({"log.retention.hours": "2", "log.retention.minutes": "3",
+                                      "log.retention.ms": "5"})["log.retention.ms"] == 5
+    assert BrokerConfig.from_mapping({"log.retention.hours": "-1"})["log.retention.ms"] == -1
+    assert BrokerConfig.from_mapping({"log.roll.hours": "1"})["log.roll.ms"] == 3_600_000
+    with pytest.raises(ConfigError, match=r"log\.retention\.hours: expected an integer"):
+        BrokerConfig.from_mapping({"log.retention.hours": "a week"})
+
+
+def test_listeners_set_host_and_port_unless_given() -> None:
+    cfg = BrokerConfig.from_mapping({"listeners": "PLAINTEXT://10.0.0.1:9093",
+                                     "advertised.listeners": "PLAINTEXT://kafka.example:19093"})
+    assert (cfg["host"], cfg["port"]) == ("10.0.0.1", 9093)
+    assert (cfg["advertised.host"], cfg["advertised.port"]) == ("kafka.example", 19093)
+    cfg = BrokerConfig.from_mapping({"listeners": "plaintext://[::1]:9093", "port": "0"})
+    assert (cfg["host"], cfg["port"]) == ("::1", 0)  # --port wins over the file
+    assert cfg.with_overrides({"num.partitions": "3"})["port"] == 0
+    # a KRaft controller listener is not served, and said so
+    cfg = BrokerConfig.from_mapping({
+        "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://:9093",
+        "controller.listener.names": "CONTROLLER", "process.roles": "broker,controller"})
+    assert cfg["port"] == 9092
+    assert cfg.notes == ("accepted with no effect here: process.roles, "
+                         "listener CONTROLLER (controller.listener.names)",)
+
+
+@pytest.mark.parametrize(("raw", "fragment"), [
+    ({"listeners": "SSL://:9093"}, "listener SSL uses SSL"),
+    ({"listeners": "X://:1", "listener.security.protocol.map": "X:SASL_SSL"},
+     "listener X uses SASL_SSL"),
+    ({"listeners": "X://:1"}, "no security protocol for listener X"),
+    ({"listeners": "PLAINTEXT://:99999"}, "is not NAME://HOST:PORT"),
+    ({"listeners": "PLAINTEXT://:1,plaintext://:2"}, "appears twice"),
+    ({"listeners": "PLAINTEXT://:1", "listener.security.protocol.map": "PLAINTEXT:TLS"},
+     "is not LISTENER:PROTOCOL"),
+    ({"log.dirs": " , "}, "must name a directory"),
+    ({"num.network.thread": "3"}, "unknown configuration"),
+])
+def test_refused_with_the_reason(raw: dict[str, str], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        BrokerConfig.from_mapping(raw)
+
+
+def test_log_dirs_first_is_used_and_the_rest_named() -> None:
+    cfg = BrokerConfig.from_mapping({"log.dirs": "/a,/b, /c"})
+    assert str(cfg.data_dir) == "/a"
+    assert cfg.notes == ("log.dirs lists 3 directories; headrace uses one: /a (not /b, /c)",)
+    assert str(BrokerConfig.from_mapping({"log.dir": "/x"}).data_dir) == "/x"
+    assert str(BrokerConfig.from_mapping({"log.dir": "/x", "log.dirs": "/y"}).data_dir) == "/y"
+
+
+def test_no_effect_keys_are_named_once_and_broker_id_is_node_id() -> None:
+    cfg = BrokerConfig.from_mapping({"broker.id": "4", "num.io.threads": "8",
+                                     "ssl.keystore.location": "/k", "num.partitions": "2"})
+    assert cfg.node_id == 4 and cfg["num.partitions"] == 2
+    assert cfg.notes == ("accepted with no effect here: num.io.threads, "
+                         "ssl.keystore.location",)
+    assert cfg.given["broker.id"] == "4"
