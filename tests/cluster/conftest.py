@@ -13,11 +13,17 @@ from tests.zk import zookeeper  # noqa: F401  (the module's ZooKeeper server)
 
 
 @pytest.fixture(scope="module")
-def cluster(zookeeper, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
-            ) -> Iterator[Cluster]:
+def cluster_overrides() -> dict[str, str]:
+    """Broker configs of the module's cluster (a module overrides this fixture)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory: pytest.TempPathFactory,  # noqa: F811
+            cluster_overrides: dict[str, str]) -> Iterator[Cluster]:
     root: Path = tmp_path_factory.mktemp("cluster")
     chroot = f"/headrace-{uuid.uuid4().hex[:8]}"
-    c = Cluster(root, zookeeper.connect_string + chroot, 3).start()
+    c = Cluster(root, zookeeper.connect_string + chroot, 3, cluster_overrides).start()
     try:
         yield c
     finally:

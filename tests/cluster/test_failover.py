@@ -25,6 +25,15 @@ from tests.kafka_wire import WireClient
 pytestmark = pytest.mark.timeout(240)
 
 
+@pytest.fixture(scope="module")
+def cluster_overrides() -> dict[str, str]:
+    """Every election in these scenarios is one a test causes: the automatic preferred
+    rebalance (Kafka's default: on, every 300 s) would move a leader back to its preferred
+    replica in the middle of one (seen: a fenced leader's partition moved back to it right
+    after it rejoined, 300 s into the module)."""
+    return {"auto.leader.rebalance.enable": "false"}
+
+
 def _topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 

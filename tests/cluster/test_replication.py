@@ -154,3 +154,52 @@ def test_kill_leader_of_every_partition_in_turn(healthy: Cluster) -> None:
         # every acked record is there, exactly once, in the order it was acknowledged
         positions = [values.index(v) for v in acked[p]]
         assert positions == sorted(positions)
+
+
+def test_caught_up_follower_taken_out_of_the_isr_rejoins_without_new_records(
+        healthy: Cluster) -> None:
+    """R-REP-3: a follower that is caught up but was taken out of the ISR by the controller
+    (as when its ZooKeeper session expired while it was paused, then it came back) rejoins
+    on its next fetch although no record arrives meanwhile: its partition is quiet in the
+    follower's KIP-227 fetch session, and the leader must still see it caught up. (It
+    stayed out for good before: the CI failure of test_paused_follower_leaves_isr_and_
+    rejoins when the paused follower was also the controller.)"""
+    from kazoo.client import KazooClient
+
+    from headrace.cluster import zk_layout as L
+
+    cluster = healthy
+    topic = _topic("rejoin")
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+    prod = producer(cluster)
+    for i in range(10):
+        prod.produce(topic, f"q{i}".encode(), partition=0)
+    assert prod.flush(60) == 0
+    cluster.wait_isr(topic, 0, lambda isr: isr == {1, 2, 3}, 30)
+    leader = cluster.wait_leader(topic, 0)
+    follower = next(b for b in (1, 2, 3) if b != leader)
+    zk = KazooClient(hosts=cluster.brokers[1].zk_connect, timeout=10)
+    zk.start(timeout=10)
+    try:
+        path = L.state_path(topic, 0)
+        data, stat = zk.get(path)
+        lead, epoch, isr, controller_epoch = L.decode_state(path, data)
+        assert lead == leader and follower in isr
+        # what the controller writes for a dead ISR member: same leader and epoch
+        out = [r for r in isr if r != follower]
+        zk.set(path, L.encode_state(_state(lead, epoch, out), controller_epoch),
+               version=stat.version)
+    finally:
+        zk.stop()
+        zk.close()
+    # the leader itself writes the follower back (it is caught up), and says so
+    wait_until(lambda: any(f"{topic}-0:" in line and f"(broker {follower} caught up)" in line
+                           for line in list(cluster.brokers[leader].log)), 20, 0.1,
+               f"the leader to take broker {follower} back into the ISR")
+    cluster.wait_isr(topic, 0, lambda isr: isr == {1, 2, 3}, 20)
+
+
+def _state(leader: int, epoch: int, isr: list[int]) -> Any:
+    from headrace.metadata.store import PartitionState
+
+    return PartitionState(leader=leader, leader_epoch=epoch, isr=isr, replicas=[1, 2, 3])

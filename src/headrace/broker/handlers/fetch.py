@@ -126,20 +126,23 @@ def _read_all(
                 any_error = True
                 continue
             partition = broker.replicas.get(tp)
+            # Kafka's order (Partition.getLocalLog): the epoch first, then leadership, so a
+            # follower that learnt of a new leader epoch before the new leader did hears
+            # UNKNOWN_LEADER_EPOCH (retry at once), not NOT_LEADER_OR_FOLLOWER (wait)
+            epoch_error = None if partition is None else _epoch_error(
+                int(getattr(p, "current_leader_epoch", -1)), partition.leader_epoch)
+            if epoch_error is not None:
+                entry.error_code = int(epoch_error)
+                any_error = True
+                continue
             if partition is None or not partition.is_leader(broker.node_id):
                 entry.error_code = int(_not_led_here(broker, tp, partition is None))
                 any_error = True
                 continue
             plog = partition.log
-            epoch_error = _epoch_error(int(getattr(p, "current_leader_epoch", -1)),
-                                       partition.leader_epoch)
             entry.high_watermark = plog.high_watermark
             entry.last_stable_offset = plog.last_stable_offset
             entry.log_start_offset = plog.log_start_offset
-            if epoch_error is not None:
-                entry.error_code = int(epoch_error)
-                any_error = True
-                continue
             if replica_id >= 0:
                 # a follower (R-REP-3): it reads up to the log end offset, and its fetch
                 # offset is its log end offset (once per request, not per long-poll pass).
@@ -182,7 +185,11 @@ def _session_plan(broker: Broker, session: FetchSession, named: set[tuple[str, i
     those with anything new for the follower. A quiet one (the follower is at the log end
     offset and HW, LSO and log start are as last sent) is only noted as caught up, as a
     read would (``first`` pass): so a follower of many partitions costs the leader a few
-    dict lookups per idle partition, not a read and a response entry."""
+    dict lookups per idle partition, not a read and a response entry. A quiet partition
+    whose follower is out of the ISR goes through the whole follower bookkeeping, so that
+    it rejoins: a caught-up follower taken out by the controller (its ZooKeeper session
+    expired) has no new offset to name, and would otherwise stay out until new records
+    arrive."""
     now_ms = broker.clock.wall_ms()
     active: dict[str, list[CachedPartition]] = {}
     for key, cached in session.partitions.items():
@@ -196,8 +203,11 @@ def _session_plan(broker: Broker, session: FetchSession, named: set[tuple[str, i
                         and plog.log_start_offset == cached.leader_log_start
                         and cached.current_leader_epoch in (-1, part.leader_epoch)
                         and replica_id in part.state.replicas):
-                    if first and part.caught_up_ms.get(replica_id, 0) < now_ms:
-                        part.caught_up_ms[replica_id] = now_ms
+                    if first:
+                        if replica_id not in part.state.isr:
+                            broker.follower_fetched(part, replica_id, cached.fetch_offset)
+                        elif part.caught_up_ms.get(replica_id, 0) < now_ms:
+                            part.caught_up_ms[replica_id] = now_ms
                     continue
         active.setdefault(key[0], []).append(cached)
     return _Plan(broker, [_SessionTopic(name, parts) for name, parts in active.items()],

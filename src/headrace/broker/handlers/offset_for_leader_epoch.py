@@ -33,12 +33,13 @@ def _answer(broker: Broker, topic: str, p: Any) -> dict[str, Any]:
             if known is not None and 0 <= index < len(known.partitions)
             else ErrorCode.unknown_topic_or_partition)
         return entry
-    if not partition.is_leader(broker.node_id):
-        entry["error_code"] = ErrorCode.not_leader_or_follower
-        return entry
+    # the epoch before leadership, as Kafka checks them (see the Fetch handler)
     err = _epoch_error(int(p.current_leader_epoch), partition.leader_epoch)
     if err is not None:
         entry["error_code"] = err
+        return entry
+    if not partition.is_leader(broker.node_id):
+        entry["error_code"] = ErrorCode.not_leader_or_follower
         return entry
     if partition.log.offline is not None:
         entry["error_code"] = ErrorCode.kafka_storage_error
