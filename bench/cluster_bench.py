@@ -184,14 +184,17 @@ class Bench:
         return {pid: p.leader for pid, p in md.partitions.items()}
 
     def failover(self, name: str, victim_partitions: set[int] | None = None,
-                 timeout_s: float = 120) -> dict[str, Any]:
-        """kill -9 the leader of partition 0 (or of the topic's most partitions); the time
-        until every partition it led acked a record sent after the kill."""
+                 timeout_s: float = 120, kill_controller: bool = False) -> dict[str, Any]:
+        """kill -9 the leader of partition 0 (or of the topic's most partitions, or the
+        controller); the time until every partition it led acked a record sent after the
+        kill."""
         leaders = self.leaders(name)
         counts: dict[int, int] = {}
         for b in leaders.values():
             counts[b] = counts.get(b, 0) + 1
         victim = leaders[0] if victim_partitions is None else max(counts, key=counts.get)  # type: ignore[arg-type]
+        if kill_controller:
+            victim = self.admin.list_topics(timeout=10).controller_id
         led = sorted(p for p, b in leaders.items() if b == victim)
         p = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
                       "enable.idempotence": True, "linger.ms": 2,
@@ -260,7 +263,8 @@ class Bench:
         stop.set()
         t.join(60)
         done = [first_ack[q] - killed_at[0] for q in led if q in first_ack]
-        result = {"broker_killed": victim, "partitions_it_led": len(led),
+        result = {"broker_killed": victim, "was_controller": kill_controller,
+                  "partitions_it_led": len(led),
                   "partitions_acked_after_kill": len(done), "waited_s": timeout_s,
                   "all_writable_s": round(max(done), 2) if len(done) == len(led) else None,
                   "median_s": round(statistics.median(done), 2) if done else None,
@@ -309,6 +313,9 @@ def main() -> int:
                     "during the many-partition failover go here")
     ap.add_argument("--only-big", action="store_true",
                     help="only the many-partition create, failover and restart")
+    ap.add_argument("--kill-controller", action="store_true",
+                    help="in the many-partition failover, kill the controller (it leads a "
+                    "third of the partitions) instead of the broker leading the most")
     args = ap.parse_args()
     records = 20_000 if args.quick else 100_000
     if LOADGEN.is_file():  # the C client needs more records for a phase of some seconds
@@ -342,7 +349,8 @@ def main() -> int:
         say(f"creating {3 * args.big} partitions (RF 3) ...")
         out["create_big_s"] = round(b.create(big, 3 * args.big, 3, timeout_s=600), 1)
         say(f"failover of a broker leading ~{args.big} partitions ...")
-        out["failover_big"] = b.failover(big, victim_partitions=set(), timeout_s=90)
+        out["failover_big"] = b.failover(big, victim_partitions=set(), timeout_s=90,
+                                         kill_controller=args.kill_controller)
         say("restart with the big topic ...")
         time.sleep(5)
         out["restart_big"] = b.restart_time(1)

@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from headrace.cluster import controller as decide
 from headrace.cluster import zk_layout as L
 from headrace.cluster.zk_store import ControllerMovedError
 from headrace.config import TOPIC_CONFIGS, BrokerConfig
-from headrace.metadata.store import PartitionState
+from headrace.metadata.store import PartitionState, TopicState
 
 if TYPE_CHECKING:
     from headrace.clock import Clock
@@ -30,6 +31,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("headrace.controller")
 
 RETRY_S = 0.5
+
+
+def _leader(topics: Mapping[str, TopicState], d: decide.Decision) -> int:
+    """The leader a decision's partition had before it (-2: a partition not yet known)."""
+    t = topics.get(d.topic)
+    return t.partitions[d.partition].leader if t is not None and d.partition < len(
+        t.partitions) else -2
 
 
 class ControllerService:
@@ -152,7 +160,14 @@ class ControllerService:
             topics = self.store.topics()
             live = self._live()
             shutting = set(self.store.controlled_shutdown_requests()) & live
-            await self._write(decide.on_brokers_changed(topics, live, self._unclean))
+            decisions = decide.on_brokers_changed(topics, live, self._unclean)
+            # as Kafka's onBrokerFailure: the elections first (they make partitions
+            # writable again), then the ISR-only changes (dead followers out), each its
+            # own pipelined batch: a broker leading 1,000 of 3,000 partitions dies, and
+            # the 1,000 new leaders are not queued behind 2,000 ISR writes
+            moved = [d for d in decisions if d.state.leader != _leader(topics, d)]
+            await self._write(moved)
+            await self._write([d for d in decisions if d.state.leader == _leader(topics, d)])
             for b in sorted(shutting):
                 await self._write(decide.controlled_shutdown(self.store.topics(), b,
                                                              live - shutting))
