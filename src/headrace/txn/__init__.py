@@ -1,0 +1,1 @@
+"""Transactions (issue 10): the transaction coordinator over ``__transaction_state``."""
