@@ -381,3 +381,24 @@ def test_cleaner_survives_a_compression_bomb_on_disk(tmp_path: Path, clock: Manu
         assert found is not None and found[0] <= bomb_offset
     finally:
         log.close()
+
+
+def test_an_aborted_transactional_record_never_hides_the_committed_value(
+        tmp_path: Path, clock: ManualClock) -> None:
+    """Issue 10: a transactional record is not the latest for its key (it may be aborted,
+    and read_committed consumers skip it): compaction keeps the value before it, and keeps
+    the transactional batch and its marker whole."""
+    log = PartitionLog.open(tmp_path / "t-0", compact_config(), clock)
+    try:
+        append(log, [(b"k", b"committed")])
+        append(log, [(b"k", b"aborted")], producer_id=7, producer_epoch=0, base_sequence=0,
+               transactional=True)
+        log.append_marker(7, 0, False, 0, 0)
+        fill(log, 200, keys=3)  # other keys, enough to roll segments past the above
+        log.high_watermark = log.log_end_offset
+        log.compact(clock.wall_ms(), force=True)
+        values = [v for _, _, k, v in all_records(log) if k == b"k"]
+        assert values == [b"committed", b"aborted"]
+        assert log.aborted_transactions(0, log.log_end_offset)[0].producer_id == 7
+    finally:
+        log.close()

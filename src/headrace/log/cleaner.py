@@ -23,7 +23,9 @@ Kafka's ``LogCleaner`` in one pass, run by ``PartitionLog.compact`` for logs who
    An empty batch is dropped, except the last batch of a producer id, which keeps its last
    record so that the producer state rebuilt on open stays right (Kafka keeps an empty
    batch; a v2 batch of zero records is invalid here). Transactional and control batches
-   (not accepted yet) are kept whole.
+   are kept whole, and a transactional record is never the latest for its key (Kafka's
+   cleaner removes aborted transactions' records; keeping them is safe, as read_committed
+   consumers skip them by the aborted-transaction list).
 4. **Group and swap.** Consecutive cleanable segments are merged while their cleaned size
    fits ``segment.bytes`` (and relative offsets and indexes fit). A group made of one
    unchanged segment is left alone, so a second run with nothing new changes nothing.
@@ -200,7 +202,9 @@ def build_offset_map(segments: list[LogSegment], upto: int,
         for h, data in _batches(seg):
             if h.producer_id >= 0:
                 m.last_batch_of_producer[h.producer_id] = h.base_offset
-            if h.base_offset >= upto or h.is_control:
+            # transactional records never supersede anything (an aborted one must not
+            # hide the value a read_committed consumer sees) and are kept whole below
+            if h.base_offset >= upto or h.is_control or h.is_transactional:
                 continue
             try:
                 records = _raw_records(data, h, limit)

@@ -35,8 +35,9 @@ recovered log end offset the log is emptied and restarts there (Kafka's
 are deleted when it moves and at open.
 ``log_end_offset`` is the next offset to assign. ``high_watermark`` is a plain attribute that
 the broker sets (R-REP-4); reads never return data at or past the ``max_offset`` they are
-given, and retention never deletes past it. ``last_stable_offset`` equals the high
-watermark (no transactions yet).
+given, and retention never deletes past it. ``last_stable_offset`` is the high
+watermark held back by undecided transactions (``TxnTracker``, rebuilt with the producer
+state on open: control batches carry the markers).
 
 Appends and reads are batch-level (R-LOG-3): a produce request's batches are validated from
 their headers and CRCs, and each written with one ``os.writev`` of a rewritten 16-byte prefix
@@ -100,6 +101,7 @@ from headrace.log.segment import (
     LogSegment,
     SegmentMark,
 )
+from headrace.log.transactions import AbortedTxn, TxnTracker, control_batch, marker_type
 from headrace.log.validator import validate_batches
 from headrace.protocol.records import (
     INT32_MAX,
@@ -158,6 +160,7 @@ class PartitionLog:
         # Kafka's rule for a producer id we know nothing of: accept its sequence (its
         # state may have gone with retention); see ProducerStateManager.
         self.producer_state = ProducerStateManager(strict_new_producers=False)
+        self.txns = TxnTracker()
         self.leader_epochs: list[tuple[int, int]] = []  # (epoch, start offset), increasing
         self._unflushed: list[LogSegment] = []
         self._unflushed_messages = 0
@@ -273,19 +276,42 @@ class PartitionLog:
             yield from seg.headers(0)
 
     def _load_state(self) -> None:
-        """Rebuild producer state and leader epochs from every batch header."""
+        """Rebuild producer state, transactions and leader epochs from every batch header
+        (a control batch's marker type is read from its record)."""
         epochs: list[tuple[int, int]] = []
         producers = self.producer_state
         producers.producers.clear()
-        for h in self._all_headers():
-            producers.update(h)
-            if h.partition_leader_epoch >= 0 and (
-                not epochs or h.partition_leader_epoch > epochs[-1][0]
-            ):
-                epochs.append((h.partition_leader_epoch, h.base_offset))
+        self.txns.clear()
+        for seg in self._segments:
+            for h in seg.headers(0):
+                self._track(h, self._marker_of(seg, h), self.high_watermark)
+                if h.partition_leader_epoch >= 0 and (
+                    not epochs or h.partition_leader_epoch > epochs[-1][0]
+                ):
+                    epochs.append((h.partition_leader_epoch, h.base_offset))
         self.leader_epochs = epochs
         if _read_checkpoint(self.dir / LEADER_EPOCH_CHECKPOINT) != epochs:
             self._write_leader_epochs()
+
+    @staticmethod
+    def _marker_of(seg: LogSegment, h: BatchHeader) -> int | None:
+        if not h.is_control:
+            return None
+        try:
+            return marker_type(seg.read(h.position, h.size))
+        except InvalidRecordError:
+            return None
+
+    def _track(self, h: BatchHeader, kind: int | None, high_watermark: int) -> None:
+        """Producer state and transactions after a batch was appended: a marker moves its
+        producer's epoch (a fenced zombie's next batch is refused) without touching its
+        sequence numbers, as Kafka's ``appendEndTxnMarker``."""
+        if h.is_control:
+            self.producer_state.marker(h.producer_id, h.producer_epoch)
+        else:
+            self.producer_state.update(h)
+        if h.is_transactional:
+            self.txns.on_batch(h, kind, high_watermark)
 
     def _write_leader_epochs(self) -> None:
         """Write the checkpoint (renamed into place, not fsynced: ``open`` rebuilds the epochs
@@ -311,7 +337,13 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark
+        """The high watermark, or the first offset of the earliest transaction not yet
+        decided (or whose marker is not yet replicated), if that is smaller."""
+        return self.txns.last_stable_offset(self.high_watermark)
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions with records in [start, end) (a read_committed fetch)."""
+        return self.txns.aborted_in(start, end)
 
     @property
     def size_in_bytes(self) -> int:
@@ -365,10 +397,15 @@ class PartitionLog:
                     ErrorCode.invalid_record,
                     f"a produced batch must have baseOffset 0, not {h.base_offset}",
                 )
-            if h.is_control or h.is_transactional:
+            if h.is_control:  # markers come from the transaction coordinator only
                 raise InvalidRecordError(
                     ErrorCode.invalid_record,
-                    "control and transactional batches are not supported",
+                    "clients are not allowed to write control records",
+                )
+            if h.is_transactional and h.producer_id < 0:
+                raise InvalidRecordError(
+                    ErrorCode.invalid_record,
+                    "a transactional batch needs a producer id",
                 )
         validate_batches(records, headers, self.config, self.clock.wall_ms())
         log_append = self.config.message_timestamp_type == LOG_APPEND_TIME
@@ -401,9 +438,29 @@ class PartitionLog:
         log_append = self.config.message_timestamp_type == LOG_APPEND_TIME
         return self._append_headers(batch, [header], leader_epoch, log_append)
 
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int, leader_epoch: int) -> AppendResult:
+        """Write a transaction marker (WriteTxnMarkers, R-PROD-2): a control batch ending
+        ``producer_id``'s transaction here. A marker older than the producer's epoch is
+        INVALID_PRODUCER_EPOCH (the coordinator lost a race with a newer one)."""
+        self._check_online()
+        entry = self.producer_state.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            raise InvalidRecordError(
+                ErrorCode.invalid_producer_epoch,
+                f"marker for producer {producer_id} at epoch {producer_epoch}, older than "
+                f"its current epoch {entry.epoch}")
+        batch = control_batch(producer_id, producer_epoch, commit, coordinator_epoch,
+                              self.clock.wall_ms())
+        header = read_header(batch, 0)
+        return self._append_headers(batch, [header], leader_epoch, False,
+                                    marker=1 if commit else 0)
+
     def _append_headers(self, records: bytes | memoryview, headers: list[BatchHeader],
-                        leader_epoch: int, log_append: bool) -> AppendResult:
-        """Assign offsets to validated batches and write them (``append_as_leader``)."""
+                        leader_epoch: int, log_append: bool,
+                        marker: int | None = None) -> AppendResult:
+        """Assign offsets to validated batches and write them (``append_as_leader``;
+        ``marker``: the type of a control batch being written, ``append_marker``)."""
         first_offset = self.log_end_offset
         now = self.clock.wall_ms()
         # LogAppendTime changes bytes under the CRC: rewrite a copy. Otherwise only the base
@@ -447,7 +504,7 @@ class PartitionLog:
             raise LogError(ErrorCode.kafka_storage_error,
                            f"append to {seg.log_path} failed: {e}") from e
         for h in stored:
-            self.producer_state.update(h)
+            self._track(h, marker, self.high_watermark)
         if not self.leader_epochs or leader_epoch > self.leader_epochs[-1][0]:
             self.leader_epochs.append((leader_epoch, first_offset))
             try:
@@ -506,7 +563,13 @@ class PartitionLog:
                            f"append to {seg.log_path} failed: {e}") from e
         epochs_changed = False
         for h in headers:
-            self.producer_state.update(h)
+            kind = None
+            if h.is_control:
+                try:
+                    kind = marker_type(view[h.position:h.position + h.size])
+                except InvalidRecordError:
+                    kind = None
+            self._track(h, kind, self.high_watermark)
             epoch = h.partition_leader_epoch
             if epoch >= 0 and (not self.leader_epochs or epoch > self.leader_epochs[-1][0]):
                 self.leader_epochs.append((epoch, h.base_offset))
@@ -568,6 +631,7 @@ class PartitionLog:
         self._forget_stored_log_start()
         self.high_watermark = min(self.high_watermark, offset)
         self.producer_state.producers.clear()
+        self.txns.clear()
         self.leader_epochs = []
         self._save_epochs()
 
@@ -775,6 +839,7 @@ class PartitionLog:
         self._bases = [s.base_offset for s in self._segments]
         self._generation += 1
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        self.txns.drop_before(self.log_start_offset)
         self._truncate_epochs_from_start(self.log_start_offset)
         return len(deletable)
 
@@ -932,6 +997,7 @@ class PartitionLog:
         log.info("log start offset of %s moved from %d to %d", self.dir, self.log_start_offset,
                  offset)
         self.log_start_offset = offset
+        self.txns.drop_before(offset)
         try:
             self._truncate_epochs_from_start(offset)
         except OSError as e:  # derived data: open rebuilds it
@@ -1136,6 +1202,7 @@ class OfflineLog(PartitionLog):
         self.log_start_offset = 0
         self.high_watermark = 0
         self.producer_state = ProducerStateManager(strict_new_producers=False)
+        self.txns = TxnTracker()
         self.leader_epochs = []
         self._unflushed = []
         self._unflushed_messages = 0

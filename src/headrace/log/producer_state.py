@@ -162,6 +162,15 @@ class ProducerStateManager:
                           header.last_offset, header.max_timestamp)
         )
 
+    def marker(self, producer_id: int, epoch: int) -> None:
+        """A transaction marker for ``producer_id`` was written at ``epoch``: a newer epoch
+        (a fenced producer's transaction aborted by the coordinator) becomes the current
+        one, and its batches must start again at sequence 0; sequences are otherwise left
+        alone (Kafka's ``appendEndTxnMarker``)."""
+        entry = self.producers.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            self.producers[producer_id] = ProducerEntry(producer_id, epoch)
+
     def load(self, headers: Iterable[BatchHeader]) -> None:
         """Rebuild from the headers of every batch in the log, oldest first."""
         self.producers.clear()

@@ -1076,10 +1076,12 @@ def build_batch(
     producer_id: int = -1,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    attributes: int = 0,
 ) -> bytes:
     """An uncompressed v2 batch of (key, value) records, all stamped ``timestamp_ms``.
 
-    Used by the broker for the records it writes itself (``__consumer_offsets``) and by
+    Used by the broker for the records it writes itself (``__consumer_offsets``,
+    transaction markers: ``attributes`` with the transactional and control bits) and by
     compaction (``offset_deltas`` keeps the surviving records' original offsets).
     """
     if not records:
@@ -1092,7 +1094,8 @@ def build_batch(
         body += encode_varint(len(rec)) + rec
     buf = bytearray(HEADER_SIZE) + body
     HEADER.pack_into(
-        buf, 0, base_offset, len(buf) - LOG_OVERHEAD, -1, 2, 0, 0, deltas[-1], timestamp_ms,
+        buf, 0, base_offset, len(buf) - LOG_OVERHEAD, -1, 2, 0, attributes, deltas[-1],
+        timestamp_ms,
         timestamp_ms, producer_id, producer_epoch, base_sequence, len(records),
     )
     _UINT32.pack_into(buf, CRC_POS, crc32c.crc32c(memoryview(buf)[ATTRIBUTES_POS:]))

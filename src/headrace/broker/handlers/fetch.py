@@ -172,6 +172,12 @@ def _read_all(
                 continue
             entry.records = chunks
             entry.records_size = size
+            if read_committed and size and plog.txns.aborted:
+                # the aborted transactions overlapping what was read (up to the LSO): the
+                # consumer drops their records (Kafka's fetchAbortedTransactions)
+                entry.aborted_transactions = [
+                    (a.producer_id, a.first_offset)
+                    for a in plog.aborted_transactions(int(p.fetch_offset), max_offset)]
             total += size
             remaining -= size
             available += max(size, partition_max) if cut else size
