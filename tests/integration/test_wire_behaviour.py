@@ -506,6 +506,8 @@ MINIMAL_REQUEST_ERRORS = {
     11: {ErrorCode.invalid_group_id}, 12: {ErrorCode.invalid_group_id},
     13: {ErrorCode.invalid_group_id}, 14: {ErrorCode.invalid_group_id},
     29: {ErrorCode.security_disabled},  # DescribeAcls without an authorizer, as Kafka
+    # a transactional id never initialised: Kafka's answer
+    25: {ErrorCode.invalid_producer_id_mapping}, 26: {ErrorCode.invalid_producer_id_mapping},
     47: {ErrorCode.group_id_not_found, ErrorCode.none}, 68: {ErrorCode.invalid_request},
 }
 

@@ -272,6 +272,7 @@ class ClusterNode:
                 p.become_follower()
             self.fetchers.remove(tp)
             self.broker.groups.partition_unloaded(tp)
+            self.broker.txns.partition_unloaded(tp)
         self.replicas.delete_topic(name)
         self._configs.pop(name, None)
         log.info("deleted the local replicas of topic %s", name)
@@ -317,6 +318,7 @@ class ClusterNode:
             return
         p.become_follower()
         self.broker.groups.partition_unloaded(tp)
+        self.broker.txns.partition_unloaded(tp)
         try:
             p.log.close()
         except Exception as e:
@@ -355,6 +357,7 @@ class ClusterNode:
                           p.log.high_watermark)
                 self._became_leader.append(str(p.tp))
                 self.broker.groups.partition_led(p.tp)
+                self.broker.txns.partition_led(p.tp)
                 self.replicas.wake(p.tp)
             else:
                 p._advance_hw()  # the ISR may have changed
@@ -363,6 +366,7 @@ class ClusterNode:
         if p.leading:
             p.become_follower()
             self.broker.groups.partition_unloaded(p.tp)
+            self.broker.txns.partition_unloaded(p.tp)
             log.debug("%s: broker %d leads now (epoch %d); following", p.tp, state.leader,
                       state.leader_epoch)
             self._became_follower.append(str(p.tp))

@@ -52,10 +52,12 @@ from headrace.group.consumer_group import (
     DEFAULT_SESSION_TIMEOUT_MS,
     ConsumerGroup,
 )
-from headrace.group.coordinator import GroupCoordinator, OffsetWrite
+from headrace.group.coordinator import GroupCoordinator, OffsetWrite, TxnMarkerEvent
 from headrace.group.hashing import offsets_partition_for
 from headrace.log.errors import LogError
+from headrace.log.transactions import COMMIT, marker_type
 from headrace.protocol.records import (
+    TRANSACTIONAL_BIT,
     InvalidRecordError,
     build_batch,
     decode_records,
@@ -223,9 +225,18 @@ class GroupService:
             if n:
                 log.info("no longer coordinating the %d group(s) of %s", n, tp)
 
+    def txn_marker(self, tp: TopicPartition, producer_id: int, commit: bool) -> None:
+        """A transaction marker was appended to ``tp`` (a ``__consumer_offsets`` partition
+        this broker leads): the producer's pending offsets there are decided."""
+        if tp.topic == OFFSETS_TOPIC:
+            self.coordinator.complete_txn(producer_id, commit)
+
     def unload_partition(self, index: int) -> int:
         c = self.coordinator
         gone = {g for g in list(c.groups) + list(c.offsets) if self.partition_for(g) == index}
+        gone |= {g for byg in c.pending_txn.values() for g in byg
+                 if self.partition_for(g) == index}
+        c.forget_partition_txns(gone)
         for g in gone:
             c.groups.pop(g, None)
             c.offsets.pop(g, None)
@@ -251,7 +262,8 @@ class GroupService:
             # Kafka's GroupMetadataManager loads up to the log end offset: a new leader's
             # high watermark may still be below records its followers already have
             hw = plog.log_end_offset if self.broker.cluster is not None else plog.high_watermark
-            records: list[tuple[bytes | None, bytes | None]] = []
+            records: list[tuple[bytes | None, bytes | None]
+                          | tuple[bytes | None, bytes | None, int] | TxnMarkerEvent] = []
             while offset < hw:
                 data = plog.read(offset, LOAD_READ_BYTES, max_offset=hw, min_one_batch=True)
                 if not data:
@@ -260,11 +272,18 @@ class GroupService:
                     if header.next_offset <= offset:
                         continue
                     offset = header.next_offset
-                    if header.is_control:
-                        continue
                     batch = data[header.position:header.position + header.size]
+                    if header.is_control:  # a transaction's marker: its offsets decided
+                        try:
+                            kind = marker_type(batch)
+                        except InvalidRecordError:
+                            continue
+                        records.append(TxnMarkerEvent(header.producer_id, kind == COMMIT))
+                        continue
+                    txn = header.is_transactional and header.producer_id >= 0
                     for rec in decode_records(batch):
-                        records.append((rec.key, rec.value))
+                        records.append((rec.key, rec.value, header.producer_id) if txn
+                                       else (rec.key, rec.value))
             self.coordinator.load(records, self.now_ms())
             if self.coordinator.corrupt_records:
                 log.warning("%d undecodable record(s) skipped in %s-%d",
@@ -277,18 +296,26 @@ class GroupService:
 
     # ------------------------------------------------------------------ writes
     def _append_now(
-        self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]
+        self, group_id: str, records: Sequence[tuple[bytes, bytes | None]],
+        producer_id: int = -1, producer_epoch: int = -1,
     ) -> tuple[ErrorCode, int, Partition | None]:
-        """Append one batch as leader; (error, offset the high watermark must reach,
-        the partition appended to)."""
+        """Append one batch as leader (a transactional one for ``producer_id``); (error,
+        offset the high watermark must reach, the partition appended to)."""
         tp = TopicPartition(OFFSETS_TOPIC, self.partition_for(group_id))
         partition = self.broker.replicas.get(tp)
         if partition is None or not partition.is_leader(self.broker.node_id):
             return ErrorCode.not_coordinator, 0, None
-        batch = build_batch([(k, v) for k, v in records], self.now_ms())
+        batch = build_batch([(k, v) for k, v in records], self.now_ms(),
+                            producer_id=producer_id, producer_epoch=producer_epoch,
+                            attributes=TRANSACTIONAL_BIT if producer_id >= 0 else 0)
         try:
             res = partition.append_own_batch(batch)
-        except (InvalidRecordError, LogError) as e:
+        except InvalidRecordError as e:
+            if e.error_code == ErrorCode.invalid_producer_epoch:
+                return ErrorCode.producer_fenced, 0, None
+            log.error("append to %s failed: %s", tp, e)
+            return ErrorCode.coordinator_not_available, 0, None
+        except LogError as e:
             log.error("append to %s failed: %s", tp, e)
             return ErrorCode.coordinator_not_available, 0, None
         self.broker.replicas.wake(tp)
@@ -316,8 +343,13 @@ class GroupService:
         return await self._committed(*self._append_now(group_id, records))
 
     async def write(self, w: OffsetWrite) -> ErrorCode:
-        """Append an ``OffsetWrite`` and, once it is committed, apply it."""
-        err = await self.append_group_records(w.group_id, w.records)
+        """Append an ``OffsetWrite`` and, once it is committed, apply it (a transactional
+        one's offsets wait for the transaction's marker: ``txn_marker``)."""
+        if w.producer_id >= 0:
+            err = await self._committed(*self._append_now(
+                w.group_id, w.records, w.producer_id, w.producer_epoch))
+        else:
+            err = await self.append_group_records(w.group_id, w.records)
         if err is ErrorCode.none:
             self.coordinator.apply(w)
             self.flush()

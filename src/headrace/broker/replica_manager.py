@@ -117,6 +117,14 @@ class Partition:
         self._after_append()
         return result
 
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int) -> AppendResult:
+        """A transaction marker (WriteTxnMarkers), as leader."""
+        result = self.log.append_marker(producer_id, producer_epoch, commit, coordinator_epoch,
+                                        self.state.leader_epoch)
+        self._after_append()
+        return result
+
     def _after_append(self) -> None:
         self._advance_hw()
         if self.wake is not None and len(self.state.isr) > 1:

@@ -44,6 +44,7 @@ from headrace.broker.handlers import HANDLERS, RequestContext
 from headrace.broker.memory_pool import ConnectionQuotas, LogPacer, MemoryPool, idle_connections
 from headrace.broker.replica_manager import ReplicaManager
 from headrace.broker.topics import TopicAdmin
+from headrace.broker.txn_service import TxnService
 from headrace.clock import SYSTEM_CLOCK, Clock
 from headrace.config import BrokerConfig
 from headrace.log.log_dir import DataDirError, prepare_data_dir
@@ -597,6 +598,7 @@ class Broker:
         self.topics = TopicAdmin(config, self.metadata, self.replicas)
         self.producer_ids = ProducerIdAllocator(self.metadata)
         self.groups = GroupService(self)
+        self.txns = TxnService(self)
 
     def _self_info(self) -> BrokerInfo:
         """This broker as clients and other brokers reach it."""
@@ -803,6 +805,7 @@ class Broker:
         else:
             self.replicas.load()
         self.groups.start()
+        self.txns.start()
         try:
             if self._server is None:
                 self._server = await loop.create_server(
@@ -823,6 +826,7 @@ class Broker:
         self._spawn(self._flush_loop())
         self._spawn(self._idle_loop())
         self._spawn(self.groups.run(self._stopped))
+        self._spawn(self.txns.run(self._stopped))
         if self.cluster is not None:
             self._spawn(self.cluster.run(self._stopped))
         if self.controller is not None:
@@ -921,6 +925,7 @@ class Broker:
             self._server.close()
         # wake every parked long poll and group request so it answers now
         self.groups.close()
+        self.txns.close()
         for tp in list(self.replicas._watchers):
             self.replicas.wake(tp)
         conns = list(self.connections)

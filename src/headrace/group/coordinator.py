@@ -84,13 +84,26 @@ class CommitEntry:
 
 @dataclass(frozen=True, slots=True)
 class OffsetWrite:
-    """Records to append for ``group_id``, then what ``apply`` changes in memory."""
+    """Records to append for ``group_id``, then what ``apply`` changes in memory. A
+    transactional commit (TxnOffsetCommit) names its producer: its records are appended as
+    a transactional batch of that producer, and its offsets stay pending until the
+    transaction's marker reaches the partition (``complete_txn``)."""
 
     group_id: str
     records: tuple[KeyValue, ...]
     commits: tuple[tuple[TopicPartitionKey, OffsetCommitValue], ...] = ()
     deletions: tuple[TopicPartitionKey, ...] = ()
     delete_group: bool = False
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerEvent:
+    """A transaction marker in a ``__consumer_offsets`` partition (``load``)."""
+
+    producer_id: int
+    commit: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,15 +135,38 @@ class GroupCoordinator:
     _group_records: list[tuple[str, KeyValue]] = field(default_factory=list)
     _completions: list[tuple[str, Completion]] = field(default_factory=list)
     corrupt_records: int = 0
+    # transactional offsets not yet committed: producer id -> group -> partition -> value
+    pending_txn: dict[int, dict[str, dict[TopicPartitionKey, OffsetCommitValue]]] = field(
+        default_factory=dict)
 
     # ------------------------------------------------------------------ loading
-    def load(self, records: Iterable[tuple[bytes | None, bytes | None]], now_ms: int) -> None:
-        """Replay one ``__consumer_offsets`` partition's (key, value) records in order."""
+    def load(self, records: Iterable[tuple[bytes | None, bytes | None]
+                                     | tuple[bytes | None, bytes | None, int]
+                                     | TxnMarkerEvent], now_ms: int) -> None:
+        """Replay one ``__consumer_offsets`` partition's (key, value) records in order; a
+        record of a transactional batch comes with its producer id, and its transaction's
+        marker as a ``TxnMarkerEvent``."""
         metadata: dict[str, GroupMetadataValue | None] = {}
         snapshots: dict[str, ConsumerGroupSnapshot] = {}
         deleted: set[str] = set()  # consumer groups whose epoch record was tombstoned
-        for raw_key, raw_value in records:
+        for item in records:
+            if isinstance(item, TxnMarkerEvent):
+                self.complete_txn(item.producer_id, item.commit)
+                continue
+            raw_key, raw_value = item[0], item[1]
             if raw_key is None:
+                continue
+            if len(item) == 3:  # transactional: an offset commit pending its marker
+                try:
+                    tkey = decode_key(raw_key)
+                    tvalue = decode_value(tkey, raw_value) if tkey is not None else None
+                except GroupRecordError:
+                    self.corrupt_records += 1
+                    continue
+                if isinstance(tkey, OffsetCommitKey) and isinstance(tvalue, OffsetCommitValue):
+                    pid = item[2]
+                    self.pending_txn.setdefault(pid, {}).setdefault(tkey.group, {})[
+                        (tkey.topic, tkey.partition)] = tvalue
                 continue
             try:
                 key = decode_key(raw_key)
@@ -395,8 +431,35 @@ class GroupCoordinator:
             errors.append(ErrorCode.none)
         return OffsetWrite(group_id, tuple(records), tuple(commits)), errors
 
+    def complete_txn(self, producer_id: int, commit: bool) -> list[str]:
+        """A transaction marker for ``producer_id`` reached this partition: its pending
+        offsets become the committed ones (COMMIT) or are dropped (ABORT). The groups it
+        touched."""
+        pending = self.pending_txn.pop(producer_id, {})
+        if commit:
+            for group_id, offsets in pending.items():
+                self.offsets.setdefault(group_id, {}).update(offsets)
+                if group_id not in self.groups:
+                    self.groups[group_id] = self._new_classic(group_id)
+        return sorted(pending)
+
+    def forget_partition_txns(self, groups: set[str]) -> None:
+        """Pending transactional offsets of unloaded groups."""
+        for pid in list(self.pending_txn):
+            byg = self.pending_txn[pid]
+            for g in groups:
+                byg.pop(g, None)
+            if not byg:
+                del self.pending_txn[pid]
+
     def apply(self, write: OffsetWrite) -> None:
         """The write's records are in the log: make memory match."""
+        if write.producer_id >= 0:  # transactional: pending until the marker
+            pending = self.pending_txn.setdefault(write.producer_id, {}).setdefault(
+                write.group_id, {})
+            for tp, value in write.commits:
+                pending[tp] = value
+            return
         group_offsets = self.offsets.setdefault(write.group_id, {})
         for tp, value in write.commits:
             group_offsets[tp] = value

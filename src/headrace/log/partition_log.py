@@ -426,9 +426,21 @@ class PartitionLog:
         """
         self._check_online()
         header = read_header(batch, 0)
-        if (header.size != len(batch) or header.base_offset != 0 or header.producer_id != -1
-                or header.is_control or header.is_transactional):
+        # ours: no producer, or a coordinator's transactional batch (TxnOffsetCommit: a
+        # producer id and epoch, no sequence, as Kafka's coordinator-origin appends)
+        coordinator_txn = (header.is_transactional and header.producer_id >= 0
+                           and header.base_sequence == -1)
+        if (header.size != len(batch) or header.base_offset != 0 or header.is_control
+                or (header.producer_id != -1 and not coordinator_txn)
+                or (header.is_transactional and not coordinator_txn)):
             return self.append_as_leader(batch, leader_epoch)  # not what we build: check it
+        if coordinator_txn:
+            entry = self.producer_state.producers.get(header.producer_id)
+            if entry is not None and header.producer_epoch < entry.epoch:
+                raise InvalidRecordError(
+                    ErrorCode.invalid_producer_epoch,
+                    f"producer {header.producer_id} has epoch {header.producer_epoch}, "
+                    f"older than the current {entry.epoch}")
         if header.size > self.config.max_message_bytes:
             raise InvalidRecordError(
                 ErrorCode.message_too_large,

@@ -1,6 +1,8 @@
 """One module per API key; importing this package fills ``base.HANDLERS``."""
 
 from headrace.broker.handlers import (  # noqa: F401
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_configs,
     alter_partition_reassignments,
     api_versions,
@@ -20,7 +22,9 @@ from headrace.broker.handlers import (  # noqa: F401
     describe_log_dirs,
     describe_producers,
     describe_topic_partitions,
+    describe_transactions,
     elect_leaders,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -30,6 +34,7 @@ from headrace.broker.handlers import (  # noqa: F401
     leave_group,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -37,6 +42,8 @@ from headrace.broker.handlers import (  # noqa: F401
     offset_for_leader_epoch,
     produce,
     sync_group,
+    txn_offset_commit,
+    write_txn_markers,
 )
 from headrace.broker.handlers.base import HANDLERS, Handler, RequestContext
 

@@ -1,9 +1,9 @@
 """FindCoordinator (10): which broker coordinates a group (R-GRP-2).
 
 A group's coordinator is the leader of partition ``abs(hashCode(group_id)) % n`` of
-``__consumer_offsets`` (created here on first use). v0-3 ask for one key, v4+ for a batch
-(``coordinator_keys``). Key type 1 (transactional id) is not supported yet:
-COORDINATOR_NOT_AVAILABLE; any other key type is INVALID_REQUEST.
+``__consumer_offsets``, a transactional id's (key type 1) the leader of its partition of
+``__transaction_state`` (each topic created here on first use). v0-3 ask for one key,
+v4+ for a batch (``coordinator_keys``); any other key type is INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -24,21 +24,24 @@ KEY_TYPE_TRANSACTION = 1
 def _lookup(broker: Broker, key: str, key_type: int) -> dict[str, Any]:
     entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1,
                              "error_code": ErrorCode.none, "error_message": None}
-    if key_type == KEY_TYPE_TRANSACTION:
-        entry["error_code"] = ErrorCode.coordinator_not_available
-        entry["error_message"] = "transactions are not supported yet"
-        return entry
-    if key_type != KEY_TYPE_GROUP:
+    if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         entry["error_code"] = ErrorCode.invalid_request
         entry["error_message"] = f"unknown key type {key_type}"
         return entry
-    node = broker.groups.coordinator_node(key)
+    if key_type == KEY_TYPE_TRANSACTION:
+        if not key:  # Kafka: an empty transactional id is INVALID_REQUEST
+            entry["error_code"] = ErrorCode.invalid_request
+            entry["error_message"] = "the transactional id is empty"
+            return entry
+        node = broker.txns.coordinator_node(key)
+    else:
+        node = broker.groups.coordinator_node(key)
     for b in broker.advertised_brokers():
         if b.node_id == node:
             entry.update(node_id=b.node_id, host=b.host, port=b.port)
             return entry
     entry["error_code"] = ErrorCode.coordinator_not_available
-    entry["error_message"] = "the group coordinator is not available"
+    entry["error_message"] = "the coordinator is not available"
     return entry
 
 

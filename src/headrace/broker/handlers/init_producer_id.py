@@ -2,8 +2,9 @@
 
 Ids come from blocks reserved in the metadata store (persisted before use, so an id is
 never handed out twice, even across a crash). A producer that asks again with its current
-id and epoch (KIP-360, v3+) gets the epoch bumped; at the epoch limit, a new id. Transactional
-ids need the transaction coordinator, which does not exist yet: COORDINATOR_NOT_AVAILABLE.
+id and epoch (KIP-360, v3+) gets the epoch bumped; at the epoch limit, a new id. A
+transactional id goes to its transaction coordinator (``TxnService``), which answers
+NOT_COORDINATOR where another broker coordinates it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.handlers.base import RequestContext, handler, ms
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -23,10 +24,7 @@ MAX_EPOCH = 32767
 @handler(22, "InitProducerId", 0, 5)
 async def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     if req.transactional_id is not None:
-        return ctx.response(
-            {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available,
-             "producer_id": -1, "producer_epoch": -1}
-        )
+        return await _transactional(broker, ctx, req)
     pid = int(getattr(req, "producer_id", -1))
     epoch = int(getattr(req, "producer_epoch", -1))
     if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
@@ -36,3 +34,36 @@ async def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any)
     return ctx.response(
         {"throttle_time": 0, "error_code": 0, "producer_id": new_pid, "producer_epoch": new_epoch}
     )
+
+
+async def _transactional(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    """The transaction coordinator's InitProducerId (``headrace.txn.coordinator``): a
+    new id gets a producer id at epoch 0; an existing one its epoch bumped (an ongoing
+    transaction of a zombie is aborted first: CONCURRENT_TRANSACTIONS, the client
+    retries)."""
+    tid = str(req.transactional_id)
+    timeout_ms = ms(req.transaction_timeout)
+    err, coordinator = broker.txns.coordinator_for(tid)
+    pid, epoch = -1, -1
+    if coordinator is not None:
+        m = coordinator.txns.get(tid)
+        if m is None or m.producer_epoch + 1 >= MAX_EPOCH:
+            reserved = await broker.producer_ids.next_async()
+            coordinator.allocate_producer_id = lambda: reserved
+            err, coordinator = broker.txns.coordinator_for(tid)  # the await may have moved it
+        if coordinator is not None:
+            expected = (int(getattr(req, "producer_id", -1)),
+                        int(getattr(req, "producer_epoch", -1)))
+            out = coordinator.init_producer_id(tid, timeout_ms, broker.txns.now_ms(),
+                                               expected if ctx.api_version >= 3 else None)
+            err, pid, epoch = out.error, out.producer_id, out.producer_epoch
+            if out.write is not None:
+                written = await broker.txns.write(coordinator, out.write)
+                if written is not ErrorCode.none:
+                    err, pid, epoch = written, -1, -1
+            if err is not ErrorCode.none:
+                pid, epoch = -1, -1
+    if err is ErrorCode.producer_fenced and ctx.api_version < 4:
+        err = ErrorCode.invalid_producer_epoch  # Kafka: older clients know only this
+    return ctx.response({"throttle_time": 0, "error_code": err, "producer_id": pid,
+                         "producer_epoch": epoch})

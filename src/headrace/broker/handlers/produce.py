@@ -86,15 +86,6 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             if acks not in (0, 1, -1):
                 partition_results.append(_partition_result(index, ErrorCode.invalid_required_acks))
                 continue
-            if req.transactional_id is not None:
-                partition_results.append(
-                    _partition_result(
-                        index,
-                        ErrorCode.transactional_id_authorization_failed,
-                        message="transactions are not supported yet",
-                    )
-                )
-                continue
             if topic.name in INTERNAL_TOPICS:
                 partition_results.append(_partition_result(
                     index, ErrorCode.invalid_topic_exception,

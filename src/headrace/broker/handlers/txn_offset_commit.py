@@ -1,0 +1,67 @@
+"""TxnOffsetCommit (28) v0-4: offsets committed as part of a transaction (issue 10;
+``send_offsets_to_transaction``).
+
+The group's coordinator checks the group as OffsetCommit does when the request names a
+generation (v3+: KIP-447 fencing by generation, member and instance id), then appends
+the offsets as a transactional batch of the producer to the group's
+``__consumer_offsets`` partition (acks=all). They stay pending, invisible to OffsetFetch,
+until the transaction's marker reaches that partition: COMMIT makes them the group's
+offsets, ABORT drops them. A fenced producer epoch is PRODUCER_FENCED.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from headrace.broker.handlers.base import RequestContext, handler
+from headrace.group.coordinator import CommitEntry, OffsetWrite
+
+if TYPE_CHECKING:
+    from headrace.broker.server import Broker
+
+
+@handler(28, "TxnOffsetCommit", 0, 4)
+async def handle_txn_offset_commit(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    group_id = str(req.group_id)
+    groups = broker.groups
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    entries: list[CommitEntry] = []
+    err = groups.check_coordinator(group_id)
+    generation = int(getattr(req, "generation_id", -1))
+    if err is ErrorCode.none and generation >= 0:
+        err = groups.coordinator.validate_commit(
+            group_id, str(getattr(req, "member_id", "")), generation,
+            getattr(req, "group_instance_id", None), groups.now_ms())
+        groups.flush()
+    for t in req.topics:
+        topic = broker.metadata.topic(str(t.name))
+        for p in t.partitions:
+            key = (str(t.name), int(p.partition_index))
+            if err is not ErrorCode.none:
+                errors[key] = err
+            elif topic is None or not 0 <= key[1] < len(topic.partitions):
+                errors[key] = ErrorCode.unknown_topic_or_partition
+            else:
+                entries.append(CommitEntry(key[0], key[1], int(p.committed_offset),
+                                           int(getattr(p, "committed_leader_epoch", -1)),
+                                           p.committed_metadata))
+    if entries:
+        plain, entry_errors = groups.coordinator.commit_write(group_id, entries,
+                                                              groups.now_ms())
+        write = OffsetWrite(group_id, plain.records, plain.commits,
+                            producer_id=int(req.producer_id),
+                            producer_epoch=int(req.producer_epoch))
+        write_err = await groups.write(write) if write.records else ErrorCode.none
+        if write_err in (ErrorCode.not_enough_replicas, ErrorCode.not_leader_or_follower):
+            write_err = ErrorCode.coordinator_not_available
+        if write_err is ErrorCode.producer_fenced and ctx.api_version < 2:
+            write_err = ErrorCode.invalid_producer_epoch
+        for e, code in zip(entries, entry_errors, strict=True):
+            errors[(e.topic, e.partition)] = code if code is not ErrorCode.none else write_err
+    return ctx.response({"throttle_time": 0, "topics": [
+        {"name": t.name, "partitions": [
+            {"partition_index": p.partition_index,
+             "error_code": errors[(str(t.name), int(p.partition_index))]}
+            for p in t.partitions]} for t in req.topics]})

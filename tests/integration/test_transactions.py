@@ -1,0 +1,314 @@
+"""Transactions with real clients over TCP against a broker process (issue 10; R-PROD-2,
+R-PROTO-7): commit and abort seen through read_committed and read_uncommitted,
+consume-transform-produce with send_offsets_to_transaction killed with -9 and restarted
+(exactly once), zombie fencing, a hung transaction aborted after its timeout (the LSO
+advances), the same loop with kafka-python and aiokafka, DescribeTransactions and
+ListTransactions."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kio.schema.errors import ErrorCode
+
+from tests.brokerproc import BrokerProcess, wait_until
+from tests.clients import create_topic
+from tests.kafka_wire import WireClient
+from tests.workerproc import WorkerProcess
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def txb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with BrokerProcess(tmp_path_factory.mktemp("txn"), {
+            "num.partitions": "2",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300"}) as b:
+        yield b
+        text = "".join(b.stderr_lines)
+        assert "Traceback" not in text, text[-3000:]
+
+
+def topic(b: BrokerProcess, prefix: str, partitions: int = 2) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    create_topic("confluent", b.bootstrap, name, partitions)
+    return name
+
+
+def txn_producer(b: BrokerProcess, tid: str, **extra: Any) -> Producer:
+    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": tid, "linger.ms": 2,
+                  **extra})
+    p.init_transactions(30)
+    return p
+
+
+def read_all(b: BrokerProcess, name: str, isolation: str, partitions: int = 2,
+             timeout_s: float = 30) -> list[bytes]:
+    """Every record of ``name`` up to its end (the LSO for read_committed)."""
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}",
+                  "isolation.level": isolation, "enable.partition.eof": True,
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition(name, p, 0) for p in range(partitions)])
+    out: list[bytes] = []
+    eof: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(eof) < partitions:
+            assert time.monotonic() < deadline, f"reading {name}: eof on {eof} only"
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error() is not None:
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    eof.add(m.partition())
+                    continue
+                raise AssertionError(str(m.error()))
+            eof.discard(m.partition())
+            out.append(m.value())
+    finally:
+        c.close()
+    return out
+
+
+def test_commit_and_abort_as_each_isolation_level_sees_them(txb: BrokerProcess) -> None:
+    out = topic(txb, "iso")
+    p = txn_producer(txb, f"iso-{uuid.uuid4().hex[:6]}")
+    p.begin_transaction()
+    for i in range(6):
+        p.produce(out, b"c%d" % i, partition=i % 2)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(6):
+        p.produce(out, b"a%d" % i, partition=i % 2)
+    p.flush(30)  # on the broker before the abort
+    p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce(out, b"d0", partition=0)
+    p.commit_transaction(30)
+    committed = read_all(txb, out, "read_committed")
+    everything = read_all(txb, out, "read_uncommitted")
+    assert sorted(committed) == sorted([b"c%d" % i for i in range(6)] + [b"d0"])
+    assert sorted(everything) == sorted(committed + [b"a%d" % i for i in range(6)])
+
+
+def test_killed_consume_transform_produce_is_exactly_once(txb: BrokerProcess,
+                                                         tmp_path: Path) -> None:
+    """The issue's first check: kill -9 mid-stream, restart; the output read with
+    read_committed holds each input record exactly once."""
+    source, sink = topic(txb, "in"), topic(txb, "out")
+    group, tid = f"g-{uuid.uuid4().hex[:6]}", f"ctp-{uuid.uuid4().hex[:6]}"
+    n = 3_000
+    plain = Producer({"bootstrap.servers": txb.bootstrap, "linger.ms": 5})
+    for i in range(n):
+        plain.produce(source, b"v%d" % i, partition=i % 2)
+    assert plain.flush(30) == 0
+    args = [sys.executable, "-m", "tests.txn_worker", txb.bootstrap, source, sink, group, tid]
+    log = tmp_path / "worker.log"
+
+    def committed() -> int:
+        c = Consumer({"bootstrap.servers": txb.bootstrap, "group.id": group})
+        try:
+            got = c.committed([TopicPartition(source, p) for p in range(2)], timeout=10)
+        finally:
+            c.close()
+        return sum(max(tp.offset, 0) for tp in got)
+
+    # 60 transactions of 50 records, 50 ms apart: killed after a quarter, well before the end
+    w = WorkerProcess([*args, "0.05"], log).start()
+    try:
+        wait_until(lambda: w.alive() and committed() >= n // 4, 60, 0.1,
+                   "the worker's first transactions")
+        w.kill9()
+        at_kill = committed()
+        assert at_kill < n, "the worker had finished before it was killed"
+        w = WorkerProcess(args, log).start()
+        wait_until(lambda: w.alive() and committed() == n, 120, 0.5,
+                   "the restarted worker to commit every input offset")
+    finally:
+        w.stop()
+    out = read_all(txb, sink, "read_committed")
+    keys = [v.split(b":", 2)[2] for v in out]
+    assert len(keys) == n and set(keys) == {b"v%d" % i for i in range(n)}, (
+        len(keys), len(set(keys)), log.read_text()[-2000:])
+    # read_uncommitted also sees whatever the killed worker had written in its open
+    # transaction (aborted when the restarted one fenced it)
+    assert len(read_all(txb, sink, "read_uncommitted")) >= n
+
+
+def test_a_second_producer_fences_the_first(txb: BrokerProcess) -> None:
+    """Zombie fencing: a second producer with the same transactional id fences the first;
+    the first's open transaction is aborted and it cannot commit."""
+    out = topic(txb, "zombie")
+    tid = f"z-{uuid.uuid4().hex[:6]}"
+    zombie = txn_producer(txb, tid)
+    zombie.begin_transaction()
+    zombie.produce(out, b"zombie", partition=0)
+    zombie.flush(30)
+    fresh = txn_producer(txb, tid)
+    fresh.begin_transaction()
+    fresh.produce(out, b"fresh", partition=0)
+    fresh.commit_transaction(30)
+    with pytest.raises(KafkaException) as e:
+        zombie.commit_transaction(10)
+    assert e.value.args[0].fatal() or e.value.args[0].code() in (
+        KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+    assert read_all(txb, out, "read_committed") == [b"fresh"]
+    assert sorted(read_all(txb, out, "read_uncommitted")) == [b"fresh", b"zombie"]
+
+
+def test_a_hung_transaction_is_aborted_after_its_timeout(txb: BrokerProcess) -> None:
+    """A producer that never ends its transaction holds read_committed consumers back at
+    its first record only until transaction.timeout.ms: then the coordinator aborts it and
+    the LSO moves on."""
+    out = topic(txb, "hung", partitions=1)
+    hung = txn_producer(txb, f"h-{uuid.uuid4().hex[:6]}", **{"transaction.timeout.ms": 2000})
+    hung.begin_transaction()
+    hung.produce(out, b"hung", partition=0)
+    hung.flush(30)
+    started = time.monotonic()
+    plain = Producer({"bootstrap.servers": txb.bootstrap})
+    plain.produce(out, b"after", partition=0)
+    assert plain.flush(30) == 0
+    # until the abort, read_committed stops before the hung record
+    assert read_all(txb, out, "read_committed", partitions=1) == []
+    wait_until(lambda: read_all(txb, out, "read_committed", partitions=1) == [b"after"], 30,
+               0.3, "the hung transaction to be aborted")
+    assert time.monotonic() - started >= 1.5  # not before its timeout
+    with pytest.raises(KafkaException):
+        hung.commit_transaction(10)
+
+
+def test_kafka_python_transactional_loop(txb: BrokerProcess) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTP
+
+    source, sink = topic(txb, "kp-in"), topic(txb, "kp-out")
+    group = f"kp-{uuid.uuid4().hex[:6]}"
+    plain = Producer({"bootstrap.servers": txb.bootstrap})
+    for i in range(200):
+        plain.produce(source, b"k%d" % i, partition=i % 2)
+    plain.flush(30)
+    producer = KafkaProducer(bootstrap_servers=txb.bootstrap,
+                             transactional_id=f"kp-{uuid.uuid4().hex[:6]}")
+    consumer = KafkaConsumer(bootstrap_servers=txb.bootstrap, group_id=group,
+                             enable_auto_commit=False, auto_offset_reset="earliest",
+                             isolation_level="read_committed")
+    tps = [KTP(source, p) for p in range(2)]
+    consumer.assign(tps)
+    try:
+        producer.init_transactions()
+        done = 0
+        aborted_once = False
+        deadline = time.monotonic() + 60
+        while done < 200:
+            assert time.monotonic() < deadline
+            batch = consumer.poll(timeout_ms=500, max_records=40)
+            records = [r for rs in batch.values() for r in rs]
+            if not records:
+                continue
+            producer.begin_transaction()
+            for r in records:
+                producer.send(sink, r.value, partition=r.partition)
+            if not aborted_once:  # one transaction aborted: its input is read again
+                aborted_once = True
+                producer.flush()
+                producer.abort_transaction()
+                for tp in tps:
+                    committed = consumer.committed(tp)
+                    consumer.seek(tp, committed if committed is not None else 0)
+                continue
+            from kafka.structs import OffsetAndMetadata
+            offsets = {tp: OffsetAndMetadata(consumer.position(tp), "", -1) for tp in tps}
+            producer.send_offsets_to_transaction(offsets, group)
+            producer.commit_transaction()
+            done += len(records)
+    finally:
+        producer.close()
+        consumer.close()
+    got = read_all(txb, sink, "read_committed")
+    assert sorted(got) == sorted(b"k%d" % i for i in range(200))
+
+
+def test_aiokafka_transactional_loop(txb: BrokerProcess) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as ATP
+
+    source, sink = topic(txb, "aio-in"), topic(txb, "aio-out")
+    group = f"aio-{uuid.uuid4().hex[:6]}"
+    plain = Producer({"bootstrap.servers": txb.bootstrap})
+    for i in range(150):
+        plain.produce(source, b"x%d" % i, partition=i % 2)
+    plain.flush(30)
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=txb.bootstrap,
+                                    transactional_id=f"aio-{uuid.uuid4().hex[:6]}")
+        consumer = AIOKafkaConsumer(bootstrap_servers=txb.bootstrap, group_id=group,
+                                    enable_auto_commit=False, auto_offset_reset="earliest",
+                                    isolation_level="read_committed")
+        await producer.start()
+        await consumer.start()
+        tps = [ATP(source, p) for p in range(2)]
+        consumer.assign(tps)
+        try:
+            done = 0
+            deadline = time.monotonic() + 60
+            while done < 150:
+                assert time.monotonic() < deadline
+                batch = await consumer.getmany(timeout_ms=500, max_records=30)
+                records = [r for rs in batch.values() for r in rs]
+                if not records:
+                    continue
+                async with producer.transaction():
+                    for r in records:
+                        await producer.send(sink, r.value, partition=r.partition)
+                    await producer.send_offsets_to_transaction(
+                        {tp: await consumer.position(tp) for tp in tps}, group)
+                done += len(records)
+        finally:
+            await consumer.stop()
+            await producer.stop()
+
+    asyncio.run(run())
+    got = read_all(txb, sink, "read_committed")
+    assert sorted(got) == sorted(b"x%d" % i for i in range(150))
+    c = Consumer({"bootstrap.servers": txb.bootstrap, "group.id": group})
+    try:
+        committed = c.committed([TopicPartition(source, p) for p in range(2)], timeout=10)
+    finally:
+        c.close()
+    assert sum(tp.offset for tp in committed) == 150
+
+
+def test_describe_and_list_transactions_on_the_wire(txb: BrokerProcess) -> None:
+    out = topic(txb, "desc")
+    tid = f"d-{uuid.uuid4().hex[:6]}"
+    p = txn_producer(txb, tid)
+    p.begin_transaction()
+    p.produce(out, b"x", partition=1)
+    p.flush(30)
+    with WireClient.to(txb.bootstrap) as wc:
+        fc = wc.request(10, 4, {"key_type": 1, "coordinator_keys": [tid]})
+        assert fc.coordinators[0].error_code == ErrorCode.none
+        d = wc.request(65, 0, {"transactional_ids": [tid, "nope"]})
+        mine, unknown = d.transaction_states
+        assert mine.error_code == ErrorCode.none and mine.transaction_state == "Ongoing"
+        assert [(t.topic, list(t.partitions)) for t in mine.topics] == [(out, [1])]
+        assert unknown.error_code == ErrorCode.transactional_id_not_found
+        lst = wc.request(66, 1, {"state_filters": ["Ongoing"], "producer_id_filters": [],
+                                 "duration_filter": -1})
+        assert tid in {s.transactional_id for s in lst.transaction_states}
+        bad = wc.request(66, 0, {"state_filters": ["Bogus"], "producer_id_filters": []})
+        assert list(bad.unknown_state_filters) == ["Bogus"]
+    p.abort_transaction(30)
+    with WireClient.to(txb.bootstrap) as wc:
+        d = wc.request(65, 0, {"transactional_ids": [tid]})
+        assert d.transaction_states[0].transaction_state in ("PrepareAbort", "CompleteAbort")
