@@ -8,7 +8,7 @@ against headrace and Kafka alike.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -32,7 +32,7 @@ def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
     return out
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str) -> NoReturn:
     click.echo(f"headrace: {msg}", err=True)
     sys.exit(1)
 
@@ -504,3 +504,83 @@ def groups_reset_offsets(bootstrap: str, group: str, topic: str, to_earliest: bo
     if failed:
         _fail("; ".join(f"{tp.topic}-{tp.partition}: {tp.error}" for tp in failed))
     click.echo(f"Reset offsets of group '{group}' for topic {topic}.")
+
+
+# ---------------------------------------------------------------------- transactions
+
+
+def _broker_request(host: str, port: int, api_key: int, version: int,
+                    body: dict[str, Any], raw: bool = False) -> Any:
+    from headrace.spark.wire import Connection
+
+    try:
+        conn = Connection(host, port, TIMEOUT_S)
+    except OSError as e:
+        _fail(f"cannot reach a broker at {host}:{port}: {e}")
+    try:
+        return conn.request_raw(api_key, version, body) if raw else conn.request(
+            api_key, version, body)
+    except (OSError, ConnectionError) as e:
+        _fail(f"the broker at {host}:{port} did not answer: {e}")
+    finally:
+        conn.close()
+
+
+@click.group()
+def transactions() -> None:
+    """List and describe transactions (like ``kafka-transactions.sh``)."""
+
+
+@transactions.command("list")
+@bootstrap_option
+@click.option("--state", "states", multiple=True,
+              help="Only transactions in this state (Empty, Ongoing, PrepareCommit, ...).")
+def transactions_list(bootstrap: str, states: tuple[str, ...]) -> None:
+    """Every transactional id, asked of every broker (each lists those it coordinates)."""
+    md = _admin(bootstrap).list_topics(timeout=TIMEOUT_S)
+    rows: list[tuple[object, ...]] = [
+        ("TransactionalId", "Coordinator", "ProducerId", "TransactionState")]
+    for b in sorted(md.brokers.values(), key=lambda b: b.id):
+        resp = _broker_request(b.host, b.port, 66, 0, {"state_filters": list(states),
+                                                        "producer_id_filters": []})
+        for bad in resp.unknown_state_filters:
+            _fail(f"unknown transaction state {bad!r}")
+        rows += [(s.transactional_id, b.id, s.producer_id, s.transaction_state)
+                 for s in resp.transaction_states]
+    _table(rows[:1] + sorted(rows[1:], key=lambda r: str(r[0])))
+
+
+@transactions.command("describe")
+@bootstrap_option
+@click.argument("transactional_id")
+def transactions_describe(bootstrap: str, transactional_id: str) -> None:
+    """One transactional id's state, from its coordinator."""
+    import time
+
+    from kio.schema.errors import ErrorCode
+
+    from headrace.txn.describe import decode_describe_transactions_v0
+
+    md = _admin(bootstrap).list_topics(timeout=TIMEOUT_S)
+    first = next(iter(md.brokers.values()), None)
+    if first is None:
+        _fail(f"no broker is known to {bootstrap}")
+    found = _broker_request(first.host, first.port, 10, 4,
+                            {"key_type": 1, "coordinator_keys": [transactional_id]})
+    c = found.coordinators[0]
+    if c.error_code != ErrorCode.none:
+        _fail(f"no coordinator for {transactional_id!r}: {ErrorCode(c.error_code).name.upper()}")
+    frame, n = _broker_request(c.host, c.port, 65, 0,
+                               {"transactional_ids": [transactional_id]}, raw=True)
+    (t,) = decode_describe_transactions_v0(frame, n)
+    if t.error_code != ErrorCode.none:
+        _fail(f"{transactional_id!r}: {ErrorCode(t.error_code).name.upper()}")
+    now = int(time.time() * 1000)
+    started = "None" if t.start_ms < 0 else str(t.start_ms)
+    duration = "None" if t.start_ms < 0 else str(now - t.start_ms)
+    _table([("CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
+             "TransactionState", "TransactionTimeoutMs", "CurrentTransactionStartTimeMs",
+             "TransactionDurationMs", "TopicPartitions"),
+            (c.node_id, t.transactional_id, t.producer_id, t.producer_epoch, t.state,
+             t.timeout_ms, started, duration,
+             ",".join(f"{tp}-{p}" for tp, p in t.partitions) or "None")])

@@ -157,10 +157,11 @@ def cluster(brokers: int, data_dir: Path, port: int, zookeeper_port: int,
 
 
 def _register_subcommands() -> None:
-    from headrace.admin_cli import groups, topics
+    from headrace.admin_cli import groups, topics, transactions
 
     main.add_command(topics)
     main.add_command(groups)
+    main.add_command(transactions)
     # The Spark pipeline; pyspark is imported only when these run (the ``spark`` extra).
     from headrace.demo import audit_command, demo_command
 

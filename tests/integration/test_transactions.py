@@ -312,3 +312,39 @@ def test_describe_and_list_transactions_on_the_wire(txb: BrokerProcess) -> None:
     with WireClient.to(txb.bootstrap) as wc:
         d = wc.request(65, 0, {"transactional_ids": [tid]})
         assert d.transaction_states[0].transaction_state in ("PrepareAbort", "CompleteAbort")
+
+
+def test_cli_lists_and_describes_transactions(txb: BrokerProcess) -> None:
+    """``headrace transactions list|describe`` (kafka-transactions.sh's columns)."""
+    import subprocess
+
+    out = topic(txb, "cli")
+    tid = f"cli-{uuid.uuid4().hex[:6]}"
+    p = txn_producer(txb, tid)
+
+    def cli(*args: str) -> str:
+        r = subprocess.run([sys.executable, "-m", "headrace.cli", "transactions", *args,
+                            "--bootstrap-server", txb.bootstrap], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    # Empty (just initialised): no transaction begun, its start time is "None"
+    lines = cli("describe", tid).splitlines()
+    assert lines[0].split()[:5] == ["CoordinatorId", "TransactionalId", "ProducerId",
+                                    "ProducerEpoch", "TransactionState"]
+    row = lines[1].split()
+    assert row[1] == tid and row[4] == "Empty" and row[6] == "None"
+    p.begin_transaction()
+    p.produce(out, b"x", partition=0)
+    p.flush(30)
+    row = cli("describe", tid).splitlines()[1].split()
+    assert row[4] == "Ongoing" and int(row[6]) > 0 and row[8] == f"{out}-0"
+    listed = [line.split() for line in cli("list", "--state", "Ongoing").splitlines()[1:]]
+    assert [tid, "0"] in [r[:2] for r in listed]
+    p.commit_transaction(30)
+    assert tid not in cli("list", "--state", "Ongoing")
+    r = subprocess.run([sys.executable, "-m", "headrace.cli", "transactions", "describe",
+                        "no-such-id", "--bootstrap-server", txb.bootstrap],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in r.stderr

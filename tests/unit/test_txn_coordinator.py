@@ -336,3 +336,37 @@ def test_random_histories_keep_kafkas_invariants_and_the_log_rebuilds_them(
         assert (r.producer_id, r.producer_epoch, r.state, r.partitions, r.timeout_ms) == (
             m.producer_id, m.producer_epoch, m.state, m.partitions, m.timeout_ms)
     assert sorted(rebuilt.unfinished(), key=repr) == sorted(c.unfinished(), key=repr)
+
+
+def test_describe_transactions_v0_decoded_by_hand_as_kio_writes_it() -> None:
+    """``headrace transactions describe`` reads the response itself (kio's reader refuses
+    the -1 start time of a transaction not begun): same result as kio on what kio reads,
+    and -1 where kio cannot."""
+    import datetime
+    import io
+
+    from kio.index import load_response_schema
+    from kio.serial import entity_writer
+
+    from headrace.protocol.entities import build
+    from headrace.txn.describe import DescribedTxn, decode_describe_transactions_v0
+
+    cls = load_response_schema(65, 0)
+    body = {"throttle_time": 0, "transaction_states": [
+        {"error_code": 0, "transactional_id": "t", "transaction_state": "Ongoing",
+         "transaction_timeout": 60_000,
+         "transaction_start_time": datetime.datetime.fromtimestamp(1.5, tz=datetime.UTC),
+         "producer_id": 7, "producer_epoch": 2,
+         "topics": [{"topic": "a", "partitions": [0, 3]}, {"topic": "b", "partitions": [1]}]},
+        {"error_code": 105, "transactional_id": "u", "transaction_state": "",
+         "transaction_timeout": 0,
+         "transaction_start_time": datetime.datetime.fromtimestamp(-0.001, tz=datetime.UTC),
+         "producer_id": 0, "producer_epoch": 0, "topics": []}]}
+    buf = io.BytesIO()
+    entity_writer(cls)(buf, build(cls, body))
+    got = decode_describe_transactions_v0(buf.getvalue())
+    assert got == [
+        DescribedTxn(0, "t", "Ongoing", 60_000, 1500, 7, 2, (("a", 0), ("a", 3), ("b", 1))),
+        DescribedTxn(105, "u", "", 0, -1, 0, 0, ())]
+    with pytest.raises(ValueError):
+        decode_describe_transactions_v0(buf.getvalue()[:-3])

@@ -44,6 +44,15 @@ class Connection:
             self.sock.close()
 
     def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
+        frame, n = self.request_raw(api_key, version, body)
+        rcls = load_response_schema(api_key, version)
+        body_obj, _ = entity_reader(rcls)(frame, n)
+        return body_obj
+
+    def request_raw(self, api_key: int, version: int, body: dict[str, Any]
+                    ) -> tuple[memoryview, int]:
+        """Send a request; the response frame and where its body starts (for a caller
+        that reads what kio cannot: DescribeTransactions' -1 start time)."""
         cls = load_request_schema(api_key, version)
         hdr = cls.__header_schema__
         self.correlation_id += 1
@@ -64,8 +73,7 @@ class Connection:
         if header.correlation_id != self.correlation_id:
             raise ConnectionError(f"response to request {header.correlation_id}, "
                                   f"expected {self.correlation_id}")
-        body_obj, _ = entity_reader(rcls)(frame, n)
-        return body_obj
+        return frame, n
 
     def _recv_frame(self) -> memoryview:
         (size,) = _SIZE.unpack(self._recv_exactly(4))
