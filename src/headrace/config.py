@@ -234,6 +234,11 @@ BROKER_CONFIGS = _defs(
               "factor).", at_least=1),
     ConfigDef("transaction.state.log.segment.bytes", "int", 104_857_600,
               "segment.bytes of __transaction_state.", at_least=14),
+    ConfigDef("producer.id.expiration.ms", "int", 86_400_000,
+              "A producer id with no batch in a partition for this long (and no open "
+              "transaction there) is forgotten by that partition.", at_least=1),
+    ConfigDef("producer.id.expiration.check.interval.ms", "int", 600_000,
+              "How often partitions look for expired producer ids.", at_least=1),
     ConfigDef("transaction.max.timeout.ms", "int", 900_000,
               "The largest transaction.timeout.ms a producer may ask for.", at_least=1),
     ConfigDef("transactional.id.expiration.ms", "int", 604_800_000,

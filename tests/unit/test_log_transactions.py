@@ -137,3 +137,21 @@ def test_a_follower_tracks_the_leaders_transactions(tmp_path: Path) -> None:
     assert follower.last_stable_offset == leader.last_stable_offset == 4
     leader.close()
     follower.close()
+
+
+def test_idle_producers_expire_but_not_one_with_an_open_transaction(tmp_path: Path) -> None:
+    """producer.id.expiration.ms (Kafka's removeExpiredProducers): a producer whose last
+    batch is that old is forgotten, unless its transaction here is still open; a
+    forgotten producer's next batch is accepted at any sequence."""
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(simple_batch(1, ts=T0, producer_id=5, producer_epoch=0,
+                                      base_sequence=0), 0)
+    log.append_as_leader(txn_batch(1, 7, 0, 0), 0)
+    assert log.expire_producers(T0 + 999, 1000) == 0
+    assert log.expire_producers(T0 + 1000, 1000) == 1
+    assert 5 not in log.producer_state.producers and 7 in log.producer_state.producers
+    log.append_as_leader(simple_batch(1, ts=T0, producer_id=5, producer_epoch=0,
+                                      base_sequence=9), 0)
+    log.append_marker(7, 0, True, 0, 0)
+    assert log.expire_producers(T0 + 1000, 1000) == 2  # the marker closed 7's transaction
+    log.close()

@@ -535,6 +535,11 @@ class ReplicaManager:
         return await asyncio.to_thread(sync)
 
     # ---------------------------------------------------------------- retention
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """``producer.id.expiration.ms`` over every hosted partition."""
+        return sum(p.log.expire_producers(now_ms, expiration_ms)
+                   for p in list(self.partitions.values()) if p.log.offline is None)
+
     async def run_retention(self) -> int:
         """Delete segments past retention (cleanup.policy delete) and compact logs
         (cleanup.policy compact, R-LOG-6); returns the number of segments deleted.

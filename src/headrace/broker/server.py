@@ -823,6 +823,7 @@ class Broker:
         self.port = sock.getsockname()[1]
         self._check_fd_limit()
         self._spawn(self._retention_loop())
+        self._spawn(self._producer_expiration_loop())
         self._spawn(self._flush_loop())
         self._spawn(self._idle_loop())
         self._spawn(self.groups.run(self._stopped))
@@ -907,6 +908,18 @@ class Broker:
             if self.stopping:
                 return
             await self.replicas.run_retention()
+
+    async def _producer_expiration_loop(self) -> None:
+        interval = int(self.config["producer.id.expiration.check.interval.ms"]) / 1000
+        expiration_ms = int(self.config["producer.id.expiration.ms"])
+        while not self.stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), interval)
+            if self.stopping:
+                return
+            n = self.replicas.expire_producers(self.clock.wall_ms(), expiration_ms)
+            if n:
+                log.info("forgot %d idle producer id(s) (producer.id.expiration.ms)", n)
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         if self.stopping:

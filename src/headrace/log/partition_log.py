@@ -307,7 +307,7 @@ class PartitionLog:
         producer's epoch (a fenced zombie's next batch is refused) without touching its
         sequence numbers, as Kafka's ``appendEndTxnMarker``."""
         if h.is_control:
-            self.producer_state.marker(h.producer_id, h.producer_epoch)
+            self.producer_state.marker(h.producer_id, h.producer_epoch, h.max_timestamp)
         else:
             self.producer_state.update(h)
         if h.is_transactional:
@@ -340,6 +340,11 @@ class PartitionLog:
         """The high watermark, or the first offset of the earliest transaction not yet
         decided (or whose marker is not yet replicated), if that is smaller."""
         return self.txns.last_stable_offset(self.high_watermark)
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """``producer.id.expiration.ms``: forget idle producers (not one with an open
+        transaction here)."""
+        return self.producer_state.expire(now_ms, expiration_ms, set(self.txns.ongoing))
 
     def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
         """Aborted transactions with records in [start, end) (a read_committed fetch)."""

@@ -57,6 +57,7 @@ class ProducerEntry:
     producer_id: int
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_BATCHES))
+    last_ms: int = -1  # the last batch's (or marker's) timestamp: producer id expiry
 
     @property
     def last_seq(self) -> int | None:
@@ -161,15 +162,28 @@ class ProducerStateManager:
             BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset,
                           header.last_offset, header.max_timestamp)
         )
+        entry.last_ms = max(entry.last_ms, header.max_timestamp)
 
-    def marker(self, producer_id: int, epoch: int) -> None:
+    def marker(self, producer_id: int, epoch: int, timestamp_ms: int = -1) -> None:
         """A transaction marker for ``producer_id`` was written at ``epoch``: a newer epoch
         (a fenced producer's transaction aborted by the coordinator) becomes the current
         one, and its batches must start again at sequence 0; sequences are otherwise left
         alone (Kafka's ``appendEndTxnMarker``)."""
         entry = self.producers.get(producer_id)
         if entry is None or epoch > entry.epoch:
-            self.producers[producer_id] = ProducerEntry(producer_id, epoch)
+            entry = self.producers[producer_id] = ProducerEntry(producer_id, epoch)
+        entry.last_ms = max(entry.last_ms, timestamp_ms)
+
+    def expire(self, now_ms: int, expiration_ms: int, keep: set[int]) -> int:
+        """Forget producers whose last batch is ``expiration_ms`` old, except those in
+        ``keep`` (an open transaction), as Kafka's ``removeExpiredProducers``
+        (``producer.id.expiration.ms``); a forgotten producer's next batch is accepted at
+        any sequence. Returns how many were forgotten."""
+        gone = [pid for pid, e in self.producers.items()
+                if pid not in keep and now_ms - e.last_ms >= expiration_ms]
+        for pid in gone:
+            del self.producers[pid]
+        return len(gone)
 
     def load(self, headers: Iterable[BatchHeader]) -> None:
         """Rebuild from the headers of every batch in the log, oldest first."""
