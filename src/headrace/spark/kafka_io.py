@@ -451,6 +451,17 @@ def produce_batches(
         if err is not None:
             errors.append(str(err))
 
+    count = _produce_rows(p, batches, topic_option, on_delivery)
+    remaining = p.flush(flush_timeout_s)
+    if remaining:
+        raise TimeoutError(f"{remaining} records not delivered within {flush_timeout_s} s")
+    if errors:
+        raise KafkaException(f"{len(errors)} records not delivered; first error: {errors[0]}")
+    return count
+
+
+def _produce_rows(p: Producer, batches: Iterable[pa.RecordBatch], topic_option: str | None,
+                  on_delivery: Any) -> int:
     count = 0
     for batch in batches:
         cols = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
@@ -478,9 +489,98 @@ def produce_batches(
                     p.poll(0.05)
             count += 1
         p.poll(0)
-    remaining = p.flush(flush_timeout_s)
-    if remaining:
-        raise TimeoutError(f"{remaining} records not delivered within {flush_timeout_s} s")
-    if errors:
-        raise KafkaException(f"{len(errors)} records not delivered; first error: {errors[0]}")
+    return count
+
+
+def ensure_compacted_topic(config: Mapping[str, str], name: str) -> None:
+    """Create ``name`` (one partition, compacted) unless it exists: the transactional sink's
+    progress topic, one record per task id (the latest batch it committed)."""
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({k: v for k, v in config.items()
+                         if k.startswith(("bootstrap", "security", "ssl", "sasl", "client"))})
+    if name in admin.list_topics(timeout=30).topics:
+        return
+    fut = admin.create_topics([NewTopic(name, 1, -1, config={"cleanup.policy": "compact"})])[name]
+    try:
+        fut.result(30)
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+
+
+def last_committed_batch(config: Mapping[str, str], commits_topic: str,
+                         transactional_id: str, timeout_s: float = 60.0) -> int | None:
+    """The last micro-batch id a transactional sink task committed (its record in
+    ``commits_topic``, read with read_committed up to the last stable offset)."""
+    conf = {k: v for k, v in config.items() if not k.startswith(("acks", "linger", "enable.idem",
+                                                                  "transactional"))}
+    c = Consumer({**conf, "group.id": f"{transactional_id}-progress",
+                  "isolation.level": "read_committed", "enable.partition.eof": True,
+                  "enable.auto.commit": False})
+    try:
+        c.assign([KafkaTopicPartition(commits_topic, 0, 0)])
+        key = transactional_id.encode()
+        last: int | None = None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {commits_topic} took over {timeout_s} s")
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return last
+                raise KafkaException(err)
+            value = m.value()
+            if m.key() == key and value is not None:
+                last = int(value)
+    finally:
+        c.close()
+
+
+def produce_batches_transactional(
+    config: Mapping[str, str], batches: Iterable[pa.RecordBatch], topic_option: str | None,
+    transactional_id: str, batch_id: int | None, commits_topic: str,
+    timeout_s: float = 60.0,
+) -> int:
+    """One Spark task's rows in one Kafka transaction (the sink's transactional mode).
+
+    ``init_transactions`` fences any earlier attempt of the same task (same id). In a
+    streaming query the transaction also writes (id, batch id) to ``commits_topic``, and a
+    task first reads that topic: a batch it already committed (a replay after a driver
+    crash, or a retried task whose first attempt committed) writes nothing. So each
+    micro-batch's output is committed exactly once, atomically per task."""
+    conf: dict[str, Any] = {"linger.ms": 5, **config, "transactional.id": transactional_id}
+    conf.pop("enable.idempotence", None)
+    p = Producer(conf)
+    p.init_transactions(timeout_s)
+    if batch_id is not None:
+        done = last_committed_batch(config, commits_topic, transactional_id, timeout_s)
+        if done is not None and done >= batch_id:
+            log.info("%s: batch %d was committed already; nothing written", transactional_id,
+                     batch_id)
+            return 0
+    errors: list[str] = []
+
+    def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    p.begin_transaction()
+    try:
+        count = _produce_rows(p, batches, topic_option, on_delivery)
+        if batch_id is not None:
+            p.produce(commits_topic, key=transactional_id.encode(),
+                      value=str(batch_id).encode(), partition=0, on_delivery=on_delivery)
+        p.flush(timeout_s)
+        if errors:
+            raise KafkaException(f"{len(errors)} records not delivered; first: {errors[0]}")
+        p.commit_transaction(timeout_s)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            p.abort_transaction(timeout_s)
+        raise
     return count

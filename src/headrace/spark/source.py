@@ -21,6 +21,8 @@ writers' ``write`` run in executor workers and get everything they need from the
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -290,6 +292,11 @@ def _offsets(data: Mapping[str, Any]) -> PartitionOffsets:
 
 # --- the sink ------------------------------------------------------------------------------
 
+COMMITS_TOPIC = "headrace-sink-commits"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"  # Spark's MicroBatchExecution.BATCH_ID_KEY
+SINK_FAILPOINT_ENV = "HEADRACE_SINK_FAILPOINT_BATCH"
+SINK_FAILPOINT_PGID_ENV = "HEADRACE_SINK_FAILPOINT_PGID"
+
 
 @dataclass
 class HeadraceCommitMessage(WriterCommitMessage):
@@ -312,9 +319,29 @@ class _WriterBase:
                                   f"not {names[col].dataType.simpleString()}")
         if self.topic is None and "topic" not in names:
             raise OptionError("no topic: give a 'topic' column or the 'topic' option")
+        # transactional mode (exactly once to a topic): each task's rows in one Kafka
+        # transaction whose id is <prefix>-<task partition>; see kafka_io
+        self.txn_prefix = opts.get("transactionalidprefix") or None
+        self.commits_topic = opts.get("transactioncommitstopic") or COMMITS_TOPIC
+        if "transactional.id" in self.kafka:
+            raise OptionError("option 'kafka.transactional.id' is set per task: give "
+                              "'transactionalIdPrefix' instead")
+        if self.txn_prefix:
+            kafka_io.ensure_compacted_topic(self.kafka, self.commits_topic)
 
     def _write(self, batches: Iterator[pa.RecordBatch]) -> HeadraceCommitMessage:
-        return HeadraceCommitMessage(kafka_io.produce_batches(self.kafka, batches, self.topic))
+        if not self.txn_prefix:
+            return HeadraceCommitMessage(kafka_io.produce_batches(self.kafka, batches,
+                                                                  self.topic))
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        part = ctx.partitionId() if ctx is not None else 0
+        raw_batch = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx is not None else None
+        batch_id = int(raw_batch) if raw_batch is not None else None
+        return HeadraceCommitMessage(kafka_io.produce_batches_transactional(
+            self.kafka, batches, self.topic, f"{self.txn_prefix}-{part}", batch_id,
+            self.commits_topic))
 
 
 class HeadraceBatchWriter(_WriterBase, DataSourceArrowWriter):
@@ -329,9 +356,21 @@ class HeadraceStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         n = sum(m.records for m in messages if isinstance(m, HeadraceCommitMessage))
         log.debug("batch %d: %d records produced", batchId, n)
+        failpoint_batch = os.environ.get(SINK_FAILPOINT_ENV)
+        if failpoint_batch is not None and batchId >= int(failpoint_batch):
+            # crash tests: the whole job (the process group the test names: this runs in
+            # a Python worker of its own) dies after the batch's tasks committed and before
+            # Spark records it in its checkpoint (the replay the sink must make a no-op)
+            os.killpg(int(os.environ.get(SINK_FAILPOINT_PGID_ENV, os.getpgid(0))),
+                      signal.SIGKILL)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.warning("batch %d aborted; records already produced stay (at-least-once)", batchId)
+        if self.txn_prefix:
+            log.warning("batch %d aborted; tasks that committed their transaction stay "
+                        "committed, and the replay writes only the others", batchId)
+        else:
+            log.warning("batch %d aborted; records already produced stay (at-least-once)",
+                        batchId)
 
 
 # --- the data source -----------------------------------------------------------------------
