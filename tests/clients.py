@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,4 +240,37 @@ def by_partition(recs: list[Rec]) -> dict[int, list[Rec]]:
     out: dict[int, list[Rec]] = {}
     for r in recs:
         out.setdefault(r.partition, []).append(r)
+    return out
+
+
+def read_to_end(bootstrap: str, topic: str, partitions: int, isolation: str,
+                timeout_s: float = 60.0) -> list[bytes]:
+    """Every value of ``topic`` from offset 0 up to its end for ``isolation``
+    (read_committed stops at the last stable offset), with confluent-kafka."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex[:6]}",
+                  "isolation.level": isolation, "enable.partition.eof": True,
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[bytes] = []
+    eof: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(eof) < partitions:
+            assert time.monotonic() < deadline, f"reading {topic}: end of {sorted(eof)} only"
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error() is not None:
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    eof.add(m.partition())
+                    continue
+                if m.error().fatal():
+                    raise AssertionError(str(m.error()))
+                continue  # transient (a broker restarting): the deadline bounds it
+            eof.discard(m.partition())
+            out.append(m.value())
+    finally:
+        c.close()
     return out

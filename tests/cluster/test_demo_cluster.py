@@ -28,6 +28,11 @@ def test_demo_on_a_cluster_with_a_broker_killed(tmp_path: Path) -> None:
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["produced"] > 0
     assert summary["lost"] == 0 and summary["duplicated"] == 0
+    # issue 10 item 4: the result topics, read with read_committed, hold exactly their
+    # warehouse tables' rows (written in the sink's transactional mode)
+    assert summary["results_lost"] == 0 and summary["results_duplicated"] == 0, summary
+    assert all(a["topic_records"] == a["table_rows"] > 0
+               for a in summary["results_audit"].values()), summary["results_audit"]
     assert summary["consumed"] == summary["produced"] == summary["warehouse_rows"]
     assert summary["cluster"]["broker_killed"] in (1, 2, 3)
     assert summary["cluster"]["fault_error"] is None

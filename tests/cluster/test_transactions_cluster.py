@@ -9,9 +9,10 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 
 from tests.brokerproc import wait_until
+from tests.clients import read_to_end
 from tests.clusterproc import Cluster
 
 pytestmark = pytest.mark.timeout(300)
@@ -24,28 +25,7 @@ def _topic(prefix: str) -> str:
 
 
 def read_all(cluster: Cluster, name: str, isolation: str, timeout_s: float = 60) -> list[bytes]:
-    c = Consumer({"bootstrap.servers": cluster.live_bootstrap(),
-                  "group.id": f"r-{uuid.uuid4().hex[:6]}", "isolation.level": isolation,
-                  "enable.partition.eof": True, "enable.auto.commit": False})
-    c.assign([TopicPartition(name, p, 0) for p in range(PARTS)])
-    out: list[bytes] = []
-    eof: set[int] = set()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(eof) < PARTS:
-            assert time.monotonic() < deadline, f"reading {name}: eof on {eof} only"
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error() is not None:
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    eof.add(m.partition())
-                continue
-            eof.discard(m.partition())
-            out.append(m.value())
-    finally:
-        c.close()
-    return out
+    return read_to_end(cluster.live_bootstrap(), name, PARTS, isolation, timeout_s)
 
 
 def txn_producer(cluster: Cluster, tid: str) -> Producer:

@@ -32,6 +32,7 @@ from confluent_kafka.admin import (  # noqa: E402
 
 from headrace.spark import local_session, warehouse  # noqa: E402
 from tests.brokerproc import BrokerProcess, wait_until  # noqa: E402
+from tests.clients import read_to_end  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -351,26 +352,7 @@ print("finished", flush=True)
 
 
 def _read_committed(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rc-{topic}",
-                  "isolation.level": "read_committed", "enable.partition.eof": True,
-                  "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out: list[bytes] = []
-    eof: set[int] = set()
-    deadline = time.monotonic() + 60
-    try:
-        while len(eof) < partitions:
-            assert time.monotonic() < deadline, f"reading {topic}: eof on {eof} only"
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error() is not None:
-                eof.add(m.partition())
-                continue
-            out.append(m.value())
-    finally:
-        c.close()
-    return out
+    return read_to_end(bootstrap, topic, partitions, "read_committed")
 
 
 def test_transactional_sink_is_exactly_once_across_a_driver_kill(
@@ -471,6 +453,11 @@ def test_demo_runs_end_to_end_and_its_audit_finds_no_loss_or_duplicates(tmp_path
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["produced"] > 0
     assert summary["lost"] == 0 and summary["duplicated"] == 0
+    # issue 10 item 4: the result topics, read with read_committed, hold exactly their
+    # warehouse tables' rows (written in the sink's transactional mode)
+    assert summary["results_lost"] == 0 and summary["results_duplicated"] == 0, summary
+    assert all(a["topic_records"] == a["table_rows"] > 0
+               for a in summary["results_audit"].values()), summary["results_audit"]
     assert summary["consumed"] == summary["produced"] == summary["warehouse_rows"]
     assert summary["warehouse_tables"]["activity_counts"] > 0
     assert summary["warehouse_tables"]["word_counts"] > 0

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from kio.schema.errors import ErrorCode
 
 from tests.brokerproc import BrokerProcess, wait_until
-from tests.clients import create_topic
+from tests.clients import create_topic, read_to_end
 from tests.kafka_wire import WireClient
 from tests.workerproc import WorkerProcess
 
@@ -53,29 +53,7 @@ def txn_producer(b: BrokerProcess, tid: str, **extra: Any) -> Producer:
 def read_all(b: BrokerProcess, name: str, isolation: str, partitions: int = 2,
              timeout_s: float = 30) -> list[bytes]:
     """Every record of ``name`` up to its end (the LSO for read_committed)."""
-    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}",
-                  "isolation.level": isolation, "enable.partition.eof": True,
-                  "enable.auto.commit": False})
-    c.assign([TopicPartition(name, p, 0) for p in range(partitions)])
-    out: list[bytes] = []
-    eof: set[int] = set()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(eof) < partitions:
-            assert time.monotonic() < deadline, f"reading {name}: eof on {eof} only"
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error() is not None:
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    eof.add(m.partition())
-                    continue
-                raise AssertionError(str(m.error()))
-            eof.discard(m.partition())
-            out.append(m.value())
-    finally:
-        c.close()
-    return out
+    return read_to_end(b.bootstrap, name, partitions, isolation, timeout_s)
 
 
 def test_commit_and_abort_as_each_isolation_level_sees_them(txb: BrokerProcess) -> None:

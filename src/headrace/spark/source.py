@@ -294,6 +294,7 @@ def _offsets(data: Mapping[str, Any]) -> PartitionOffsets:
 
 COMMITS_TOPIC = "headrace-sink-commits"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # Spark's MicroBatchExecution.BATCH_ID_KEY
+QUERY_ID_PROPERTY = "sql.streaming.queryId"  # Spark's StreamExecution.QUERY_ID_KEY
 SINK_FAILPOINT_ENV = "HEADRACE_SINK_FAILPOINT_BATCH"
 SINK_FAILPOINT_PGID_ENV = "HEADRACE_SINK_FAILPOINT_PGID"
 
@@ -322,6 +323,9 @@ class _WriterBase:
         # transactional mode (exactly once to a topic): each task's rows in one Kafka
         # transaction whose id is <prefix>-<task partition>; see kafka_io
         self.txn_prefix = opts.get("transactionalidprefix") or None
+        # inside foreachBatch: the micro-batch id, given explicitly (batch writes)
+        raw = opts.get("transactionbatchid")
+        self.txn_batch_id = int(raw) if raw not in (None, "") else None
         self.commits_topic = opts.get("transactioncommitstopic") or COMMITS_TOPIC
         if "transactional.id" in self.kafka:
             raise OptionError("option 'kafka.transactional.id' is set per task: give "
@@ -337,11 +341,16 @@ class _WriterBase:
 
         ctx = TaskContext.get()
         part = ctx.partitionId() if ctx is not None else 0
+        # a streaming query's micro-batch (also inside foreachBatch, whose jobs inherit the
+        # query's local properties); its id survives restarts from the same checkpoint, so
+        # progress recorded by an earlier query on other checkpoints never matches
         raw_batch = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx is not None else None
-        batch_id = int(raw_batch) if raw_batch is not None else None
+        query = ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx is not None else None
+        batch_id = (self.txn_batch_id if self.txn_batch_id is not None
+                    else int(raw_batch) if raw_batch is not None else None)
+        tid = f"{self.txn_prefix}-{query}-{part}" if query else f"{self.txn_prefix}-{part}"
         return HeadraceCommitMessage(kafka_io.produce_batches_transactional(
-            self.kafka, batches, self.topic, f"{self.txn_prefix}-{part}", batch_id,
-            self.commits_topic))
+            self.kafka, batches, self.topic, tid, batch_id, self.commits_topic))
 
 
 class HeadraceBatchWriter(_WriterBase, DataSourceArrowWriter):
