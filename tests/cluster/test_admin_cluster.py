@@ -124,3 +124,44 @@ def test_kafka_python_detects_truncation_after_an_unclean_election(healthy: Clus
         assert consume(3) == [(10, b"new-0"), (11, b"new-1"), (12, b"new-2")]
     finally:
         c.close()
+
+
+def test_a_follower_checks_the_leader_epoch_before_leadership(healthy: Cluster) -> None:
+    """Kafka's order (Partition.getLocalLog): a replica that is not the leader answers a
+    Fetch or OffsetForLeaderEpoch naming a newer leader epoch than it knows with
+    UNKNOWN_LEADER_EPOCH (retry at once: it is the new leader that has not heard yet), an
+    older one with FENCED_LEADER_EPOCH, and only the current one with
+    NOT_LEADER_OR_FOLLOWER (a follower fetching from its new leader used to pause a whole
+    second on that race)."""
+    cluster = healthy
+    topic = _topic("epochorder")
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+    produce_acked(cluster, topic, [b"x"])
+    leader = cluster.wait_leader(topic, 0)
+    follower = next(b for b in cluster.brokers if b != leader)
+    _, epoch = _leader_epoch(cluster, follower, topic)
+
+    def fetch_code(current: int) -> int:
+        with _wire(cluster, follower) as wc:
+            resp = wc.request(1, 12, {
+                "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "forgotten_topics_data": [], "rack_id": "",
+                "topics": [{"topic": topic, "partitions": [{
+                    "partition": 0, "current_leader_epoch": current, "fetch_offset": 0,
+                    "last_fetched_epoch": -1, "log_start_offset": -1,
+                    "partition_max_bytes": 1 << 20}]}]})
+        return int(resp.responses[0].partitions[0].error_code)
+
+    def ofle_code(current: int) -> int:
+        with _wire(cluster, follower) as wc:
+            resp = wc.request(23, 4, {"replica_id": -1, "topics": [{"topic": topic,
+                              "partitions": [{"partition": 0, "current_leader_epoch": current,
+                                              "leader_epoch": 0}]}]})
+        return int(resp.topics[0].partitions[0].error_code)
+
+    for code in (fetch_code, ofle_code):
+        assert code(epoch + 1) == ErrorCode.unknown_leader_epoch
+        assert code(epoch) == ErrorCode.not_leader_or_follower
+        if epoch > 0:
+            assert code(epoch - 1) == ErrorCode.fenced_leader_epoch

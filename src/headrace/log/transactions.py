@@ -116,8 +116,7 @@ class TxnTracker:
     def aborted_in(self, start: int, end: int) -> list[AbortedTxn]:
         """Aborted transactions with records in [start, end): those whose marker is at or
         after ``start`` and whose first offset is before ``end``."""
-        keys = [a.last_offset for a in self.aborted]
-        i = bisect.bisect_left(keys, start)
+        i = bisect.bisect_left(self.aborted, start, key=lambda a: a.last_offset)
         return [a for a in self.aborted[i:] if a.first_offset < end]
 
     def drop_before(self, log_start: int) -> None:

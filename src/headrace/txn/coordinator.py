@@ -141,14 +141,20 @@ class TxnCoordinator:
 
     # ------------------------------------------------------------------ requests
     def init_producer_id(self, tid: str, timeout_ms: int, now_ms: int,
-                         expected: tuple[int, int] | None = None) -> Outcome:
+                         expected: tuple[int, int] | None = None,
+                         new_producer_id: int | None = None) -> Outcome:
+        """``new_producer_id``: one the shell reserved (its allocation is I/O) for a new id
+        or an exhausted epoch; else the injected allocator is asked."""
+        def allocate() -> int:
+            return self.allocate_producer_id() if new_producer_id is None else new_producer_id
+
         if tid == "":
             return Outcome(ErrorCode.invalid_request)
         if not 0 < timeout_ms <= self.max_timeout_ms:
             return Outcome(ErrorCode.invalid_transaction_timeout)
         m = self.txns.get(tid)
         if m is None:
-            m = TxnMetadata(tid, self.allocate_producer_id(), -1, timeout_ms, TxnState.EMPTY,
+            m = TxnMetadata(tid, allocate(), -1, timeout_ms, TxnState.EMPTY,
                             last_update_ms=now_ms)
             self.txns[tid] = m
         if m.pending is not None:
@@ -167,7 +173,7 @@ class TxnCoordinator:
                      start_ms=-1, last_update_ms=now_ms)
         if m.producer_epoch + 1 >= MAX_EPOCH:
             new.last_producer_id, new.last_producer_epoch = m.producer_id, m.producer_epoch
-            new.producer_id, new.producer_epoch = self.allocate_producer_id(), 0
+            new.producer_id, new.producer_epoch = allocate(), 0
         else:
             new.last_producer_id, new.last_producer_epoch = m.producer_id, m.producer_epoch
             new.producer_epoch = m.producer_epoch + 1

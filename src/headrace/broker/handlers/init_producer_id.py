@@ -46,16 +46,17 @@ async def _transactional(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     err, coordinator = broker.txns.coordinator_for(tid)
     pid, epoch = -1, -1
     if coordinator is not None:
+        reserved: int | None = None
         m = coordinator.txns.get(tid)
         if m is None or m.producer_epoch + 1 >= MAX_EPOCH:
             reserved = await broker.producer_ids.next_async()
-            coordinator.allocate_producer_id = lambda: reserved
             err, coordinator = broker.txns.coordinator_for(tid)  # the await may have moved it
         if coordinator is not None:
             expected = (int(getattr(req, "producer_id", -1)),
                         int(getattr(req, "producer_epoch", -1)))
             out = coordinator.init_producer_id(tid, timeout_ms, broker.txns.now_ms(),
-                                               expected if ctx.api_version >= 3 else None)
+                                               expected if ctx.api_version >= 3 else None,
+                                               new_producer_id=reserved)
             err, pid, epoch = out.error, out.producer_id, out.producer_epoch
             if out.write is not None:
                 written = await broker.txns.write(coordinator, out.write)

@@ -25,21 +25,12 @@ if TYPE_CHECKING:
     from headrace.broker.server import Broker
 
 
-@handler(8, "OffsetCommit", 2, 9)
-async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    group_id = str(req.group_id)
-    generation = int(req.generation_id_or_member_epoch)
-    groups = broker.groups
-    errors: dict[tuple[str, int], ErrorCode] = {}
+def commit_entries(broker: Broker, topics: Any, err: ErrorCode,
+                   errors: dict[tuple[str, int], ErrorCode]) -> list[CommitEntry]:
+    """The partitions of an OffsetCommit or TxnOffsetCommit request to write; the others
+    get ``err`` (the group's refusal) or UNKNOWN_TOPIC_OR_PARTITION in ``errors``."""
     entries: list[CommitEntry] = []
-    err = groups.check_coordinator(group_id)
-    if err is ErrorCode.none:
-        err = groups.coordinator.validate_commit(
-            group_id, str(req.member_id), generation, getattr(req, "group_instance_id", None),
-            groups.now_ms(), ctx.api_version,
-        )
-        groups.flush()
-    for t in req.topics:
+    for t in topics:
         topic = broker.metadata.topic(str(t.name))
         for p in t.partitions:
             key = (str(t.name), int(p.partition_index))
@@ -51,6 +42,23 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) ->
                 entries.append(CommitEntry(key[0], key[1], int(p.committed_offset),
                                            int(getattr(p, "committed_leader_epoch", -1)),
                                            p.committed_metadata))
+    return entries
+
+
+@handler(8, "OffsetCommit", 2, 9)
+async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    group_id = str(req.group_id)
+    generation = int(req.generation_id_or_member_epoch)
+    groups = broker.groups
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    err = groups.check_coordinator(group_id)
+    if err is ErrorCode.none:
+        err = groups.coordinator.validate_commit(
+            group_id, str(req.member_id), generation, getattr(req, "group_instance_id", None),
+            groups.now_ms(), ctx.api_version,
+        )
+        groups.flush()
+    entries = commit_entries(broker, req.topics, err, errors)
     if entries:
         write, entry_errors = groups.coordinator.commit_write(group_id, entries,
                                                               groups.now_ms())

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
-from headrace.group.coordinator import CommitEntry, OffsetWrite
+from headrace.broker.handlers.offset_commit import commit_entries
+from headrace.group.coordinator import OffsetWrite
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -27,7 +28,6 @@ async def handle_txn_offset_commit(broker: Broker, ctx: RequestContext, req: Any
     group_id = str(req.group_id)
     groups = broker.groups
     errors: dict[tuple[str, int], ErrorCode] = {}
-    entries: list[CommitEntry] = []
     err = groups.check_coordinator(group_id)
     generation = int(getattr(req, "generation_id", -1))
     if err is ErrorCode.none and generation >= 0:
@@ -35,18 +35,7 @@ async def handle_txn_offset_commit(broker: Broker, ctx: RequestContext, req: Any
             group_id, str(getattr(req, "member_id", "")), generation,
             getattr(req, "group_instance_id", None), groups.now_ms())
         groups.flush()
-    for t in req.topics:
-        topic = broker.metadata.topic(str(t.name))
-        for p in t.partitions:
-            key = (str(t.name), int(p.partition_index))
-            if err is not ErrorCode.none:
-                errors[key] = err
-            elif topic is None or not 0 <= key[1] < len(topic.partitions):
-                errors[key] = ErrorCode.unknown_topic_or_partition
-            else:
-                entries.append(CommitEntry(key[0], key[1], int(p.committed_offset),
-                                           int(getattr(p, "committed_leader_epoch", -1)),
-                                           p.committed_metadata))
+    entries = commit_entries(broker, req.topics, err, errors)
     if entries:
         plain, entry_errors = groups.coordinator.commit_write(group_id, entries,
                                                               groups.now_ms())
