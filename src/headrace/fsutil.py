@@ -15,6 +15,19 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def fsync_file(path: Path) -> bool:
+    """fsync a file; False (nothing done) if it does not exist."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
 def write_atomically(path: Path, data: bytes, *, fsync: bool = True) -> None:
     """Write a temporary file next to ``path``, fsync it (unless told not to) and rename it
     over ``path``: a reader sees the old content or the new, never a torn file."""

@@ -326,3 +326,57 @@ def test_cli_lists_and_describes_transactions(txb: BrokerProcess) -> None:
                         "no-such-id", "--bootstrap-server", txb.bootstrap],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in r.stderr
+
+
+def test_kill_9_with_many_segments_keeps_transactions_through_snapshots_and_txnindexes(
+    tmp_path: Path,
+) -> None:
+    """Item 2 on disk: commits and aborts over many segment rolls leave Kafka's
+    ``N.snapshot`` and ``N.txnindex`` files; after kill -9 the restarted broker (which
+    reads its state from them and the active segment, not every batch) gives read_committed
+    and read_uncommitted consumers exactly what they saw before, an idempotent producer's
+    sequence continues, and the transactional id works on."""
+    with BrokerProcess(tmp_path / "data", {"num.partitions": "1"}) as b:
+        name = f"seg-{uuid.uuid4().hex[:8]}"
+        create_topic("confluent", b.bootstrap, name, 1, {"segment.bytes": "16384"})
+        tid = f"seg-{uuid.uuid4().hex[:6]}"
+        p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": tid,
+                      "linger.ms": 2})
+        p.init_transactions(30)
+        for t in range(40):
+            p.begin_transaction()
+            for i in range(20):
+                p.produce(name, b"t%d-%d-" % (t, i) + b"x" * 80, partition=0)
+            if t % 3 == 1:
+                p.flush(30)
+                p.abort_transaction(30)
+            else:
+                p.commit_transaction(30)
+        p.begin_transaction()  # left open across the kill
+        p.produce(name, b"open", partition=0)
+        p.flush(30)
+        committed = read_to_end(b.bootstrap, name, 1, "read_committed", 30)
+        everything = read_to_end(b.bootstrap, name, 1, "read_uncommitted", 30)
+        assert len(committed) == 27 * 20 and len(everything) == 40 * 20 + 1
+        pdir = b.data_dir / f"{name}-0"
+        assert len(list(pdir.glob("*.log"))) > 5
+        assert list(pdir.glob("*.snapshot")) and list(pdir.glob("*.txnindex"))
+        b.kill()
+        b.start()
+        assert sorted(read_to_end(b.bootstrap, name, 1, "read_uncommitted", 30)) == sorted(
+            everything)
+        # the open transaction still holds read_committed back until a new producer with
+        # the same id fences it (its transaction is aborted)
+        again = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": tid,
+                          "linger.ms": 2})
+        again.init_transactions(30)
+        again.begin_transaction()
+        again.produce(name, b"after", partition=0)
+        again.commit_transaction(30)
+        assert sorted(read_to_end(b.bootstrap, name, 1, "read_committed", 30)) == sorted(
+            [*committed, b"after"])
+        p = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True})
+        p.produce(name, b"idem", partition=0)
+        assert p.flush(30) == 0
+        text = "".join(b.stderr_lines)
+        assert "Traceback" not in text, text[-3000:]

@@ -11,6 +11,12 @@
         log-start-offset                 text: "0" (version), then the log start offset
                                          that DeleteRecords moved past the first
                                          segment's base offset (absent otherwise)
+        00000000000000000000.txnindex    aborted transactions whose ABORT markers are in
+                                         that segment (Kafka's format, 34-byte entries;
+                                         only segments with some have one)
+        00000000000000001234.snapshot    producer state after every batch below offset
+                                         1234 (Kafka's version 1), written at each roll
+                                         and at close (``headrace.log.state_files``)
         partition.metadata               text: "version: 0\ntopic_id: <id>\n" (Kafka's;
                                          the id base64url without padding): whose
                                          partition this is. ``open`` with a topic id
@@ -53,9 +59,14 @@ shutdown marker or recovery-point checkpoint yet; that costs one read of the act
 the batches after their last index entry are valid; otherwise they are recovered the same
 way, and if that truncates one, every later segment is deleted (Kafka's ``LogLoader`` does
 the same: offsets past a hole cannot be trusted). Index files are rebuilt whenever they are
-missing or inconsistent. The idempotent-producer state and the leader-epoch cache are
-rebuilt from the batch headers of all segments (one 61-byte read per batch; no snapshot
-yet). Data is fsynced per ``flush.messages`` / ``flush.ms`` (checked on append and by the
+missing or inconsistent. The idempotent-producer state, the transactions and the
+leader-epoch cache are loaded as Kafka's ``LogLoader`` does: the newest producer snapshot at
+or below the recovered log end offset, the ``.txnindex`` files and leader-epoch checkpoint
+below it, then the batch headers from it on (after a clean shutdown none; after a kill -9
+those of the active segment: ``bench/recovery_bench.py``). A missing or corrupt snapshot or
+damaged ``.txnindex`` costs a longer scan (an older snapshot, or every batch header), never
+wrong state; snapshots past the end are removed, as a truncation does. Data is fsynced per
+``flush.messages`` / ``flush.ms`` (checked on append and by the
 broker's periodic ``flush_if_due``) or when ``flush`` is called; otherwise it is in the
 page cache (R-LOG-7).
 
@@ -82,7 +93,7 @@ import shutil
 import struct
 import uuid
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -90,7 +101,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.clock import Clock
 from headrace.config import LogConfig
-from headrace.fsutil import fsync_dir, write_atomically
+from headrace.fsutil import fsync_dir, fsync_file, write_atomically
 from headrace.log import cleaner
 from headrace.log.errors import LogError, OffsetOutOfRangeError
 from headrace.log.producer_state import ProducerStateManager
@@ -98,8 +109,21 @@ from headrace.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     SegmentMark,
+)
+from headrace.log.state_files import (
+    CorruptStateFileError,
+    SnapshotEntry,
+    append_aborted,
+    decode_snapshot,
+    read_aborted,
+    snapshot_offsets,
+    snapshot_path,
+    txn_index_path,
+    write_aborted,
+    write_snapshot,
 )
 from headrace.log.transactions import AbortedTxn, TxnTracker, control_batch, marker_type
 from headrace.log.validator import validate_batches
@@ -176,6 +200,9 @@ class PartitionLog:
         # in only if nothing changed under it
         self._generation = 0
         self._compaction: CompactionJob | None = None
+        # base offsets of segments whose .txnindex was appended to since the last flush
+        self._txn_index_dirty: set[int] = set()
+        self.scanned_batches = 0  # batch headers the last state load read (tests, bench)
 
     # ------------------------------------------------------------------ open / recovery
     @classmethod
@@ -265,33 +292,107 @@ class PartitionLog:
             segments.append(LogSegment.create(dir, 0, index_interval_bytes=interval,
                                               max_index_bytes=max_index, now_ms=now))
         plog = cls(dir, config, clock, segments)
-        plog._load_state()
+        # a compaction swap completed just now changed segments under the snapshots' and
+        # indexes' feet only in ways they tolerate (entries deduplicated), so they stay
+        plog._load_state(_read_checkpoint(dir / LEADER_EPOCH_CHECKPOINT))
         plog._apply_stored_log_start()
         log.info("opened log %s: offsets [%d, %d), %d segment(s)", dir,
                  plog.log_start_offset, plog.log_end_offset, len(segments))
         return plog
 
-    def _all_headers(self) -> Iterator[BatchHeader]:
-        for seg in self._segments:
-            yield from seg.headers(0)
-
-    def _load_state(self) -> None:
-        """Rebuild producer state, transactions and leader epochs from every batch header
-        (a control batch's marker type is read from its record)."""
-        epochs: list[tuple[int, int]] = []
+    def _load_state(self, known_epochs: list[tuple[int, int]] | None) -> None:
+        """Rebuild producer state, transactions and leader epochs (at open and after a
+        truncation), Kafka's way: from the newest producer snapshot at or below the log end
+        offset, the ``.txnindex`` files of the segments below it and ``known_epochs`` (the
+        leader-epoch cache's entries) below it, then the batch headers from the snapshot
+        on (a control batch's marker type read from its record). With no usable snapshot,
+        or without ``known_epochs``, or with a damaged ``.txnindex`` below the snapshot,
+        every batch header is read. ``.txnindex`` files of the scanned segments are
+        rewritten where they differ from what the scan found."""
+        leo = self.log_end_offset
+        for off in snapshot_offsets(self.dir):  # past the log end: the log lost that part
+            if off > leo:
+                _unlink_quietly(snapshot_path(self.dir, off))
+        snap = self._newest_snapshot() if known_epochs is not None else None
+        aborted: list[AbortedTxn] | None = None
+        if snap is not None:
+            aborted = self._aborted_below(snap[0])
+            if aborted is None:
+                snap = None
         producers = self.producer_state
         producers.producers.clear()
         self.txns.clear()
-        for seg in self._segments:
-            for h in seg.headers(0):
-                self._track(h, self._marker_of(seg, h), self.high_watermark)
+        epochs: list[tuple[int, int]] = []
+        scan_from = 0
+        if snap is not None and aborted is not None and known_epochs is not None:
+            scan_from, entries = snap
+            producers.load_snapshot(entries)
+            for e in entries:
+                if e.current_txn_first_offset >= 0:
+                    self.txns.ongoing[e.producer_id] = e.current_txn_first_offset
+            self.txns.aborted = aborted
+            epochs = [(e, o) for e, o in known_epochs if o < scan_from]
+        self.scanned_batches = 0
+        n = len(self._segments)
+        for i, seg in enumerate(self._segments):
+            end = self._segments[i + 1].base_offset if i + 1 < n else leo
+            if end <= scan_from and i + 1 < n:
+                continue  # wholly below the snapshot: its .txnindex was read
+            position = 0
+            if scan_from > seg.base_offset:
+                found = seg.find_position(scan_from)
+                position = seg.size if found is None else found
+            before = len(self.txns.aborted)
+            kept = [a for a in self.txns.aborted if a.last_offset >= seg.base_offset]
+            for h in seg.headers(position):
+                self.scanned_batches += 1
+                self._track(h, self._marker_of(seg, h))
                 if h.partition_leader_epoch >= 0 and (
                     not epochs or h.partition_leader_epoch > epochs[-1][0]
                 ):
                     epochs.append((h.partition_leader_epoch, h.base_offset))
+            mine = kept + self.txns.aborted[before:]
+            path = txn_index_path(self.dir, seg.base_offset)
+            if read_aborted(path) != mine:
+                try:
+                    write_aborted(path, mine)
+                except OSError as e:  # derived: the next open scans this segment again
+                    log.warning("could not write %s: %s", path, e)
         self.leader_epochs = epochs
         if _read_checkpoint(self.dir / LEADER_EPOCH_CHECKPOINT) != epochs:
-            self._write_leader_epochs()
+            self._save_epochs()
+
+    def _newest_snapshot(self) -> tuple[int, list[SnapshotEntry]] | None:
+        """The newest readable snapshot at or below the log end offset; a corrupt one is
+        removed (with a warning) and the next older one tried."""
+        for off in reversed(snapshot_offsets(self.dir)):
+            if off > self.log_end_offset:
+                continue
+            path = snapshot_path(self.dir, off)
+            try:
+                return off, decode_snapshot(path.read_bytes())
+            except (OSError, CorruptStateFileError) as e:
+                log.warning("ignoring producer snapshot %s: %s", path, e)
+                _unlink_quietly(path)
+        return None
+
+    def _aborted_below(self, offset: int) -> list[AbortedTxn] | None:
+        """The aborted transactions whose markers are below ``offset`` (from the segments'
+        ``.txnindex`` files, deduplicated: an interrupted compaction may leave an entry in
+        two files); None if a file that should hold some is damaged."""
+        found: dict[int, AbortedTxn] = {}
+        for seg in self._segments:
+            if seg.base_offset >= offset:
+                break
+            entries = read_aborted(txn_index_path(self.dir, seg.base_offset))
+            if entries is None:
+                log.warning("transaction index of %s is damaged: rebuilding it from the log",
+                            seg.log_path)
+                return None
+            for a in entries:
+                if a.last_offset < offset:
+                    found[a.last_offset] = a
+        return [found[k] for k in sorted(found)]
 
     @staticmethod
     def _marker_of(seg: LogSegment, h: BatchHeader) -> int | None:
@@ -302,16 +403,58 @@ class PartitionLog:
         except InvalidRecordError:
             return None
 
-    def _track(self, h: BatchHeader, kind: int | None, high_watermark: int) -> None:
+    def _track(self, h: BatchHeader, kind: int | None) -> AbortedTxn | None:
         """Producer state and transactions after a batch was appended: a marker moves its
         producer's epoch (a fenced zombie's next batch is refused) without touching its
-        sequence numbers, as Kafka's ``appendEndTxnMarker``."""
+        sequence numbers, as Kafka's ``appendEndTxnMarker``. Returns the aborted
+        transaction an ABORT marker ended."""
         if h.is_control:
             self.producer_state.marker(h.producer_id, h.producer_epoch, h.max_timestamp)
         else:
             self.producer_state.update(h)
         if h.is_transactional:
-            self.txns.on_batch(h, kind, high_watermark)
+            return self.txns.on_batch(h, kind)
+        return None
+
+    def _index_aborted(self, seg: LogSegment, txns: list[AbortedTxn]) -> None:
+        """Append aborted transactions to the active segment's ``.txnindex`` after their
+        markers were written. The markers are in the log already, so a failure takes the
+        log offline (Kafka's answer to any I/O error): a restart rescans the segment."""
+        path = txn_index_path(self.dir, seg.base_offset)
+        try:
+            for txn in txns:
+                append_aborted(path, txn)
+        except OSError as e:
+            self._go_offline(f"could not write {path}: {e}")
+            raise LogError(ErrorCode.kafka_storage_error,
+                           f"could not write {path}: {e}") from e
+        self._txn_index_dirty.add(seg.base_offset)
+
+    def take_snapshot(self) -> None:
+        """Write the producer state as ``<log end offset>.snapshot`` (at each roll and at
+        close, as Kafka does) and drop snapshots older than the first segment, except the
+        newest. Derived data: a failure is logged, never raised."""
+        if self.offline is not None:
+            return
+        offset = self.log_end_offset
+        try:
+            write_snapshot(self.dir, offset,
+                           self.producer_state.snapshot_entries(self.txns.ongoing))
+        except OSError as e:
+            log.warning("could not write producer snapshot %s: %s",
+                        snapshot_path(self.dir, offset), e)
+        self._delete_old_snapshots()
+
+    def _delete_all_snapshots(self) -> None:
+        for off in snapshot_offsets(self.dir):
+            _unlink_quietly(snapshot_path(self.dir, off))
+
+    def _delete_old_snapshots(self) -> None:
+        offsets = snapshot_offsets(self.dir)
+        first = self._segments[0].base_offset
+        for off in offsets[:-1]:
+            if off < first:
+                _unlink_quietly(snapshot_path(self.dir, off))
 
     def _write_leader_epochs(self) -> None:
         """Write the checkpoint (renamed into place, not fsynced: ``open`` rebuilds the epochs
@@ -381,6 +524,7 @@ class PartitionLog:
         old.on_become_inactive()
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
+        self.take_snapshot()
         log.info("rolled log %s: new segment %020d (previous %d bytes)", self.dir,
                  seg.base_offset, old.size)
         return seg
@@ -520,8 +664,9 @@ class PartitionLog:
             self._undo_append(seg, mark, e)
             raise LogError(ErrorCode.kafka_storage_error,
                            f"append to {seg.log_path} failed: {e}") from e
-        for h in stored:
-            self._track(h, marker, self.high_watermark)
+        aborted = [a for h in stored if (a := self._track(h, marker)) is not None]
+        if aborted:
+            self._index_aborted(seg, aborted)
         if not self.leader_epochs or leader_epoch > self.leader_epochs[-1][0]:
             self.leader_epochs.append((leader_epoch, first_offset))
             try:
@@ -579,6 +724,7 @@ class PartitionLog:
             raise LogError(ErrorCode.kafka_storage_error,
                            f"append to {seg.log_path} failed: {e}") from e
         epochs_changed = False
+        aborted: list[AbortedTxn] = []
         for h in headers:
             kind = None
             if h.is_control:
@@ -586,11 +732,15 @@ class PartitionLog:
                     kind = marker_type(view[h.position:h.position + h.size])
                 except InvalidRecordError:
                     kind = None
-            self._track(h, kind, self.high_watermark)
+            txn = self._track(h, kind)
+            if txn is not None:
+                aborted.append(txn)
             epoch = h.partition_leader_epoch
             if epoch >= 0 and (not self.leader_epochs or epoch > self.leader_epochs[-1][0]):
                 self.leader_epochs.append((epoch, h.base_offset))
                 epochs_changed = True
+        if aborted:
+            self._index_aborted(seg, aborted)
         if epochs_changed:
             self._save_epochs()
         self._after_append(seg, sum(h.records_count for h in headers))
@@ -644,6 +794,7 @@ class PartitionLog:
             max_index_bytes=self.config.segment_index_bytes, now_ms=self.clock.wall_ms())]
         self._bases = [offset]
         self._unflushed = []
+        self._delete_all_snapshots()
         self.log_start_offset = offset
         self._forget_stored_log_start()
         self.high_watermark = min(self.high_watermark, offset)
@@ -858,6 +1009,7 @@ class PartitionLog:
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
         self.txns.drop_before(self.log_start_offset)
         self._truncate_epochs_from_start(self.log_start_offset)
+        self._delete_old_snapshots()
         return len(deletable)
 
     # ------------------------------------------------------------------ compaction
@@ -947,6 +1099,12 @@ class PartitionLog:
         swap = self.dir / f"{base:020d}{LOG_SUFFIX}{cleaner.SWAP_SUFFIX}"
         failpoint("compaction-cleaned")
         try:
+            # the group's aborted transactions, all in the first segment's .txnindex before
+            # the swap (until it completes they are in two files: a load deduplicates)
+            nxt = self._segments.index(group[-1].segment) + 1
+            end = self._segments[nxt].base_offset if nxt < len(self._segments) else 2**63
+            write_aborted(txn_index_path(self.dir, base),
+                          [a for a in self.txns.aborted if base <= a.last_offset < end])
             os.replace(cleaned, swap)
             fsync_dir(self.dir)
         except OSError:
@@ -1045,6 +1203,7 @@ class PartitionLog:
                 log.warning("could not delete segment %s: %s", seg.log_path, e)
         self._bases = [s.base_offset for s in self._segments]
         self._generation += 1
+        self._delete_old_snapshots()
         return len(doomed)
 
     def _apply_stored_log_start(self) -> None:
@@ -1087,6 +1246,7 @@ class PartitionLog:
                 self.dir, offset, index_interval_bytes=self.config.index_interval_bytes,
                 max_index_bytes=self.config.segment_index_bytes, now_ms=self.clock.wall_ms(),
             )]
+            self._delete_all_snapshots()
             self.log_start_offset = offset
             self._forget_stored_log_start()
         else:
@@ -1096,7 +1256,9 @@ class PartitionLog:
         self._bases = [s.base_offset for s in self._segments]
         self._unflushed = [s for s in self._unflushed if s in self._segments]
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
-        self._load_state()
+        # Kafka's truncateAndReload: the newest snapshot at or below the new end, then the
+        # batches after it (snapshots past the end are removed)
+        self._load_state(self.leader_epochs)
 
     # ------------------------------------------------------------------ config, lifecycle
     def update_config(self, config: LogConfig) -> None:
@@ -1125,18 +1287,24 @@ class PartitionLog:
         try:
             for seg in self._unflushed:
                 seg.flush()
+            for base in sorted(self._txn_index_dirty):
+                fsync_file(txn_index_path(self.dir, base))
         except OSError as e:
             self._go_offline(f"fsync failed: {e}")
             raise LogError(ErrorCode.kafka_storage_error,
                            f"flushing {self.dir} failed: {e}") from e
         self._unflushed.clear()
+        self._txn_index_dirty.clear()
         self._unflushed_messages = 0
         self._last_flush_ms = self.clock.monotonic_ms()
 
     def close(self) -> None:
-        """Flush and close every file; writes nothing else (a running compaction's output
-        is discarded when it finishes)."""
+        """Flush and close every file, after writing a producer snapshot at the log end
+        (Kafka's clean shutdown), so the next open reads no batch header for its state (a
+        running compaction's output is discarded when it finishes)."""
         self._generation += 1
+        if self.offline is None and self.active_segment.size:
+            self.take_snapshot()
         try:
             self.flush()
         finally:
@@ -1338,11 +1506,18 @@ def _largest_timestamp(seg: LogSegment) -> int:
 
 
 def _remove_orphan_indexes(directory: Path, bases: set[int]) -> None:
-    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
         for p in directory.glob(f"*{suffix}"):
             if p.stem.isdigit() and int(p.stem) not in bases:
                 log.info("removing orphan index file %s", p)
                 p.unlink(missing_ok=True)
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as e:
+        log.warning("could not remove %s: %s", path, e)
 
 
 def _read_checkpoint(path: Path) -> list[tuple[int, int]] | None:
@@ -1389,13 +1564,5 @@ def _read_log_start(path: Path) -> int | None:
 def sync_log_start_offset(plog_dir: Path) -> None:
     """fsync a partition's ``log-start-offset`` file and its directory (blocking: run it in
     a worker thread). A file gone meanwhile (the topic was deleted) is fine."""
-    path = plog_dir / LOG_START_OFFSET_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    fsync_dir(plog_dir)
+    if fsync_file(plog_dir / LOG_START_OFFSET_FILE):
+        fsync_dir(plog_dir)

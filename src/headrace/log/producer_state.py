@@ -17,8 +17,10 @@ as many as a producer may have in flight, so that any retried batch is recognise
   may have gone with retention or producer-id expiry; ``PartitionLog`` passes
   ``strict_new_producers=False`` and follows Kafka, as clients expect.
 
-The state is rebuilt on open from the headers of the batches in the log (``load``); no
-snapshot file is written, so opening a partition reads one 61-byte header per batch.
+``PartitionLog`` saves the state in Kafka's snapshot files (``headrace.log.state_files``:
+``snapshot_entries`` / ``load_snapshot``, each producer's last batch only, as Kafka) when a
+segment rolls and at close, and on open replays only the batch headers after the newest
+snapshot (``update``).
 
 Thread-safety: none; one event-loop thread. ``check_append`` changes nothing; only
 ``update`` (after the append succeeded) does, so a rejected request leaves no trace.
@@ -33,7 +35,9 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
+from headrace.log.state_files import SnapshotEntry
 from headrace.protocol.records import (
+    INT32_MAX,
     NO_PRODUCER_ID,
     BatchHeader,
     InvalidRecordError,
@@ -184,6 +188,35 @@ class ProducerStateManager:
         for pid in gone:
             del self.producers[pid]
         return len(gone)
+
+    def snapshot_entries(self, ongoing: dict[int, int]) -> list[SnapshotEntry]:
+        """The state as Kafka's snapshot entries; ``ongoing``: producer id -> first offset
+        of its open transaction (``TxnTracker.ongoing``)."""
+        out = []
+        for pid in sorted(self.producers.keys() | ongoing.keys()):
+            entry = self.producers.get(pid)
+            epoch = entry.epoch if entry is not None else 0
+            last = entry.batches[-1] if entry is not None and entry.batches else None
+            out.append(SnapshotEntry(
+                pid, epoch,
+                last.last_seq if last else -1, last.last_offset if last else -1,
+                last.last_offset - last.first_offset if last else 0,
+                entry.last_ms if entry is not None else -1, -1, ongoing.get(pid, -1)))
+        return out
+
+    def load_snapshot(self, entries: Iterable[SnapshotEntry]) -> None:
+        """Replace the state by a snapshot's (open transactions are the caller's)."""
+        self.producers.clear()
+        for e in entries:
+            entry = ProducerEntry(e.producer_id, e.epoch, last_ms=e.timestamp)
+            if e.last_offset >= 0:
+                first_seq = e.last_sequence - e.offset_delta
+                if first_seq < 0:  # the batch's sequences wrapped past 2**31 - 1
+                    first_seq += INT32_MAX + 1
+                entry.batches.append(BatchMetadata(
+                    first_seq, e.last_sequence, e.last_offset - e.offset_delta,
+                    e.last_offset, e.timestamp))
+            self.producers[e.producer_id] = entry
 
     def load(self, headers: Iterable[BatchHeader]) -> None:
         """Rebuild from the headers of every batch in the log, oldest first."""

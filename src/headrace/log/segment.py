@@ -6,6 +6,8 @@ Files (Kafka's names, in the partition directory; ``N`` is the base offset, 20 d
                  (layout in ``headrace.protocol.records``); the first batch's baseOffset >= N
     N.index      sparse offset index (``headrace.log.index.OffsetIndex``)
     N.timeindex  sparse time index  (``headrace.log.index.TimeIndex``)
+    N.txnindex   aborted transactions whose markers are here (kept by ``PartitionLog``;
+                 ``delete`` removes it with the rest)
 
 Appends are one ``os.write`` (or ``os.writev`` of its pieces) of already validated batch
 bytes to an ``O_APPEND`` fd; reads are one ``os.pread``. Nothing is fsynced unless ``flush``
@@ -56,6 +58,7 @@ log = logging.getLogger("headrace.log")
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"  # written by the partition log (``headrace.log.state_files``)
 
 
 def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
@@ -287,6 +290,7 @@ class LogSegment:
         self.log_path.unlink(missing_ok=True)
         self.index.delete()
         self.time_index.delete()
+        segment_file(self.dir, self.base_offset, TXN_INDEX_SUFFIX).unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ append / read
     def append(self, batch: bytes | bytearray | memoryview, header: BatchHeader) -> None:

@@ -83,14 +83,15 @@ class TxnTracker:
     unreplicated: list[tuple[int, int]] = field(default_factory=list)
     aborted: list[AbortedTxn] = field(default_factory=list)  # by last_offset
 
-    def on_batch(self, h: BatchHeader, kind: int | None, high_watermark: int) -> None:
+    def on_batch(self, h: BatchHeader, kind: int | None) -> AbortedTxn | None:
         """A batch appended at ``h.base_offset`` (``kind``: ABORT/COMMIT of a control
-        batch, else None)."""
+        batch, else None); returns the aborted transaction an ABORT marker ended (the
+        entry for the segment's ``.txnindex``)."""
         if not h.is_transactional or h.producer_id < 0:
-            return
+            return None
         if not h.is_control:
             self.ongoing.setdefault(h.producer_id, h.base_offset)
-            return
+            return None
         marker = h.base_offset
         first = self.ongoing.pop(h.producer_id, marker)
         self.unreplicated.append((first, marker))
@@ -98,7 +99,10 @@ class TxnTracker:
             # Kafka's ProducerStateManager.lastStableOffset(completedTxn): the first offset
             # of another ongoing transaction, else the offset after the marker
             lso = min(self.ongoing.values(), default=marker + 1)
-            self.aborted.append(AbortedTxn(h.producer_id, first, marker, lso))
+            txn = AbortedTxn(h.producer_id, first, marker, lso)
+            self.aborted.append(txn)
+            return txn
+        return None
 
     def first_unstable(self, high_watermark: int) -> int:
         """The smallest first offset of a transaction not yet stable (ongoing, or its
