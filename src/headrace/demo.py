@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from headrace.fsutil import write_atomically
 from headrace.spark.audit import AUDIT_TOPIC, HOST_HEADER, ID_HEADER, TIME_HEADER, audit_record
 
 ACTIVITY_TOPIC = "activity"
@@ -351,11 +352,38 @@ def _committed_values(bootstrap: str, topic: str, start: dict[tuple[str, int], i
     return out
 
 
-def audit_results(spark: Any, bootstrap: str, work: Path,
+RESULTS_START_FILE = "results-start.json"
+"""In a demo's work directory: where the result topics ended before its first run (the
+warehouse tables there hold the rows of every run since), for ``headrace audit``."""
+
+
+def results_start(work: Path, bootstrap: str) -> dict[tuple[str, int], int]:
+    """The result topics' offsets before the first run in ``work``: read from
+    ``RESULTS_START_FILE``, or now (and written there) on a first run."""
+    path = work / RESULTS_START_FILE
+    if path.is_file():
+        return load_results_start(path)
+    start = _latest(bootstrap, (ACTIVITY_RESULTS, WORD_RESULTS))
+    write_atomically(path, json.dumps({f"{t}:{p}": o for (t, p), o in sorted(start.items())},
+                                      indent=1).encode())
+    return start
+
+
+def load_results_start(path: Path) -> dict[tuple[str, int], int]:
+    raw = json.loads(path.read_text())
+    out: dict[tuple[str, int], int] = {}
+    for key, offset in raw.items():
+        topic, _, part = str(key).rpartition(":")
+        out[(topic, int(part))] = int(offset)
+    return out
+
+
+def audit_results(spark: Any, bootstrap: str, warehouse_dir: Path,
                   start: dict[tuple[str, int], int]) -> dict[str, dict[str, int]]:
-    """Each result topic, read with read_committed from where it ended before this run,
-    holds exactly the rows of its warehouse table (as the JSON the sink wrote): lost =
-    table rows missing from the topic, duplicated = topic records beyond the table's."""
+    """Each result topic, read with read_committed from ``start`` (where it ended before
+    the work directory's first run), holds exactly the rows of its warehouse table in
+    ``warehouse_dir`` (as the JSON the sink wrote): lost = table rows missing from the
+    topic, duplicated = topic records beyond the table's."""
     from collections import Counter
 
     from pyspark.sql import functions as F
@@ -364,7 +392,7 @@ def audit_results(spark: Any, bootstrap: str, work: Path,
 
     out: dict[str, dict[str, int]] = {}
     for table, topic in (("activity_counts", ACTIVITY_RESULTS), ("word_counts", WORD_RESULTS)):
-        df = warehouse.read_table(spark, work / "warehouse" / table)
+        df = warehouse.read_table(spark, warehouse_dir / table)
         rows: Counter[str] = Counter()
         if df is not None:
             rows = Counter(r[0] for r in df.drop("batch_id")
@@ -477,7 +505,7 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
         _create_topics(bootstrap, 3 if cluster else 1)
         say("spark: starting a local[2] session ...")
         spark = local_session("headrace-demo")
-        results_start = _latest(bootstrap, (ACTIVITY_RESULTS, WORD_RESULTS))
+        start_offsets = results_start(work, bootstrap)
         queries = start_queries(spark, bootstrap, work, trigger_s=2.0)
         producer = EventProducer(bootstrap, rate, duration_s)
         t_produce = time.monotonic()
@@ -554,7 +582,7 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
             top_words = [(r["word"], int(r["count"])) for r in
                          latest_counts.orderBy(F.desc("count"), "word").limit(5).collect()]
         pipeline_s = t_caught_up - t_produce
-        results_audit = audit_results(spark, bootstrap, work, results_start)
+        results_audit = audit_results(spark, bootstrap, work / "warehouse", start_offsets)
         summary: dict[str, Any] = {
             "produced": report.produced,
             "consumed": report.consumed,
@@ -621,17 +649,33 @@ def run_audit_command(bootstrap: str, warehouse_dir: Path | None, topics: tuple[
     from headrace.spark.audit import format_report, run_audit
 
     spark = local_session("headrace-audit")
+    results: dict[str, dict[str, int]] = {}
     try:
         table = warehouse_dir / "landing" if warehouse_dir is not None else None
         if table is not None and not table.is_dir():
             table = warehouse_dir  # given the table itself
         report = run_audit(spark, bootstrap, table, topics)
+        # a demo's warehouse: its result topics (read_committed) against its tables too
+        start_file = (warehouse_dir.parent / RESULTS_START_FILE
+                      if warehouse_dir is not None else None)
+        if warehouse_dir is not None and start_file is not None and start_file.is_file():
+            results = audit_results(spark, bootstrap, warehouse_dir,
+                                    load_results_start(start_file))
     finally:
         spark.stop()
-    print(format_report(report), file=sys.stderr if as_json else out, flush=True)
+    text = format_report(report)
+    for topic, a in results.items():
+        text += (f"\nresult topic {topic} (read_committed) against its table: "
+                 f"{a['topic_records']} records for {a['table_rows']} rows, lost {a['lost']}, "
+                 f"duplicated {a['duplicated']}")
+    print(text, file=sys.stderr if as_json else out, flush=True)
+    ok = report.ok and all(a["lost"] == a["duplicated"] == 0 for a in results.values())
     if as_json:
-        print(json.dumps(report.to_json()), file=out, flush=True)
-    return 0 if report.ok else 1
+        doc = report.to_json()
+        if results:
+            doc["results_audit"] = results
+        print(json.dumps(doc), file=out, flush=True)
+    return 0 if ok else 1
 
 
 # --- click commands (registered by headrace.cli) --------------------------------------------
@@ -675,7 +719,9 @@ def demo_command(duration_s: float, rate: int, bootstrap: str | None, workdir: P
               show_default=True, metavar="HOST:PORT")
 @click.option("--warehouse", "warehouse_dir", type=click.Path(path_type=Path), default=None,
               help="Count consumed records in this warehouse's landing table (a demo's "
-                   "WORKDIR/warehouse); without it, count the records in the topics.")
+                   "WORKDIR/warehouse), and check the demo's result topics, read with "
+                   "read_committed, against its result tables; without it, count the "
+                   "records in the topics.")
 @click.option("--topics", default=f"{ACTIVITY_TOPIC},{SENTENCES_TOPIC}", show_default=True,
               help="Topics to read back when no --warehouse is given.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON line.")

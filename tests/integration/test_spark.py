@@ -464,3 +464,26 @@ def test_demo_runs_end_to_end_and_its_audit_finds_no_loss_or_duplicates(tmp_path
     assert summary["group_lag"] == {"landing": 0, "activity": 0, "wordcount": 0}
     # the demo closes its clients before its broker: librdkafka has nothing to reconnect to
     assert "Connection refused" not in done.stderr, done.stderr[-3000:]
+    # `headrace audit --warehouse` checks the result topics too (issue 10 item 4), from where
+    # they stood before the work directory's first run: against the demo's own broker data,
+    # reopened by a broker process, with one committed result record duplicated by hand
+    work = tmp_path / "demo"
+    assert (work / "results-start.json").is_file()
+    with BrokerProcess(work / "broker") as b:
+        words = read_to_end(b.bootstrap, "word-counts", 1, "read_committed", 30)
+        assert len(words) == summary["results_audit"]["word-counts"]["topic_records"]
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        p.produce("word-counts", words[0], partition=0)
+        assert p.flush(30) == 0
+        audit = subprocess.run(
+            [sys.executable, "-m", "headrace.cli", "audit", "--bootstrap", b.bootstrap,
+             "--warehouse", str(work / "warehouse"), "--json"],
+            capture_output=True, text=True, timeout=300)
+    doc = json.loads(audit.stdout.strip().splitlines()[-1])
+    assert (doc["produced"], doc["lost"], doc["duplicated"]) == (summary["produced"], 0, 0)
+    results = doc["results_audit"]
+    assert (results["word-counts"]["lost"], results["word-counts"]["duplicated"]) == (0, 1)
+    assert (results["activity-counts"]["lost"], results["activity-counts"]["duplicated"]) \
+        == (0, 0)
+    assert audit.returncode == 1, audit.stderr[-3000:]
+    assert "Traceback" not in audit.stderr, audit.stderr[-3000:]
