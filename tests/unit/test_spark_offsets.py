@@ -138,8 +138,12 @@ def test_audit_compare() -> None:
     w1, w2, w3 = ("t", "h", 1), ("t", "h", 2), ("t", "h", 3)
     report = compare({w1: 10, w2: 5}, {w1: (12, 10), w2: (4, 4), w3: (1, 1)})
     by = {(w.topic, w.host, w.minute): w for w in report.windows}
-    assert (by[w1].lost, by[w1].duplicated) == (0, 2)
-    assert (by[w2].lost, by[w2].duplicated) == (1, 0)
-    assert (by[w3].lost, by[w3].duplicated) == (0, 1)
-    assert (report.produced, report.consumed, report.lost, report.duplicated) == (15, 17, 1, 3)
+    assert (by[w1].lost, by[w1].duplicated, by[w1].unannounced) == (0, 2, 0)
+    assert (by[w2].lost, by[w2].duplicated, by[w2].unannounced) == (1, 0, 0)
+    # records that arrived once each but were never announced: not duplicates
+    assert (by[w3].lost, by[w3].duplicated, by[w3].unannounced) == (0, 0, 1)
+    assert (report.produced, report.consumed, report.lost, report.duplicated,
+            report.unannounced) == (15, 17, 1, 2, 1)
     assert not report.ok and compare({w1: 3}, {w1: (3, 3)}).ok
+    assert compare({w1: 3}, {w1: (5, 5)}).ok  # 2 acknowledged after the last announcement
+    assert not compare({w1: 3}, {w1: (5, 4)}).ok  # one of them twice
