@@ -162,6 +162,10 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.ip = "?"
+        # who is on the other end (issue 12): set by authentication on a SASL or mutual-TLS
+        # listener; the listener's name
+        self.principal: Principal = ANONYMOUS
+        self.listener = "PLAINTEXT"
         self.closed = False
         self.admitted = False
         self._wakeup = asyncio.Event()
@@ -507,7 +511,7 @@ class Connection(asyncio.Protocol):
                 )
             )
             return None
-        ctx = RequestContext(header, self.peer)
+        ctx = RequestContext(header, self.peer, self.principal, self.listener)
         req_body = request.body
         room = self.broker.response_room_left()
         if header.api_key == _FETCH and room is not None and req_body.max_bytes > room:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from headrace.protocol.codec import RequestHeaderInfo, response_class
 from headrace.protocol.entities import build
+from headrace.security.principal import ANONYMOUS, Principal
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -21,6 +22,15 @@ if TYPE_CHECKING:
 class RequestContext:
     header: RequestHeaderInfo
     peer: str
+    # who sent it (issue 12): the connection's authenticated principal (User:ANONYMOUS on
+    # an unauthenticated listener) and the listener it came in on
+    principal: Principal = ANONYMOUS
+    listener: str = "PLAINTEXT"
+
+    @property
+    def host(self) -> str:
+        """The client's address without the port (ACLs match hosts)."""
+        return self.peer.rsplit(":", 1)[0] if ":" in self.peer else self.peer
 
     @property
     def api_version(self) -> int:
