@@ -56,6 +56,7 @@ from headrace.protocol.codec import (
 )
 from headrace.protocol.errors import ProtocolError, UnknownApiError
 from headrace.protocol.framing import Frame, FrameDecoder
+from headrace.security.principal import ANONYMOUS, Principal
 
 log = logging.getLogger("headrace.broker")
 
