@@ -15,6 +15,8 @@ import functools
 import gc
 import logging
 import operator
+import os
+import signal
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -544,7 +546,7 @@ def last_committed_batch(config: Mapping[str, str], commits_topic: str,
 def produce_batches_transactional(
     config: Mapping[str, str], batches: Iterable[pa.RecordBatch], topic_option: str | None,
     transactional_id: str, batch_id: int | None, commits_topic: str,
-    timeout_s: float = 60.0,
+    timeout_s: float = 60.0, die_at: str | None = None,
 ) -> int:
     """One Spark task's rows in one Kafka transaction (the sink's transactional mode).
 
@@ -552,7 +554,11 @@ def produce_batches_transactional(
     streaming query the transaction also writes (id, batch id) to ``commits_topic``, and a
     task first reads that topic: a batch it already committed (a replay after a driver
     crash, or a retried task whose first attempt committed) writes nothing. So each
-    micro-batch's output is committed exactly once, atomically per task."""
+    micro-batch's output is committed exactly once, atomically per task.
+
+    ``die_at`` (crash tests only, see the sink's task failpoint): ``"open"`` kills this
+    task's executor with every row sent and the transaction not committed, ``"committed"``
+    right after the commit, before the task can report it."""
     conf: dict[str, Any] = {"linger.ms": 5, **config, "transactional.id": transactional_id}
     conf.pop("enable.idempotence", None)
     p = Producer(conf)
@@ -578,9 +584,33 @@ def produce_batches_transactional(
         p.flush(timeout_s)
         if errors:
             raise KafkaException(f"{len(errors)} records not delivered; first: {errors[0]}")
+        if die_at == "open":
+            kill_executor()
         p.commit_transaction(timeout_s)
     except BaseException:
         with contextlib.suppress(Exception):
             p.abort_transaction(timeout_s)
         raise
+    if die_at == "committed":
+        kill_executor()
     return count
+
+
+def kill_executor() -> None:
+    """SIGKILL this Python worker's executor JVM (a ``CoarseGrainedExecutorBackend``
+    among its parent and grandparent: the worker's daemon's parent), then the worker
+    itself: the executor dies as a crashed machine would. Crash tests only; under a
+    ``local[...]`` master (no executor JVM of its own) only the worker dies."""
+    pid = os.getpid()
+    for _ in range(2):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except (OSError, ValueError, IndexError):
+            break
+        if b"CoarseGrainedExecutorBackend" in cmdline:
+            os.kill(pid, signal.SIGKILL)
+            break
+    os.kill(os.getpid(), signal.SIGKILL)

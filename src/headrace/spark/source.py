@@ -297,6 +297,21 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"  # Spark's MicroBatchExecution.BATCH
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # Spark's StreamExecution.QUERY_ID_KEY
 SINK_FAILPOINT_ENV = "HEADRACE_SINK_FAILPOINT_BATCH"
 SINK_FAILPOINT_PGID_ENV = "HEADRACE_SINK_FAILPOINT_PGID"
+SINK_TASK_FAILPOINT_ENV = "HEADRACE_SINK_TASK_FAILPOINT"
+"""Crash tests: ``<transactionalIdPrefix>:<open|committed>:<batch id>[,...]``; the first
+attempt of task partition 0 of that micro-batch of a query with that prefix kills its
+executor mid-transaction or after its commit (``kafka_io.produce_batches_transactional``)."""
+
+
+def _task_failpoint(prefix: str, batch_id: int | None, part: int, attempt: int) -> str | None:
+    spec = os.environ.get(SINK_TASK_FAILPOINT_ENV)
+    if not spec or batch_id is None or part != 0 or attempt != 0:
+        return None
+    for entry in spec.split(","):
+        name, when, batch = entry.rsplit(":", 2)
+        if name == prefix and int(batch) == batch_id:
+            return when
+    return None
 
 
 @dataclass
@@ -349,8 +364,11 @@ class _WriterBase:
         batch_id = (self.txn_batch_id if self.txn_batch_id is not None
                     else int(raw_batch) if raw_batch is not None else None)
         tid = f"{self.txn_prefix}-{query}-{part}" if query else f"{self.txn_prefix}-{part}"
+        die_at = _task_failpoint(self.txn_prefix, batch_id, part,
+                                 ctx.attemptNumber() if ctx is not None else 0)
         return HeadraceCommitMessage(kafka_io.produce_batches_transactional(
-            self.kafka, batches, self.topic, tid, batch_id, self.commits_topic))
+            self.kafka, batches, self.topic, tid, batch_id, self.commits_topic,
+            die_at=die_at))
 
 
 class HeadraceBatchWriter(_WriterBase, DataSourceArrowWriter):
