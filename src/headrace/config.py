@@ -286,24 +286,35 @@ BROKER_CONFIGS = _defs(
 # Kafka's older names accepted as aliases (ZooKeeper-mode server.properties).
 BROKER_ALIASES = {"broker.id": "node.id"}
 
-# ---- Kafka's listener configs (server.properties): translated into host/port and
-# advertised.host/advertised.port (which win when given too, e.g. ``--port``), kept as
-# given for DescribeConfigs. One client listener, PLAINTEXT only; a listener named in
-# controller.listener.names (a KRaft controller's) is not served here.
+# ---- Kafka's listener configs (server.properties): the inter-broker listener's entry is
+# translated into host/port and advertised.host/advertised.port (which win when given too,
+# e.g. ``--port``); all are kept as given, and ``headrace.security.listeners`` builds every
+# listener (protocol, TLS, SASL) from them and the ssl./sasl./listener.name. keys. A
+# listener named in controller.listener.names (a KRaft controller's) is not served here.
 DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 LISTENER_CONFIGS = _defs(
     ConfigDef("listeners", "string", "",
-              "Kafka's NAME://HOST:PORT listener list: one PLAINTEXT listener (an empty "
-              "host: every interface); sets host and port."),
+              "Kafka's NAME://HOST:PORT listener list (an empty host: every interface); "
+              "the inter-broker listener's entry sets host and port."),
     ConfigDef("advertised.listeners", "string", "",
-              "Kafka's advertised NAME://HOST:PORT list; the client listener's entry sets "
-              "advertised.host and advertised.port."),
+              "Kafka's advertised NAME://HOST:PORT list; the inter-broker listener's entry "
+              "sets advertised.host and advertised.port."),
     ConfigDef("listener.security.protocol.map", "string", DEFAULT_PROTOCOL_MAP,
-              "Listener name → security protocol; only PLAINTEXT is served."),
+              "Listener name → security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, "
+              "SASL_SSL)."),
     ConfigDef("controller.listener.names", "string", "",
               "Listeners of a KRaft controller: accepted, not served here."),
     ConfigDef("inter.broker.listener.name", "string", "",
-              "Accepted for Kafka's files; brokers reach each other on the client listener."),
+              "The listener brokers reach each other on (default: the first listener, or "
+              "the one security.inter.broker.protocol names)."),
+    ConfigDef("security.inter.broker.protocol", "string", "",
+              "The inter-broker listener by its protocol (when inter.broker.listener.name "
+              "is not given)."),
+    ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "PLAIN",
+              "SASL mechanism brokers authenticate to each other with."),
+    ConfigDef("connections.max.reauth.ms", "long", 0,
+              "KIP-368: a SASL session's lifetime; clients re-authenticate before it ends "
+              "(0: never).", at_least=0),
 )
 
 # Kafka's time configs in coarser units: (config, unit in ms), finest first. Kafka's
@@ -325,7 +336,7 @@ NO_EFFECT_CONFIGS = frozenset({
     "controller.quorum.election.timeout.ms", "controller.quorum.fetch.timeout.ms",
     "metadata.log.dir", "metadata.log.segment.bytes", "metadata.max.retention.bytes",
     "inter.broker.protocol.version", "log.message.format.version",
-    "security.inter.broker.protocol", "log.cleaner.enable", "log.cleaner.threads",
+    "log.cleaner.enable", "log.cleaner.threads",
     "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.size", "log.cleaner.backoff.ms",
     "log.cleaner.min.cleanable.ratio", "log.cleaner.io.max.bytes.per.second",
     "log.cleaner.io.buffer.load.factor", "log.preallocate", "log.segment.delete.delay.ms",
@@ -345,9 +356,10 @@ NO_EFFECT_CONFIGS = frozenset({
     "auto.include.jmx.reporter", "compression.gzip.level", "compression.lz4.level",
     "compression.zstd.level",
 })
-# ... and every key under these prefixes (per-listener, TLS and SASL settings of listeners
-# that are not served, metrics)
-NO_EFFECT_PREFIXES = ("listener.name.", "ssl.", "sasl.", "metrics.", "kafka.metrics.")
+# ... and every key under these prefixes (metrics)
+NO_EFFECT_PREFIXES = ("metrics.", "kafka.metrics.")
+# TLS and SASL settings (global and per listener): read by headrace.security.listeners
+SECURITY_PREFIXES = ("ssl.", "sasl.", "listener.name.")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _LISTENER = re.compile(r"^([A-Za-z0-9_]+)://(\[[0-9A-Fa-f:.]+\]|[^:/\[\]]*):(\d{1,5})$")
 
@@ -390,6 +402,13 @@ def _translate_kafka_forms(raw: Mapping[str, Any]) -> tuple[dict[str, Any], tupl
                      and (k in NO_EFFECT_CONFIGS or k.startswith(NO_EFFECT_PREFIXES)))
     for k in ignored:
         del out[k]
+    used = _security_keys_used(out)
+    for k in [k for k in out if k.startswith(SECURITY_PREFIXES) and k not in BROKER_CONFIGS
+              and k not in LISTENER_CONFIGS]:
+        del out[k]  # kept in ``given``; validated when the listeners are built
+        if not used(k):
+            ignored.append(k)
+    ignored.sort()
     # time units: the finest given wins
     for ms_name, forms in TIME_UNIT_FORMS.items():
         coarse = [(unit, _parse_int(32)(n, out.pop(n))) for n, unit in forms if n in out]
@@ -414,6 +433,30 @@ def _translate_kafka_forms(raw: Mapping[str, Any]) -> tuple[dict[str, Any], tupl
     return out, tuple(notes)
 
 
+def _security_keys_used(out: Mapping[str, Any]) -> Callable[[str], bool]:
+    """Whether a TLS or SASL key applies to some served listener (ssl.* needs an SSL or
+    SASL_SSL listener, sasl.* a SASL one, listener.name.<x>.* a served listener x)."""
+    protocols = _protocol_map(str(out.get("listener.security.protocol.map",
+                                          DEFAULT_PROTOCOL_MAP)))
+    served = {n: protocols.get(n, "") for n, _, _ in
+              _listeners("listeners", str(out.get("listeners", "")))} or {
+                  "PLAINTEXT": "PLAINTEXT"}
+    tls = {n for n, p in served.items() if p in ("SSL", "SASL_SSL")}
+    sasl = {n for n, p in served.items() if p in ("SASL_PLAINTEXT", "SASL_SSL")}
+
+    def used(key: str) -> bool:
+        names = set(served)
+        if key.startswith("listener.name."):
+            name, _, key = key[len("listener.name."):].partition(".")
+            names &= {name.upper()}
+        if key.startswith("ssl."):
+            return bool(tls & names)
+        return bool(sasl & names) or bool(names and key.startswith(
+            ("plain.", "scram-", "oauthbearer.", "connections.")))
+
+    return used
+
+
 def _translate_listeners(out: dict[str, Any]) -> list[str]:
     """Sets host/port and advertised.host/advertised.port from Kafka's listener configs
     (unless given themselves); returns the controller listeners it does not serve."""
@@ -426,20 +469,18 @@ def _translate_listeners(out: dict[str, Any]) -> list[str]:
     listeners = _listeners("listeners", str(out.get("listeners", "")))
     served = [entry for entry in listeners if entry[0] not in controllers]
     for name, _, _ in served:
-        protocol = protocols.get(name)
-        if protocol is None:
+        if name not in protocols:
             raise ConfigError("listeners", f"no security protocol for listener {name} in "
                                            "listener.security.protocol.map")
-        if protocol != "PLAINTEXT":
-            raise ConfigError("listeners", f"listener {name} uses {protocol}; headrace serves "
-                                           "PLAINTEXT only (TLS and SASL are not supported yet)")
-    if len(served) > 1:
-        raise ConfigError("listeners", "headrace serves one client listener, got "
-                          + ", ".join(n for n, _, _ in served))
     skipped = [f"listener {n} (controller.listener.names)" for n, _, _ in listeners
                if n in controllers]
-    if served:
-        name, host, port = served[0]
+    inter = str(out.get("inter.broker.listener.name", "")).strip().upper()
+    if not inter and out.get("security.inter.broker.protocol"):
+        wanted = str(out["security.inter.broker.protocol"]).strip().upper()
+        inter = next((n for n, _, _ in served if protocols.get(n) == wanted), "")
+    chosen = [e for e in served if e[0] == inter] or served[:1]
+    if chosen:
+        name, host, port = chosen[0]
         out.setdefault("host", host or "0.0.0.0")
         out.setdefault("port", port)
         for adv_name, adv_host, adv_port in _listeners(
@@ -548,6 +589,17 @@ class BrokerConfig:
 
     def with_overrides(self, raw: Mapping[str, Any]) -> BrokerConfig:
         return BrokerConfig.from_mapping({**self.given, **raw})
+
+    def listeners(self) -> tuple[list[Any], Any]:
+        """Every listener served (``headrace.security.listeners.Listener``: protocol, TLS
+        context, SASL settings) and the inter-broker client's settings; the PEM files are
+        read here. Raises ``ConfigError``."""
+        from headrace.security.listeners import parse_listeners
+
+        return parse_listeners(self.given, str(self.values["host"]), int(self.values["port"]),
+                               str(self.values["advertised.host"]),
+                               int(self.values["advertised.port"]),
+                               int(self.values["connections.max.reauth.ms"]))
 
     @property
     def node_id(self) -> int:

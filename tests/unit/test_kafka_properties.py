@@ -40,9 +40,14 @@ def test_listeners_set_host_and_port_unless_given() -> None:
 
 
 @pytest.mark.parametrize(("raw", "fragment"), [
-    ({"listeners": "SSL://:9093"}, "listener SSL uses SSL"),
+    # a TLS listener needs its key and certificate (checked when the listeners are built)
+    ({"listeners": "SSL://:9093"}, "listener SSL uses TLS: give ssl.keystore.location"),
     ({"listeners": "X://:1", "listener.security.protocol.map": "X:SASL_SSL"},
-     "listener X uses SASL_SSL"),
+     "listener X uses TLS"),
+    ({"listeners": "SASL_PLAINTEXT://:1", "sasl.enabled.mechanisms": "GSSAPI"},
+     "GSSAPI not supported"),
+    ({"listeners": "A://:1,B://:2", "listener.security.protocol.map": "A:PLAINTEXT,B:SSL",
+      "inter.broker.listener.name": "C"}, "C is not among the listeners"),
     ({"listeners": "X://:1"}, "no security protocol for listener X"),
     ({"listeners": "PLAINTEXT://:99999"}, "is not NAME://HOST:PORT"),
     ({"listeners": "PLAINTEXT://:1,plaintext://:2"}, "appears twice"),
@@ -53,7 +58,7 @@ def test_listeners_set_host_and_port_unless_given() -> None:
 ])
 def test_refused_with_the_reason(raw: dict[str, str], fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment):
-        BrokerConfig.from_mapping(raw)
+        BrokerConfig.from_mapping(raw).listeners()
 
 
 def test_log_dirs_first_is_used_and_the_rest_named() -> None:

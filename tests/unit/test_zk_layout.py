@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from headrace.cluster import zk_layout as L
-from headrace.metadata.store import BrokerInfo, PartitionState
+from headrace.metadata.store import BrokerInfo, Endpoint, PartitionState
 
 
 def test_state_znode_is_kafkas() -> None:
@@ -32,7 +32,26 @@ def test_broker_znode_endpoint_and_rack() -> None:
     data = L.encode_broker(BrokerInfo(3, "10.0.0.3", 9093, "r1"), 1)
     d = json.loads(data)
     assert d["endpoints"] == ["PLAINTEXT://10.0.0.3:9093"] and d["version"] == 5
-    assert L.decode_broker(3, data) == BrokerInfo(3, "10.0.0.3", 9093, "r1")
+    assert L.decode_broker(3, data) == BrokerInfo(
+        3, "10.0.0.3", 9093, "r1", (Endpoint("PLAINTEXT", "PLAINTEXT", "10.0.0.3", 9093),))
+
+
+def test_broker_znode_with_several_listeners() -> None:
+    """Kafka's BrokerIdZNode v5 with listeners: every endpoint and its protocol; host and
+    port are the PLAINTEXT listener's (null and -1 without one); a reader takes its own
+    inter-broker listener's endpoint as the broker's address."""
+    eps = (Endpoint("INTERNAL", "SASL_SSL", "b3.internal", 9094),
+           Endpoint("EXTERNAL", "SSL", "b3.example.com", 9093))
+    data = L.encode_broker(BrokerInfo(3, "b3.internal", 9094, None, eps), 1)
+    d = json.loads(data)
+    assert d["endpoints"] == ["INTERNAL://b3.internal:9094", "EXTERNAL://b3.example.com:9093"]
+    assert d["listener_security_protocol_map"] == {"INTERNAL": "SASL_SSL", "EXTERNAL": "SSL"}
+    assert (d["host"], d["port"]) == (None, -1)
+    b = L.decode_broker(3, data, "INTERNAL")
+    assert (b.host, b.port, b.endpoints) == ("b3.internal", 9094, eps)
+    seen = b.on_listener("EXTERNAL")
+    assert seen is not None and (seen.host, seen.port) == ("b3.example.com", 9093)
+    assert b.on_listener("OTHER") is None
 
 
 def test_other_nodes() -> None:

@@ -35,8 +35,12 @@ import errno
 import logging
 import os
 import resource
+import socket
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
 
 from headrace.broker.fetch_sessions import FetchSessionCache
 from headrace.broker.group_service import GroupService
@@ -46,9 +50,9 @@ from headrace.broker.replica_manager import ReplicaManager
 from headrace.broker.topics import TopicAdmin
 from headrace.broker.txn_service import TxnService
 from headrace.clock import SYSTEM_CLOCK, Clock
-from headrace.config import BrokerConfig
+from headrace.config import BrokerConfig, ConfigError
 from headrace.log.log_dir import DataDirError, prepare_data_dir
-from headrace.metadata.store import BrokerInfo, LocalMetadataStore, MetadataStore
+from headrace.metadata.store import BrokerInfo, Endpoint, LocalMetadataStore, MetadataStore
 from headrace.protocol.codec import (
     decode_request,
     encode_api_versions_fallback,
@@ -56,11 +60,24 @@ from headrace.protocol.codec import (
 )
 from headrace.protocol.errors import ProtocolError, UnknownApiError
 from headrace.protocol.framing import Frame, FrameDecoder
-from headrace.security.principal import ANONYMOUS, Principal
+from headrace.security.listeners import Listener, map_principal
+from headrace.security.principal import ANONYMOUS, Principal, user
+from headrace.security.sasl import (
+    Authenticator,
+    JwksKeys,
+    OAuthBearerServer,
+    PlainServer,
+    SaslFailure,
+    ScramServer,
+)
+from headrace.security.scram import ScramCredential
+from headrace.security.tls import certificate_dn
 
 log = logging.getLogger("headrace.broker")
 
 API_VERSIONS = 18
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 QUEUE_HIGH_WATER = 64
 # Produce requests of one connection applied and waiting for replication at once
@@ -154,11 +171,22 @@ class Connection(asyncio.Protocol):
     are not being read (``writing``). A connection whose responses
     are not being read handles nothing more until they drain (R-NF-3)."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, listener: Listener) -> None:
         self.broker = broker
         self.pool = broker.memory_pool
         max_frame = min(int(broker.config["socket.request.max.bytes"]), self.pool.max_single)
+        self._max_frame = max_frame
         self.decoder = FrameDecoder(max_frame, self._reserve)
+        self.spec = listener
+        # SASL (issue 12): "handshake" -> "authenticate" -> "done"; None on a listener
+        # without SASL. Before "done" a frame may not exceed sasl.server.max.receive.size.
+        self.sasl_state: str | None = None
+        self._authenticator: Authenticator | None = None
+        self._session_end: float | None = None  # KIP-368: monotonic end of the session
+        if listener.uses_sasl:
+            self.sasl_state = "handshake"
+            self.decoder.max_frame_bytes = min(
+                max_frame, int(broker.config["sasl.server.max.receive.size"]))
         self.frames: collections.deque[Frame] = collections.deque()
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -166,7 +194,7 @@ class Connection(asyncio.Protocol):
         # who is on the other end (issue 12): set by authentication on a SASL or mutual-TLS
         # listener; the listener's name
         self.principal: Principal = ANONYMOUS
-        self.listener = "PLAINTEXT"
+        self.listener = listener.name
         self.closed = False
         self.admitted = False
         self._wakeup = asyncio.Event()
@@ -197,6 +225,20 @@ class Connection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None and transport.get_extra_info("sslcontext") is None:
             self._fd = sock.fileno()
+        if self.spec.uses_tls and not self.spec.uses_sasl:
+            # mutual TLS: the client certificate's distinguished name, mapped by
+            # ssl.principal.mapping.rules, is the principal (Kafka's SSL listener)
+            ssl_object = transport.get_extra_info("ssl_object")
+            der = ssl_object.getpeercert(binary_form=True) if ssl_object else None
+            if der:
+                try:
+                    self.principal = user(map_principal(self.spec.principal_rules,
+                                                        certificate_dn(der)))
+                except ValueError as e:
+                    log.warning("closing TLS connection from %s: %s", self.peer, e)
+                    self.closed = True
+                    transport.abort()
+                    return
         self.task = asyncio.get_running_loop().create_task(self._serve())
         self.broker.connections.add(self)
 
@@ -502,6 +544,19 @@ class Connection(asyncio.Protocol):
             self._protocol_error(e)
             return None
         header = request.header
+        if self.sasl_state is not None and header.api_key != API_VERSIONS:
+            if header.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+                return await self._sasl(header, request.body)
+            if self.sasl_state != "done":
+                self._protocol_error(ProtocolError(
+                    f"unexpected request (API key {header.api_key}) before SASL "
+                    "authentication completed"))
+                return None
+            if self._session_end is not None and time.monotonic() >= self._session_end:
+                log.info("closing connection from %s (%s): its SASL session expired "
+                         "(connections.max.reauth.ms)", self.peer, self.principal)
+                self.close()
+                return None
         h = HANDLERS.get(header.api_key)
         if h is None or not h.min_version <= header.api_version <= h.max_version:
             if header.api_key == API_VERSIONS:
@@ -536,6 +591,99 @@ class Connection(asyncio.Protocol):
             self.close()
             return None
 
+    async def _sasl(self, header: Any, body: Any) -> list[bytes | memoryview] | None:
+        """SaslHandshake (v1) and SaslAuthenticate on a SASL listener, in order; again
+        later to re-authenticate (KIP-368: the same principal, a new session). A failed
+        authentication is answered SASL_AUTHENTICATION_FAILED and closes the connection."""
+        spec = self.spec
+        assert spec.sasl is not None
+        api, version = header.api_key, header.api_version
+        h = HANDLERS[api]
+        if not h.min_version <= version <= h.max_version:
+            self._protocol_error(ProtocolError(f"unsupported SASL API {api} v{version}"))
+            return None
+        ctx = RequestContext(header, self.peer, self.principal, self.listener)
+
+        def answer(data: dict[str, Any]) -> list[bytes | memoryview]:
+            return encode_response_chunks(api, version, header.correlation_id,
+                                          ctx.response(data))
+
+        if api == SASL_HANDSHAKE:
+            if self.sasl_state == "authenticate":
+                self._protocol_error(ProtocolError("a second SaslHandshake before "
+                                                   "SaslAuthenticate"))
+                return None
+            mechanism = str(body.mechanism)
+            enabled = list(spec.sasl.mechanisms)
+            if mechanism not in enabled:
+                self._close_after_response()
+                return answer({"error_code": ErrorCode.unsupported_sasl_mechanism,
+                               "mechanisms": enabled})
+            self._authenticator = self._new_authenticator(mechanism)
+            self.sasl_state = "authenticate"
+            return answer({"error_code": ErrorCode.none, "mechanisms": enabled})
+        # SaslAuthenticate
+        auth = self._authenticator
+        if self.sasl_state != "authenticate" or auth is None:
+            self._close_after_response()
+            return answer({"error_code": ErrorCode.illegal_sasl_state,
+                           "error_message": "SaslAuthenticate before SaslHandshake",
+                           "auth_bytes": b"", "session_lifetime_ms": 0})
+        try:
+            if auth.mechanism == "OAUTHBEARER":  # may fetch a JWKS: off the event loop
+                reply = await asyncio.to_thread(auth.step, bytes(body.auth_bytes))
+            else:
+                reply = auth.step(bytes(body.auth_bytes))
+        except SaslFailure as e:
+            log.info("authentication failed from %s on %s (%s): %s", self.peer, self.listener,
+                     auth.mechanism, e)
+            self._close_after_response()
+            return answer({"error_code": ErrorCode.sasl_authentication_failed,
+                           "error_message": str(e), "auth_bytes": b"",
+                           "session_lifetime_ms": 0})
+        lifetime = 0
+        if auth.complete:
+            assert auth.principal is not None
+            if self.sasl_state == "authenticate" and self._session_end is not None and (
+                    auth.principal != self.principal):
+                self._close_after_response()
+                return answer({"error_code": ErrorCode.sasl_authentication_failed,
+                               "error_message": "Cannot change principals during "
+                                                "re-authentication",
+                               "auth_bytes": b"", "session_lifetime_ms": 0})
+            first = self.principal is ANONYMOUS or self._session_end is None
+            self.principal = auth.principal
+            self.sasl_state = "done"
+            self._authenticator = None
+            self.decoder.max_frame_bytes = self._max_frame
+            now_ms = int(time.time() * 1000)
+            ends = [spec.max_reauth_ms] if spec.max_reauth_ms > 0 else []
+            if auth.expires_ms is not None and spec.max_reauth_ms > 0:
+                ends.append(max(0, auth.expires_ms - now_ms))
+            lifetime = min(ends) if ends else 0
+            self._session_end = time.monotonic() + lifetime / 1000 if lifetime else None
+            if first:
+                log.debug("%s authenticated as %s on %s (%s)", self.peer, self.principal,
+                          self.listener, auth.mechanism)
+        return answer({"error_code": ErrorCode.none, "error_message": None,
+                       "auth_bytes": reply, "session_lifetime_ms": lifetime})
+
+    def _new_authenticator(self, mechanism: str) -> Authenticator:
+        sasl = self.spec.sasl
+        assert sasl is not None
+        if mechanism == "PLAIN":
+            return PlainServer(sasl.plain_users)
+        if mechanism == "OAUTHBEARER":
+            assert sasl.oauth is not None
+            return OAuthBearerServer(sasl.oauth, self.broker.jwks[self.listener])
+        return ScramServer(mechanism, self.broker.scram_credential)
+
+    def _close_after_response(self) -> None:
+        """Close once the response now being written has gone (Kafka closes the channel
+        after sending an authentication failure)."""
+        self.sasl_state = "failed"
+        asyncio.get_running_loop().call_soon(self.close)
+
     def _api_versions_fallback(self, correlation_id: int) -> list[bytes | memoryview]:
         """Kafka answers an ApiVersions version it does not know with a v0 response
         carrying UNSUPPORTED_VERSION and its own ranges, so the client can retry lower."""
@@ -563,6 +711,22 @@ class Broker:
         self._tasks: set[asyncio.Task[None]] = set()
         self.host = str(config["host"])
         self.port = int(config["port"])
+        # issue 12: every listener (protocol, TLS context, SASL settings), how this broker
+        # reaches the others, and each listener's server and bound port once started
+        try:
+            self.listeners, self.inter_broker = config.listeners()
+        except ConfigError as e:
+            raise StartupError(str(e)) from None
+        self._servers: dict[str, asyncio.Server] = {}
+        self.bound_ports: dict[str, int] = {}
+        self.jwks: dict[str, JwksKeys] = {}
+        for lst in self.listeners:
+            if lst.sasl is not None and lst.sasl.oauth is not None:
+                try:
+                    self.jwks[lst.name] = JwksKeys(lst.sasl.oauth.jwks_url)
+                except (OSError, ValueError) as e:
+                    raise StartupError(f"sasl.oauthbearer.jwks.endpoint.url of listener "
+                                       f"{lst.name}: {e}") from None
         # R-NF-3: what all connections together may hold
         self.memory_pool = MemoryPool(int(config["queued.max.request.bytes"]))
         self.max_queued_requests = int(config["queued.max.requests"])
@@ -605,11 +769,28 @@ class Broker:
         self.groups = GroupService(self)
         self.txns = TxnService(self)
 
+    def scram_credential(self, mechanism: str, name: str) -> ScramCredential | None:
+        """The user's SCRAM credential for ``mechanism`` from the metadata store (None:
+        no such user or no credential for that mechanism)."""
+        lookup = getattr(self.metadata, "scram_credential", None)
+        return lookup(mechanism, name) if lookup is not None else None
+
     def _self_info(self) -> BrokerInfo:
-        """This broker as clients and other brokers reach it."""
+        """This broker as clients and other brokers reach it: ``host``/``port`` on the
+        inter-broker listener, and every listener's advertised endpoint."""
         host = str(self.config["advertised.host"]) or self.host
         port = int(self.config["advertised.port"]) or self.port
-        return BrokerInfo(self.node_id, host, port, str(self.config["broker.rack"]) or None)
+        endpoints = []
+        for lst in self.listeners:
+            if lst.name == self.inter_broker.listener:
+                endpoints.append(Endpoint(lst.name, lst.protocol, host, port))
+                continue
+            ep_host = lst.advertised_host or (
+                lst.host if lst.host not in ("", "0.0.0.0", "::") else socket.getfqdn())
+            endpoints.append(Endpoint(lst.name, lst.protocol, ep_host, lst.advertised_port
+                                      or self.bound_ports.get(lst.name, lst.port)))
+        return BrokerInfo(self.node_id, host, port, str(self.config["broker.rack"]) or None,
+                          tuple(endpoints))
 
     def track(self, task: asyncio.Task[Any]) -> None:
         """Keep a reference to a background task; its failure is logged."""
@@ -788,16 +969,45 @@ class Broker:
         else:
             loop.default_exception_handler(context)
 
-    def advertised_brokers(self) -> list[BrokerInfo]:
-        host = str(self.config["advertised.host"]) or self.host
-        port = int(self.config["advertised.port"]) or self.port
+    def advertised_brokers(self, listener: str | None = None) -> list[BrokerInfo]:
+        """The live brokers as a client on ``listener`` reaches them (its endpoints there;
+        a broker without that listener is left out, as Kafka does); the inter-broker
+        listener's when None."""
+        name = listener or self.inter_broker.listener
         out = []
         for b in self.metadata.live_brokers():
-            if b.node_id == self.node_id:
-                out.append(BrokerInfo(b.node_id, host, port, b.rack))
-            else:
-                out.append(b)
+            seen = (self._self_info() if b.node_id == self.node_id else b).on_listener(name)
+            if seen is not None:
+                out.append(seen)
         return out
+
+    async def _bind_listeners(self, start_serving: bool) -> None:
+        """Listen on every listener (TLS where its protocol says); the inter-broker one on
+        ``host``/``port``. Raises StartupError (nothing stays bound)."""
+        loop = asyncio.get_running_loop()
+        for lst in self.listeners:
+            if lst.name in self._servers:
+                continue
+            inter = lst.name == self.inter_broker.listener
+            host = self.host if inter else (lst.host or None)
+            port = self.port if inter else lst.port
+            try:
+                self._servers[lst.name] = await loop.create_server(
+                    lambda lst=lst: Connection(self, lst), host, port,
+                    reuse_address=True, backlog=1024, ssl=lst.ssl_context,
+                    ssl_handshake_timeout=10.0 if lst.ssl_context else None,
+                    start_serving=start_serving)
+            except OSError as e:
+                for server in self._servers.values():
+                    server.close()
+                self._servers.clear()
+                where = f"{host or '*'}:{port} (listener {lst.name})"
+                if e.errno == errno.EADDRINUSE:
+                    raise StartupError(f"port {port} on {where} is already in use") from None
+                raise StartupError(f"cannot listen on {where}: {e.strerror}") from None
+            self.bound_ports[lst.name] = self._servers[lst.name].sockets[0].getsockname()[1]
+        self.port = self.bound_ports[self.inter_broker.listener]
+        self._server = self._servers[self.inter_broker.listener]
 
     async def start(self) -> None:
         """Recover logs, then listen. Raises StartupError with a clear message."""
@@ -812,20 +1022,16 @@ class Broker:
         self.groups.start()
         self.txns.start()
         try:
-            if self._server is None:
-                self._server = await loop.create_server(
-                    lambda: Connection(self), self.host, self.port, reuse_address=True,
-                    backlog=1024,
-                )
+            if not self._servers:
+                await self._bind_listeners(start_serving=True)
             else:
-                await self._server.start_serving()
-        except OSError as e:
+                for server in self._servers.values():
+                    await server.start_serving()
+        except (StartupError, OSError) as e:
             await self._abort_start()
-            if e.errno == errno.EADDRINUSE:
-                raise StartupError(f"port {self.port} on {self.host} is already in use") from None
-            raise StartupError(f"cannot listen on {self.host}:{self.port}: {e.strerror}") from None
-        sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
+            if isinstance(e, StartupError):
+                raise
+            raise StartupError(f"cannot listen: {e.strerror}") from None
         self._check_fd_limit()
         self._spawn(self._retention_loop())
         self._spawn(self._producer_expiration_loop())
@@ -837,8 +1043,12 @@ class Broker:
             self._spawn(self.cluster.run(self._stopped))
         if self.controller is not None:
             self._spawn(self.controller.run(self._stopped))
-        log.info("headrace broker %d listening on %s:%d (data dir %s, %d partitions%s)",
-                 self.node_id, self.host, self.port, self.data_dir, len(self.replicas.partitions),
+        # the first address is the inter-broker listener's (tools wait for this line)
+        where = [f"{self.host}:{self.port} ({self.inter_broker.listener})"] + [
+            f"{lst.host or '*'}:{self.bound_ports[lst.name]} ({lst.name} {lst.protocol})"
+            for lst in self.listeners if lst.name != self.inter_broker.listener]
+        log.info("headrace broker %d listening on %s (data dir %s, %d partitions%s)",
+                 self.node_id, ", ".join(where), self.data_dir, len(self.replicas.partitions),
                  f", ZooKeeper {self.config['zookeeper.connect']}" if self.cluster else "")
 
     async def _abort_start(self) -> None:
@@ -856,25 +1066,20 @@ class Broker:
         from headrace.cluster.controller_service import ControllerService
         from headrace.metadata.store import MetadataError
 
-        loop = asyncio.get_running_loop()
         try:
-            self._server = await loop.create_server(
-                lambda: Connection(self), self.host, self.port, reuse_address=True,
-                backlog=1024, start_serving=False,
-            )
-        except OSError as e:
+            await self._bind_listeners(start_serving=False)
+        except StartupError:
             self.metadata.close()
             self._dir_lock.release()
-            if e.errno == errno.EADDRINUSE:
-                raise StartupError(f"port {self.port} on {self.host} is already in use") from None
-            raise StartupError(f"cannot listen on {self.host}:{self.port}: {e.strerror}") from None
-        self.port = self._server.sockets[0].getsockname()[1]
+            raise
         store: Any = self.metadata
         store.self_broker = self._self_info()
+        store.inter_broker_listener = self.inter_broker.listener
         try:
             await store.start()
         except MetadataError as e:
-            self._server.close()
+            for server in self._servers.values():
+                server.close()
             self.metadata.close()
             self._dir_lock.release()
             raise StartupError(str(e)) from None
@@ -939,8 +1144,8 @@ class Broker:
         for _, fut in self._room_queue:
             if not fut.done():
                 fut.set_result(None)
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers.values():
+            server.close()
         # wake every parked long poll and group request so it answers now
         self.groups.close()
         self.txns.close()

@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from headrace.metadata.store import BrokerInfo, PartitionState
+from headrace.metadata.store import BrokerInfo, Endpoint, PartitionState
 
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
@@ -84,26 +84,49 @@ def parse_topic_id(text: str) -> uuid.UUID:
 
 # ---------------------------------------------------------------- brokers
 def encode_broker(b: BrokerInfo, now_ms: int) -> bytes:
-    """BrokerIdZNode version 5."""
+    """BrokerIdZNode version 5: every listener's endpoint and protocol; ``host``/``port``
+    are the PLAINTEXT listener's (null/-1 without one), as Kafka writes them."""
+    endpoints = b.endpoints or (Endpoint("PLAINTEXT", "PLAINTEXT", b.host, b.port),)
+    plain = next((e for e in endpoints if e.protocol == "PLAINTEXT"), None)
     return _dump({
-        "features": {}, "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
-        "endpoints": [f"PLAINTEXT://{b.host}:{b.port}"], "rack": b.rack, "jmx_port": -1,
-        "port": b.port, "host": b.host, "version": 5, "timestamp": str(now_ms),
+        "features": {},
+        "listener_security_protocol_map": {e.listener: e.protocol for e in endpoints},
+        "endpoints": [f"{e.listener}://{_host(e.host)}:{e.port}" for e in endpoints],
+        "rack": b.rack, "jmx_port": -1,
+        "port": plain.port if plain else -1, "host": plain.host if plain else None,
+        "version": 5, "timestamp": str(now_ms),
     })
 
 
-def decode_broker(node_id: int, data: bytes | None) -> BrokerInfo:
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def decode_broker(node_id: int, data: bytes | None,
+                  inter_broker_listener: str = "PLAINTEXT") -> BrokerInfo:
+    """``host``/``port`` of the result: the endpoint of ``inter_broker_listener`` (every
+    broker of a cluster uses the same name), else the first endpoint, else the legacy
+    host/port fields."""
     d = _load(data, f"broker {node_id}")
     try:
-        host, port = d.get("host"), d.get("port")
+        protocols = {str(k).upper(): str(v).upper()
+                     for k, v in (d.get("listener_security_protocol_map") or {}).items()}
+        endpoints = []
         for ep in d.get("endpoints") or []:
-            if str(ep).startswith("PLAINTEXT://"):
-                hp = str(ep)[len("PLAINTEXT://"):]
-                host, port = hp.rsplit(":", 1)
-                host = host.strip("[]")
-                break
+            name, sep, hp = str(ep).partition("://")
+            if not sep:
+                continue
+            host, port = hp.rsplit(":", 1)
+            name = name.upper()
+            endpoints.append(Endpoint(name, protocols.get(name, name), host.strip("[]"),
+                                      int(port)))
+        chosen = next((e for e in endpoints if e.listener == inter_broker_listener),
+                      endpoints[0] if endpoints else None)
+        where: tuple[Any, Any] = ((chosen.host, chosen.port) if chosen
+                                  else (d.get("host"), d.get("port")))
         rack = d.get("rack")
-        return BrokerInfo(node_id, str(host), int(port), str(rack) if rack else None)
+        return BrokerInfo(node_id, str(where[0]), int(where[1]), str(rack) if rack else None,
+                          tuple(endpoints))
     except (AttributeError, TypeError, ValueError) as e:
         raise LayoutError(f"broker {node_id}: {e}") from None
 

@@ -80,6 +80,9 @@ class ZkMetadataStore:
         self.config = config
         self.self_broker = self_broker
         self.loop = loop
+        # the listener brokers reach each other on (the same name on every broker): other
+        # brokers' host and port in ``live_brokers`` are theirs on it
+        self.inter_broker_listener = "PLAINTEXT"  # set by the broker
         self.hosts, self.chroot = split_connect(str(config["zookeeper.connect"]))
         self.session_timeout_s = int(config["zookeeper.session.timeout.ms"]) / 1000
         self.connection_timeout_s = int(config["zookeeper.connection.timeout.ms"]) / 1000
@@ -350,7 +353,7 @@ class ZkMetadataStore:
         for child in self._children(L.BROKER_IDS, "brokers"):
             try:
                 data, _ = self.client.get(f"{L.BROKER_IDS}/{child}")
-                out[int(child)] = L.decode_broker(int(child), data)
+                out[int(child)] = L.decode_broker(int(child), data, self.inter_broker_listener)
             except NoNodeError:
                 continue
             except (ValueError, L.LayoutError) as e:

@@ -98,11 +98,34 @@ class TopicState:
 
 
 @dataclass(frozen=True, slots=True)
+class Endpoint:
+    listener: str
+    protocol: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerInfo:
+    """A broker as others reach it: ``host``/``port`` on the inter-broker listener, and
+    every listener's advertised endpoint (Metadata answers a client with the endpoints of
+    the listener it connected to)."""
+
     node_id: int
     host: str
     port: int
     rack: str | None = None
+    endpoints: tuple[Endpoint, ...] = ()
+
+    def on_listener(self, listener: str) -> BrokerInfo | None:
+        """This broker as seen from ``listener`` (its host and port there); itself if it
+        names no endpoints (one listener); None if it has no such listener."""
+        if not self.endpoints:
+            return self
+        for e in self.endpoints:
+            if e.listener == listener:
+                return BrokerInfo(self.node_id, e.host, e.port, self.rack, self.endpoints)
+        return None
 
 
 class MetadataStore(Protocol):

@@ -41,6 +41,7 @@ from headrace.broker.handlers import (  # noqa: F401
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl,
     sync_group,
     txn_offset_commit,
     write_txn_markers,

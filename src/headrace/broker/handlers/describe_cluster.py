@@ -35,7 +35,7 @@ async def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any)
             "brokers": [
                 {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack,
                  "is_fenced": False}
-                for b in broker.advertised_brokers()
+                for b in broker.advertised_brokers(ctx.listener)
             ],
             "cluster_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS,
         }

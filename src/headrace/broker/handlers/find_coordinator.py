@@ -21,7 +21,7 @@ KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 
 
-def _lookup(broker: Broker, key: str, key_type: int) -> dict[str, Any]:
+def _lookup(broker: Broker, key: str, key_type: int, listener: str) -> dict[str, Any]:
     entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1,
                              "error_code": ErrorCode.none, "error_message": None}
     if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
@@ -36,7 +36,7 @@ def _lookup(broker: Broker, key: str, key_type: int) -> dict[str, Any]:
         node = broker.txns.coordinator_node(key)
     else:
         node = broker.groups.coordinator_node(key)
-    for b in broker.advertised_brokers():
+    for b in broker.advertised_brokers(listener):
         if b.node_id == node:
             entry.update(node_id=b.node_id, host=b.host, port=b.port)
             return entry
@@ -51,7 +51,8 @@ async def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: Any)
     if ctx.api_version >= 4:
         return ctx.response({
             "throttle_time": 0,
-            "coordinators": [_lookup(broker, str(k), key_type) for k in req.coordinator_keys],
+            "coordinators": [_lookup(broker, str(k), key_type, ctx.listener)
+                             for k in req.coordinator_keys],
         })
-    entry = _lookup(broker, str(req.key), key_type)
+    entry = _lookup(broker, str(req.key), key_type, ctx.listener)
     return ctx.response({"throttle_time": 0, **entry})

@@ -111,7 +111,7 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             "throttle_time": 0,
             "brokers": [
                 {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-                for b in broker.advertised_brokers()
+                for b in broker.advertised_brokers(ctx.listener)
             ],
             "cluster_id": store.cluster_id,
             "controller_id": store.controller_id(),
