@@ -156,6 +156,23 @@ def cluster(brokers: int, data_dir: Path, port: int, zookeeper_port: int,
                                log_level))
 
 
+@main.command("dev-certs")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--host", "hosts", multiple=True, metavar="NAME",
+              help="Another name or address the broker certificate is valid for "
+                   "(localhost and 127.0.0.1 always are); repeatable.")
+@click.option("--client", "clients", multiple=True, metavar="CN",
+              help="Also a client certificate with this common name (mutual TLS); "
+                   "repeatable.")
+def dev_certs(directory: Path, hosts: tuple[str, ...], clients: tuple[str, ...]) -> None:
+    """Make a development CA, a broker certificate and client certificates (PEM) in
+    DIRECTORY: for TLS listeners in development and tests, not for production."""
+    from headrace.security.devcerts import write_dev_certs
+
+    for name, path in write_dev_certs(directory, hosts, clients).items():
+        click.echo(f"{name:28} {path}")
+
+
 def _register_subcommands() -> None:
     from headrace.admin_cli import groups, topics, transactions
 

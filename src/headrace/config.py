@@ -312,6 +312,9 @@ LISTENER_CONFIGS = _defs(
               "is not given)."),
     ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "PLAIN",
               "SASL mechanism brokers authenticate to each other with."),
+    ConfigDef("connection.failed.authentication.delay.ms", "int", 100,
+              "Delay before a connection that failed to authenticate is closed.",
+              at_least=0),
     ConfigDef("connections.max.reauth.ms", "long", 0,
               "KIP-368: a SASL session's lifetime; clients re-authenticate before it ends "
               "(0: never).", at_least=0),
@@ -349,7 +352,7 @@ NO_EFFECT_CONFIGS = frozenset({
     "group.coordinator.threads", "zookeeper.sync.time.ms", "zookeeper.max.in.flight.requests",
     "reserved.broker.max.id", "broker.id.generation.enable", "quota.window.num",
     "quota.window.size.seconds", "replication.quota.window.num",
-    "connection.failed.authentication.delay.ms", "fetch.purgatory.purge.interval.requests",
+"fetch.purgatory.purge.interval.requests",
     "producer.purgatory.purge.interval.requests",
     "delete.records.purgatory.purge.interval.requests",
     "max.incremental.fetch.session.cache.slots", "metric.reporters",

@@ -57,7 +57,7 @@ class ClusterNode:
         self.config = broker.config
         self.lag_ms = int(self.config["replica.lag.time.max.ms"])
         self.fetchers = ReplicaFetcherManager(self.node_id, self.config, self.replicas,
-                                              store.broker)
+                                              store.broker, broker.inter_broker)
         self.fenced = False
         self._dirty: set[str] = set()
         self._kick = asyncio.Event()

@@ -533,6 +533,8 @@ class Connection(asyncio.Protocol):
             sent -= n
 
     async def _handle(self, frame: Frame) -> list[bytes | memoryview] | None:
+        if self.sasl_state == "raw":  # after a SaslHandshake v0: the frame is a bare token
+            return await self._raw_token(bytes(frame))
         try:
             request = decode_request(frame)
         except UnknownApiError as e:
@@ -620,7 +622,9 @@ class Connection(asyncio.Protocol):
                 return answer({"error_code": ErrorCode.unsupported_sasl_mechanism,
                                "mechanisms": enabled})
             self._authenticator = self._new_authenticator(mechanism)
-            self.sasl_state = "authenticate"
+            # v0: the tokens follow as bare size-prefixed frames (Kafka's original form);
+            # v1: in SaslAuthenticate requests
+            self.sasl_state = "raw" if version == 0 else "authenticate"
             return answer({"error_code": ErrorCode.none, "mechanisms": enabled})
         # SaslAuthenticate
         auth = self._authenticator
@@ -628,45 +632,74 @@ class Connection(asyncio.Protocol):
             self._close_after_response()
             return answer({"error_code": ErrorCode.illegal_sasl_state,
                            "error_message": "SaslAuthenticate before SaslHandshake",
-                           "auth_bytes": b"", "session_lifetime_ms": 0})
+                           "auth_bytes": b"", "session_lifetime": 0})
         try:
             if auth.mechanism == "OAUTHBEARER":  # may fetch a JWKS: off the event loop
                 reply = await asyncio.to_thread(auth.step, bytes(body.auth_bytes))
             else:
                 reply = auth.step(bytes(body.auth_bytes))
         except SaslFailure as e:
-            log.info("authentication failed from %s on %s (%s): %s", self.peer, self.listener,
-                     auth.mechanism, e)
+            held = self.broker.auth_failure_log.ready(self.broker.now())
+            if held is not None:
+                log.info("authentication failed from %s on %s (%s): %s%s", self.peer,
+                         self.listener, auth.mechanism, e,
+                         f" ({held} more failures since the last line)" if held else "")
             self._close_after_response()
             return answer({"error_code": ErrorCode.sasl_authentication_failed,
                            "error_message": str(e), "auth_bytes": b"",
-                           "session_lifetime_ms": 0})
+                           "session_lifetime": 0})
         lifetime = 0
         if auth.complete:
             assert auth.principal is not None
-            if self.sasl_state == "authenticate" and self._session_end is not None and (
-                    auth.principal != self.principal):
+            if self.principal is not ANONYMOUS and auth.principal != self.principal:
                 self._close_after_response()
                 return answer({"error_code": ErrorCode.sasl_authentication_failed,
                                "error_message": "Cannot change principals during "
                                                 "re-authentication",
-                               "auth_bytes": b"", "session_lifetime_ms": 0})
-            first = self.principal is ANONYMOUS or self._session_end is None
-            self.principal = auth.principal
-            self.sasl_state = "done"
-            self._authenticator = None
-            self.decoder.max_frame_bytes = self._max_frame
-            now_ms = int(time.time() * 1000)
-            ends = [spec.max_reauth_ms] if spec.max_reauth_ms > 0 else []
-            if auth.expires_ms is not None and spec.max_reauth_ms > 0:
-                ends.append(max(0, auth.expires_ms - now_ms))
-            lifetime = min(ends) if ends else 0
-            self._session_end = time.monotonic() + lifetime / 1000 if lifetime else None
-            if first:
-                log.debug("%s authenticated as %s on %s (%s)", self.peer, self.principal,
-                          self.listener, auth.mechanism)
+                               "auth_bytes": b"", "session_lifetime": 0})
+            lifetime = self._authenticated(auth)
         return answer({"error_code": ErrorCode.none, "error_message": None,
-                       "auth_bytes": reply, "session_lifetime_ms": lifetime})
+                       "auth_bytes": reply, "session_lifetime": lifetime})
+
+    async def _raw_token(self, token: bytes) -> list[bytes | memoryview] | None:
+        """A SASL token after a SaslHandshake v0: answered with a bare size-prefixed token;
+        a failure closes the connection at once (v0 has no error field)."""
+        auth = self._authenticator
+        assert auth is not None
+        try:
+            if auth.mechanism == "OAUTHBEARER":
+                reply = await asyncio.to_thread(auth.step, token)
+            else:
+                reply = auth.step(token)
+        except SaslFailure as e:
+            log.info("authentication failed from %s on %s (%s, SaslHandshake v0): %s",
+                     self.peer, self.listener, auth.mechanism, e)
+            self.close()
+            return None
+        if auth.complete:
+            self._authenticated(auth)
+        return [len(reply).to_bytes(4, "big") + reply]
+
+    def _authenticated(self, auth: Authenticator) -> int:
+        """The exchange succeeded: the principal, the frame limit back to normal, and the
+        session's lifetime in ms (KIP-368; 0: unlimited)."""
+        assert auth.principal is not None
+        first = self._session_end is None and self.principal is ANONYMOUS
+        self.principal = auth.principal
+        self.sasl_state = "done"
+        self._authenticator = None
+        self.decoder.max_frame_bytes = self._max_frame
+        spec = self.spec
+        now_ms = int(time.time() * 1000)
+        ends = [spec.max_reauth_ms] if spec.max_reauth_ms > 0 else []
+        if auth.expires_ms is not None and spec.max_reauth_ms > 0:
+            ends.append(max(0, auth.expires_ms - now_ms))
+        lifetime = min(ends) if ends else 0
+        self._session_end = time.monotonic() + lifetime / 1000 if lifetime else None
+        if first:
+            log.debug("%s authenticated as %s on %s (%s)", self.peer, self.principal,
+                      self.listener, auth.mechanism)
+        return lifetime
 
     def _new_authenticator(self, mechanism: str) -> Authenticator:
         sasl = self.spec.sasl
@@ -679,10 +712,13 @@ class Connection(asyncio.Protocol):
         return ScramServer(mechanism, self.broker.scram_credential)
 
     def _close_after_response(self) -> None:
-        """Close once the response now being written has gone (Kafka closes the channel
-        after sending an authentication failure)."""
+        """Close once the response now being written has gone, after
+        ``connection.failed.authentication.delay.ms`` (Kafka's: a client retrying a wrong
+        password cannot make the broker spin); nothing more is read meanwhile."""
         self.sasl_state = "failed"
-        asyncio.get_running_loop().call_soon(self.close)
+        self._mute("auth-failed")
+        delay = int(self.broker.config["connection.failed.authentication.delay.ms"]) / 1000
+        asyncio.get_running_loop().call_later(delay, self.close)
 
     def _api_versions_fallback(self, correlation_id: int) -> list[bytes | memoryview]:
         """Kafka answers an ApiVersions version it does not know with a v0 response
@@ -742,6 +778,7 @@ class Broker:
                                        int(config["max.connections.per.ip"]))
         self.idle_s = int(config["connections.max.idle.ms"]) / 1000
         self._refused_log = LogPacer(LOG_PACE_S)
+        self.auth_failure_log = LogPacer(LOG_PACE_S)
         self._accept_log = LogPacer(LOG_PACE_S)
         self._previous_exception_handler: Any = None
         self._prepare_data_dir()

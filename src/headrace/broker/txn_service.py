@@ -352,7 +352,8 @@ class TxnService:
         if info is None:
             raise BrokerConnectionError(f"broker {broker_id} is not registered")
         conn = BrokerConnection(info.host, info.port,
-                                f"headrace-txn-markers-{self.broker.node_id}", 1 << 20)
+                                f"headrace-txn-markers-{self.broker.node_id}", 1 << 20,
+                                self.broker.inter_broker)
         await conn.connect(5.0)
         self._conns[broker_id] = conn
         return conn

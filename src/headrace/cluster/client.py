@@ -20,6 +20,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
 from headrace.protocol.entities import build
+from headrace.security.listeners import InterBrokerClient
 
 _SIZE = struct.Struct(">i")
 MAX_RESPONSE_BYTES = 512 * 1024 * 1024  # default cap; fetchers pass their own
@@ -30,12 +31,17 @@ class BrokerConnectionError(Exception):
 
 
 class BrokerConnection:
+    """``security``: the inter-broker listener's TLS context and SASL credentials
+    (issue 12); None on a PLAINTEXT one."""
+
     def __init__(self, host: str, port: int, client_id: str,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+                 max_response_bytes: int = MAX_RESPONSE_BYTES,
+                 security: InterBrokerClient | None = None) -> None:
         self.max_response_bytes = max_response_bytes
         self.host = host
         self.port = port
         self.client_id = client_id
+        self.security = security
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._correlation = 0
@@ -45,12 +51,65 @@ class BrokerConnection:
         return self._writer is not None and not self._writer.is_closing()
 
     async def connect(self, timeout_s: float) -> None:
+        sec = self.security
+        tls = sec.ssl_context if sec is not None else None
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, limit=1 << 20), timeout_s)
+                asyncio.open_connection(self.host, self.port, limit=1 << 20, ssl=tls,
+                                        server_hostname=self.host if tls else None),
+                timeout_s)
         except (OSError, TimeoutError) as e:
             raise BrokerConnectionError(
                 f"cannot connect to {self.host}:{self.port}: {e or 'timed out'}") from None
+        if sec is not None and sec.mechanism:
+            await self._authenticate(sec, timeout_s)
+
+    async def _authenticate(self, sec: InterBrokerClient, timeout_s: float) -> None:
+        """SaslHandshake v1 and SaslAuthenticate with the inter-broker mechanism (PLAIN or
+        SCRAM, as a Kafka broker's inter-broker client)."""
+        resp = await self.request(17, 1, {"mechanism": sec.mechanism}, timeout_s)
+        if resp.error_code != 0:
+            self.close()
+            raise BrokerConnectionError(f"{self.host}:{self.port} does not accept SASL "
+                                        f"mechanism {sec.mechanism} ({resp.error_code})")
+        tokens: Any
+        if sec.mechanism == "PLAIN":
+            tokens = iter([f"\0{sec.username}\0{sec.password}".encode()])
+            client = None
+        else:
+            from scramp import ScramClient
+
+            client = ScramClient([sec.mechanism], sec.username, sec.password)
+            tokens = None
+        step = 0
+        while True:
+            if client is None:
+                token = next(tokens, None)
+                if token is None:
+                    return
+            elif step == 0:
+                token = client.get_client_first().encode()
+            elif step == 1:
+                token = client.get_client_final().encode()
+            else:
+                return
+            resp = await self.request(36, 2, {"auth_bytes": token}, timeout_s)
+            if resp.error_code != 0:
+                self.close()
+                raise BrokerConnectionError(
+                    f"authentication to {self.host}:{self.port} failed: {resp.error_message}")
+            if client is not None:
+                reply = bytes(resp.auth_bytes).decode()
+                try:
+                    if step == 0:
+                        client.set_server_first(reply)
+                    else:
+                        client.set_server_final(reply)
+                except Exception as e:  # scramp's ScramException: the server is not genuine
+                    self.close()
+                    raise BrokerConnectionError(
+                        f"SCRAM with {self.host}:{self.port} failed: {e}") from None
+            step += 1
 
     def close(self) -> None:
         if self._writer is not None:

@@ -46,6 +46,7 @@ from headrace.protocol.records import InvalidRecordError
 if TYPE_CHECKING:
     from headrace.broker.replica_manager import Partition, ReplicaManager, TopicPartition
     from headrace.config import BrokerConfig
+from headrace.security.listeners import InterBrokerClient
 
 log = logging.getLogger("headrace.replication")
 
@@ -66,11 +67,13 @@ class FetchState:
 
 class ReplicaFetcherManager:
     def __init__(self, node_id: int, config: BrokerConfig, replicas: ReplicaManager,
-                 broker_info: Callable[[int], BrokerInfo | None]) -> None:
+                 broker_info: Callable[[int], BrokerInfo | None],
+                 security: InterBrokerClient | None = None) -> None:
         self.node_id = node_id
         self.config = config
         self.replicas = replicas
         self.broker_info = broker_info
+        self.security = security  # the inter-broker listener's TLS / SASL (issue 12)
         self.fetchers: dict[tuple[int, int], Fetcher] = {}
         self.assigned: dict[TopicPartition, tuple[int, int]] = {}
         self.num_fetchers = int(config["num.replica.fetchers"])
@@ -230,7 +233,8 @@ class Fetcher:
         cap = (self.response_max_bytes + int(cfg["message.max.bytes"])
                + 64 * 1024 * (1 + len(self.partitions)))
         conn = BrokerConnection(info.host, info.port,
-                                f"headrace-replica-fetcher-{self.manager.node_id}", cap)
+                                f"headrace-replica-fetcher-{self.manager.node_id}", cap,
+                                self.manager.security)
         await conn.connect(CONNECT_TIMEOUT_S)
         self._conn = conn
         self.reset_session()  # a new connection (maybe a restarted leader): start over

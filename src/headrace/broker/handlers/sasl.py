@@ -3,8 +3,9 @@
 On a SASL listener the connection runs the exchange itself (``Connection._sasl`` in
 ``headrace.broker.server``: handshake, tokens, principal, KIP-368 re-authentication). These
 handlers answer only where SASL is not in use, as Kafka does there: ILLEGAL_SASL_STATE
-(``KafkaApis.handleSaslHandshakeRequest`` / ``handleSaslAuthenticateRequest``). SaslHandshake
-v0 (raw tokens after the handshake, removed by KIP-896) is not served.
+(``KafkaApis.handleSaslHandshakeRequest`` / ``handleSaslAuthenticateRequest``). After a
+SaslHandshake v0 the tokens come as bare frames (Kafka's original form, which librdkafka
+2.0 still requires the broker to advertise).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from headrace.broker.server import Broker
 
 
-@handler(17, "SaslHandshake", 1, 1)
+@handler(17, "SaslHandshake", 0, 1)
 async def handle_sasl_handshake(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     return ctx.response({"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []})
 
@@ -30,4 +31,4 @@ async def handle_sasl_authenticate(broker: Broker, ctx: RequestContext, req: Any
         "error_code": ErrorCode.illegal_sasl_state,
         "error_message": "SaslAuthenticate request received after successful "
                          "authentication",
-        "auth_bytes": b"", "session_lifetime_ms": 0})
+        "auth_bytes": b"", "session_lifetime": 0})

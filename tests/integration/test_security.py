@@ -1,0 +1,415 @@
+"""Encrypted and authenticated listeners (issue 12, items 1-2) with real clients over TCP
+against one broker process serving six listeners at once:
+
+    PLAINTEXT, SSL (server certificate only), MTLS (SSL with ssl.client.auth=required),
+    SASL_PLAINTEXT (PLAIN), SASL_SSL (PLAIN), OAUTH (SASL_SSL with OAUTHBEARER, JWTs checked
+    against a JWKS file, connections.max.reauth.ms set)
+
+confluent-kafka, kafka-python, aiokafka and Debian's kcat produce and consume over them;
+wrong passwords, unknown users, expired or wrongly signed tokens and untrusted certificates
+are refused (SASL_AUTHENTICATION_FAILED or a TLS failure) and the connection closed; the
+wire-level rules of the exchange (what may come before authentication, its size limit,
+KIP-368's session lifetime) are checked with a raw client; Metadata answers each listener
+with its own endpoints. Certificates come from ``headrace dev-certs``' code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import ssl
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+from cryptography.hazmat.primitives.asymmetric import rsa
+from kio.schema.errors import ErrorCode
+
+from headrace.security.devcerts import write_dev_certs
+from tests.brokerproc import BrokerProcess, wait_until
+from tests.kafka_wire import WireClient
+
+pytestmark = pytest.mark.timeout(180)
+
+PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
+JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="admin" password="admin-secret" '
+        + " ".join(f'user_{u}="{p}"' for u, p in PLAIN_USERS.items()) + ";")
+ISSUER, AUDIENCE = "https://issuer.test", "headrace"
+META = {"topics": None, "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False}
+
+
+@dataclass
+class Env:
+    broker: BrokerProcess
+    ports: dict[str, int]
+    certs: dict[str, Path]
+    untrusted: dict[str, Path]
+    signing_key: Any
+    other_key: Any
+
+    def bootstrap(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    def token(self, sub: str = "svc-1", *, ttl_s: int = 300, key: Any = None,
+              aud: str = AUDIENCE, kid: str = "k1") -> str:
+        now = int(time.time())
+        return jwt.encode({"sub": sub, "iss": ISSUER, "aud": aud, "iat": now,
+                           "exp": now + ttl_s}, key or self.signing_key, algorithm="RS256",
+                          headers={"kid": kid})
+
+
+def lifetime_ms(r: Any) -> int:
+    """SaslAuthenticate's session_lifetime_ms (kio gives it as a timedelta)."""
+    return int(r.session_lifetime.total_seconds() * 1000)
+
+
+_ENDPOINT = re.compile(r"127\.0\.0\.1:(\d+) \((\w+)")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    base = tmp_path_factory.mktemp("security")
+    certs = write_dev_certs(base / "certs", clients=("alice",))
+    # a second CA nobody trusts, and a client certificate it signed
+    stranger = write_dev_certs(base / "stranger", clients=("mallory",))
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    jwk.update(kid="k1", use="sig", alg="RS256")
+    (base / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
+    listeners = ("PLAINTEXT", "SSL", "MTLS", "SASL_PLAINTEXT", "SASL_SSL", "OAUTH")
+    overrides = {
+        "listeners": ",".join(f"{n}://127.0.0.1:0" for n in listeners),
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,"
+                                          "SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,"
+                                          "OAUTH:SASL_SSL",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(certs["broker.pem"]),
+        "ssl.truststore.location": str(certs["ca.pem"]),
+        "listener.name.mtls.ssl.client.auth": "required",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+        "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
+        "listener.name.oauth.sasl.oauthbearer.jwks.endpoint.url":
+            f"file://{base / 'jwks.json'}",
+        "listener.name.oauth.sasl.oauthbearer.expected.audience": AUDIENCE,
+        "listener.name.oauth.sasl.oauthbearer.expected.issuer": ISSUER,
+        "listener.name.oauth.connections.max.reauth.ms": "3000",
+        "num.partitions": "1",
+    }
+    with BrokerProcess(base / "data", overrides) as b:
+        line = next(x for x in b.stderr_lines if "listening on" in x)
+        ports = {name: int(port) for port, name in _ENDPOINT.findall(line)}
+        assert set(ports) == set(listeners), line
+        yield Env(b, ports, certs, stranger, key, other)
+        text = "".join(b.stderr_lines)
+        assert "Traceback" not in text, text[-3000:]
+
+
+# ----------------------------------------------------------------------- client configs
+
+
+def confluent_conf(env: Env, listener: str, **extra: Any) -> dict[str, Any]:
+    c = env.certs
+    conf: dict[str, Any] = {"bootstrap.servers": env.bootstrap(listener)}
+    if listener in ("SSL", "MTLS", "SASL_SSL", "OAUTH"):
+        conf["ssl.ca.location"] = str(c["ca.pem"])
+    if listener == "SSL":
+        conf["security.protocol"] = "SSL"
+    if listener == "MTLS":
+        conf.update({"security.protocol": "SSL",
+                     "ssl.certificate.location": str(c["client-alice-cert.pem"]),
+                     "ssl.key.location": str(c["client-alice-key.pem"])})
+    if listener in ("SASL_PLAINTEXT", "SASL_SSL"):
+        conf.update({"security.protocol": listener, "sasl.mechanism": "PLAIN",
+                     "sasl.username": "alice", "sasl.password": "alice-secret"})
+    if listener == "OAUTH":
+        conf.update({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+                     "oauth_cb": lambda _cfg: (env.token(), time.time() + 300)})
+    conf.update(extra)
+    return conf
+
+
+def roundtrip_confluent(conf: dict[str, Any], n: int = 20) -> list[bytes]:
+    """Create a topic, produce ``n`` records and consume them back over ``conf``."""
+    topic = f"sec-{uuid.uuid4().hex[:8]}"
+    p = Producer({**conf, "message.timeout.ms": 15000})
+    errors: list[Any] = []
+    for i in range(n):
+        p.produce(topic, b"r%d" % i, on_delivery=lambda e, _m: errors.append(e) if e else None)
+    assert p.flush(30) == 0 and not errors, errors
+    c = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < n and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+    finally:
+        c.close()
+    return got
+
+
+@pytest.mark.parametrize("listener", ["SSL", "MTLS", "SASL_PLAINTEXT", "SASL_SSL", "OAUTH"])
+def test_confluent_kafka_produces_and_consumes(env: Env, listener: str) -> None:
+    got = roundtrip_confluent(confluent_conf(env, listener))
+    assert sorted(got) == sorted(b"r%d" % i for i in range(20))
+
+
+def test_metadata_answers_each_listener_with_its_own_endpoints(env: Env) -> None:
+    for listener in ("PLAINTEXT", "SSL", "SASL_SSL"):
+        md = AdminClient(confluent_conf(env, listener)).list_topics(timeout=15)
+        assert [(b.host, b.port) for b in md.brokers.values()] == [
+            ("127.0.0.1", env.ports[listener])], listener
+
+
+def test_kafka_python_over_ssl_mtls_and_sasl(env: Env) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    c = env.certs
+    for listener, extra in [
+        ("SSL", {"security_protocol": "SSL", "ssl_cafile": str(c["ca.pem"])}),
+        ("MTLS", {"security_protocol": "SSL", "ssl_cafile": str(c["ca.pem"]),
+                  "ssl_certfile": str(c["client-alice-cert.pem"]),
+                  "ssl_keyfile": str(c["client-alice-key.pem"])}),
+        ("SASL_SSL", {"security_protocol": "SASL_SSL", "ssl_cafile": str(c["ca.pem"]),
+                      "sasl_mechanism": "PLAIN", "sasl_plain_username": "alice",
+                      "sasl_plain_password": "alice-secret"}),
+    ]:
+        topic = f"kp-{uuid.uuid4().hex[:8]}"
+        p = KafkaProducer(bootstrap_servers=env.bootstrap(listener), **extra)
+        for i in range(5):
+            p.send(topic, b"k%d" % i).get(timeout=30)
+        p.close()
+        cons = KafkaConsumer(topic, bootstrap_servers=env.bootstrap(listener),
+                             auto_offset_reset="earliest", consumer_timeout_ms=10000,
+                             group_id=f"g-{topic}", **extra)
+        got = [m.value for m in cons]
+        cons.close()
+        assert sorted(got) == [b"k%d" % i for i in range(5)], listener
+
+
+def test_aiokafka_over_sasl_ssl_and_oauthbearer(env: Env) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.abc import AbstractTokenProvider
+    from aiokafka.helpers import create_ssl_context
+
+    class Tokens(AbstractTokenProvider):
+        async def token(self) -> str:
+            return env.token("svc-aio")
+
+    async def run(listener: str, extra: dict[str, Any]) -> list[bytes]:
+        topic = f"aio-{uuid.uuid4().hex[:8]}"
+        ctx = create_ssl_context(cafile=str(env.certs["ca.pem"]))
+        p = AIOKafkaProducer(bootstrap_servers=env.bootstrap(listener), ssl_context=ctx,
+                             security_protocol="SASL_SSL", **extra)
+        await p.start()
+        try:
+            for i in range(5):
+                await p.send_and_wait(topic, b"a%d" % i)
+        finally:
+            await p.stop()
+        cons = AIOKafkaConsumer(topic, bootstrap_servers=env.bootstrap(listener),
+                                ssl_context=ctx, security_protocol="SASL_SSL",
+                                auto_offset_reset="earliest", group_id=f"g-{topic}", **extra)
+        await cons.start()
+        got: list[bytes] = []
+        try:
+            while len(got) < 5:
+                batch = await asyncio.wait_for(cons.getmany(timeout_ms=1000), 30)
+                got += [m.value for msgs in batch.values() for m in msgs if m.value]
+        finally:
+            await cons.stop()
+        return got
+
+    assert sorted(asyncio.run(run("SASL_SSL", {
+        "sasl_mechanism": "PLAIN", "sasl_plain_username": "alice",
+        "sasl_plain_password": "alice-secret"}))) == [b"a%d" % i for i in range(5)]
+    assert sorted(asyncio.run(run("OAUTH", {
+        "sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": Tokens()}))) == [
+        b"a%d" % i for i in range(5)]
+
+
+def test_kcat_over_sasl_ssl(env: Env) -> None:
+    if shutil.which("kcat") is None:
+        pytest.fail("kcat is not installed (scripts/test.sh installs it)")
+    topic = f"kc-{uuid.uuid4().hex[:8]}"
+    opts = ["-b", env.bootstrap("SASL_SSL"), "-X", "security.protocol=SASL_SSL",
+            "-X", f"ssl.ca.location={env.certs['ca.pem']}", "-X", "sasl.mechanisms=PLAIN",
+            "-X", "sasl.username=alice", "-X", "sasl.password=alice-secret"]
+    subprocess.run(["kcat", *opts, "-P", "-t", topic], input="x1\nx2\nx3\n", text=True,
+                   check=True, timeout=60)
+    out = subprocess.run(["kcat", *opts, "-C", "-t", topic, "-o", "beginning", "-e", "-q"],
+                         capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == ["x1", "x2", "x3"]
+
+
+# ----------------------------------------------------------------------- refusals
+
+
+def refused(conf: dict[str, Any]) -> str:
+    """A metadata request over ``conf`` fails; the error text."""
+    admin = AdminClient({**conf, "socket.timeout.ms": 5000})
+    with pytest.raises(KafkaException) as info:
+        admin.list_topics(timeout=6)
+    return str(info.value)
+
+
+def test_wrong_password_and_unknown_user_are_refused(env: Env) -> None:
+    for user, password in (("alice", "wrong"), ("nobody", "x")):
+        refused(confluent_conf(env, "SASL_PLAINTEXT", **{"sasl.username": user,
+                                                        "sasl.password": password}))
+    # on the wire: SASL_AUTHENTICATION_FAILED, then the broker closes the connection
+    with WireClient.to(env.bootstrap("SASL_PLAINTEXT")) as w:
+        hs = w.request(17, 1, {"mechanism": "PLAIN"})
+        assert hs.error_code == ErrorCode.none and list(hs.mechanisms) == ["PLAIN"]
+        r = w.request(36, 2, {"auth_bytes": b"\0alice\0wrong"})
+        assert r.error_code == ErrorCode.sasl_authentication_failed
+        assert "Invalid username or password" in r.error_message
+        assert w.is_closed_by_peer()
+
+
+def test_expired_and_foreign_tokens_are_refused(env: Env) -> None:
+    bad = [env.token(ttl_s=-120), env.token(key=env.other_key), env.token(aud="other")]
+    for token in bad:
+        gs2 = f"n,,\x01auth=Bearer {token}\x01\x01".encode()
+        with WireClient.to(env.bootstrap("OAUTH")) as w:
+            w.sock = ssl.create_default_context(cafile=str(env.certs["ca.pem"])).wrap_socket(
+                w.sock, server_hostname="localhost")
+            assert w.request(17, 1, {"mechanism": "OAUTHBEARER"}).error_code == 0
+            r = w.request(36, 2, {"auth_bytes": gs2})
+            assert r.error_code == ErrorCode.sasl_authentication_failed, token
+            assert w.is_closed_by_peer()
+
+
+def test_untrusted_or_missing_client_certificates_are_refused(env: Env) -> None:
+    # mutual TLS: no certificate, or one signed by a CA the broker does not trust
+    refused(confluent_conf(env, "SSL", **{"bootstrap.servers": env.bootstrap("MTLS")}))
+    refused(confluent_conf(env, "MTLS", **{
+        "ssl.certificate.location": str(env.untrusted["client-mallory-cert.pem"]),
+        "ssl.key.location": str(env.untrusted["client-mallory-key.pem"])}))
+    # a client that does not trust the broker's CA gives up on it
+    refused(confluent_conf(env, "SSL", **{"ssl.ca.location": str(env.untrusted["ca.pem"])}))
+    # and a plaintext client on a TLS port gets nothing
+    with WireClient.to(env.bootstrap("SSL"), timeout_s=5) as w:
+        w.send_raw(w.encode(18, 3, {"client_software_name": "x",
+                                    "client_software_version": "1"}))
+        with pytest.raises((ConnectionError, TimeoutError, OSError)):
+            w.recv_frame()
+
+
+def test_requests_before_authentication_close_the_connection(env: Env) -> None:
+    with WireClient.to(env.bootstrap("SASL_PLAINTEXT")) as w:
+        # ApiVersions is allowed first (clients ask before the handshake) ...
+        assert w.request(18, 3, {"client_software_name": "x",
+                                 "client_software_version": "1"}).error_code == 0
+        # ... Metadata is not
+        w.send_raw(w.encode(3, 12, META))
+        assert w.is_closed_by_peer()
+    # an unknown mechanism: UNSUPPORTED_SASL_MECHANISM with the enabled ones
+    with WireClient.to(env.bootstrap("SASL_PLAINTEXT")) as w:
+        r = w.request(17, 1, {"mechanism": "GSSAPI"})
+        assert r.error_code == ErrorCode.unsupported_sasl_mechanism
+        assert list(r.mechanisms) == ["PLAIN"]
+    # before authentication a frame may not exceed sasl.server.max.receive.size (512 KiB)
+    with WireClient.to(env.bootstrap("SASL_PLAINTEXT")) as w:
+        w.send_raw((600_000).to_bytes(4, "big") + b"\0" * 1024)
+        assert w.is_closed_by_peer()
+    # a SASL request on a PLAINTEXT listener: ILLEGAL_SASL_STATE, as Kafka answers
+    with WireClient.to(env.bootstrap("PLAINTEXT")) as w:
+        assert w.request(17, 1, {"mechanism": "PLAIN"}).error_code == \
+            ErrorCode.illegal_sasl_state
+
+
+def test_session_lifetime_and_reauthentication(env: Env) -> None:
+    """KIP-368: with connections.max.reauth.ms (3 s on OAUTH) the broker tells the client
+    its session lifetime (capped by the token's expiry); re-authenticating on the same
+    connection extends it; a request after the session ended closes the connection."""
+    def connect() -> WireClient:
+        w = WireClient.to(env.bootstrap("OAUTH"))
+        w.sock = ssl.create_default_context(cafile=str(env.certs["ca.pem"])).wrap_socket(
+            w.sock, server_hostname="localhost")
+        return w
+
+    def authenticate(w: WireClient, ttl_s: int, sub: str = "svc-1") -> Any:
+        assert w.request(17, 1, {"mechanism": "OAUTHBEARER"}).error_code == 0
+        gs2 = f"n,,\x01auth=Bearer {env.token(sub, ttl_s=ttl_s)}\x01\x01".encode()
+        return w.request(36, 2, {"auth_bytes": gs2})
+
+    with connect() as w:
+        r = authenticate(w, ttl_s=300)
+        assert r.error_code == 0 and 2500 <= lifetime_ms(r) <= 3000
+        start = time.monotonic()
+        assert w.request(3, 12, META).brokers
+        # re-authenticate half-way through the session: it goes on past the first one's end
+        wait_until(lambda: time.monotonic() - start > 1.5, 10, 0.05, "half the session")
+        r = authenticate(w, ttl_s=300)
+        assert r.error_code == 0 and lifetime_ms(r) > 0
+        wait_until(lambda: time.monotonic() - start > 3.4, 10, 0.05, "the first session's end")
+        assert w.request(3, 12, META).brokers
+        # a different principal may not take over the connection
+        assert authenticate(w, ttl_s=300, sub="svc-2").error_code == \
+            ErrorCode.sasl_authentication_failed
+    with connect() as w:
+        # a token that expires before connections.max.reauth.ms caps the session
+        r = authenticate(w, ttl_s=2)
+        assert r.error_code == 0 and lifetime_ms(r) <= 2000
+        ended = time.monotonic() + lifetime_ms(r) / 1000
+        wait_until(lambda: time.monotonic() > ended + 0.2, 10, 0.1, "the session's end")
+        w.send_raw(w.encode(3, 12, META))
+        assert w.is_closed_by_peer()
+
+
+def test_confluent_kafka_reauthenticates_and_keeps_consuming(env: Env) -> None:
+    """librdkafka re-authenticates before the 3 s session ends (KIP-368): a consumer
+    polling for 8 s keeps its connection and gets records produced throughout."""
+    conf = confluent_conf(env, "OAUTH")
+    expired_before = "".join(env.broker.stderr_lines).count("session expired")
+    topic = f"reauth-{uuid.uuid4().hex[:8]}"
+    p = Producer(conf)
+    c = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    sent, got = 0, 0
+    end = time.monotonic() + 8
+    try:
+        while time.monotonic() < end:
+            p.produce(topic, b"x")
+            p.poll(0)
+            sent += 1
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                got += 1
+        assert p.flush(30) == 0
+        deadline = time.monotonic() + 20
+        while got < sent and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got += 1
+    finally:
+        c.close()
+    assert got == sent > 10
+    assert "".join(env.broker.stderr_lines).count("session expired") == expired_before
+
+
+def test_a_tls_listener_with_no_certificate_refuses_to_start(tmp_path: Path) -> None:
+    b = BrokerProcess(tmp_path / "d", {"listeners": "SSL://127.0.0.1:0"})
+    with pytest.raises(RuntimeError, match=r"ssl\.keystore\.location"):
+        b.start(timeout_s=20)
+    b.kill()
