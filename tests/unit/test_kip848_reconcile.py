@@ -23,7 +23,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
@@ -201,6 +201,11 @@ OPS = st.tuples(st.sampled_from(["join", "beat", "slow", "switch", "leave", "qui
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(OPS, max_size=50), st.sampled_from(["uniform", "range"]))
+# m1 revoking a's partitions acknowledges late, while m0's join moved b's target again: it
+# must get a fresh rebalance timeout for the new revocation (b2), not be fenced by the old
+# one while its client still holds b's partitions (which m0 would then be given too)
+@example(ops=[("join", 1, 2), ("switch", 1, 1), ("join", 0, 1), ("quiet", 0, 0),
+              ("beat", 0, 0)], assignor="uniform")
 def test_reconciliation_over_random_histories(ops: list[tuple[str, int, int]],
                                               assignor: str) -> None:
     w = World(assignor)
@@ -229,3 +234,34 @@ def test_member_revoking_gets_no_free_partition_until_it_acknowledges() -> None:
     w.beat(c, release=True)  # acknowledged: now b's partitions, at the new epoch
     assert m.state is MemberState.STABLE and c.epoch == w.group.assignment_epoch > epoch
     assert c.held == c.given == {(B, p) for p in range(3)}
+
+
+def test_new_revocation_restarts_the_rebalance_timeout() -> None:
+    """Kafka reschedules a member's rebalance timeout whenever reconciliation moves it to
+    UNREVOKED_PARTITIONS (``GroupMetadataManager.maybeReconcile``). A member that
+    acknowledges a revocation after the target moved again is asked to revoke more, at a
+    new epoch: the timeout of the first revocation must not fence it."""
+    w = World("uniform")
+    c1 = w.clients[1] = Client(w.group, "m1", ["a", "b"])
+    w.beat(c1, release=True)
+    c1.names, c1.names_changed = ["b"], True
+    w.now = 100
+    w.beat(c1, release=False)  # a's partitions to revoke; deadline 100 + REBALANCE
+    m1 = w.group.members["m1"]
+    assert m1.state is MemberState.UNREVOKED_PARTITIONS
+    assert m1.revocation_deadline_ms == 100 + REBALANCE
+    c0 = w.clients[0] = Client(w.group, "m0", ["b"])
+    w.now = 200
+    w.beat(c0, release=True)  # b is split: m1 will have to give up some of it too
+    w.now = 100 + REBALANCE + 1  # past the first deadline, before any tick
+    w.beat(c1, release=True)  # acknowledges a's; asked to revoke part of b
+    assert m1.state is MemberState.UNREVOKED_PARTITIONS and m1.pending_revocation
+    assert m1.member_epoch == c1.epoch == 2
+    assert m1.revocation_deadline_ms == w.now + REBALANCE
+    w.group.tick(w.now)
+    assert "m1" in w.group.members
+    w.check_ownership()
+    w.beat(c0, release=True)  # m1 still owns what m0 is waiting for
+    w.check_ownership()
+    assert c0.held.isdisjoint(c1.held)
+    w.settle()

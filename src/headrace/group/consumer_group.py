@@ -31,10 +31,12 @@ at the member's current epoch with assigned := current ∩ target and nothing ne
 free partitions: a member revoking only ever shrinks, and gets what is new for it once it
 acknowledges (Kafka's rule; handing both at once lets a client that unsubscribes
 mid-revocation end up holding the new partitions, and a partition two clients hold). The
-rebalance timeout starts: a member that does not release in ``rebalance_timeout_ms`` is
-fenced. Otherwise assigned := current ∩ target plus each partition of target - current that
-no other member owns (the others are *unreleased*) → UNRELEASED_PARTITIONS if some are
-unreleased, else STABLE, at the target epoch.
+rebalance timeout starts (afresh on every new revocation, e.g. one asked for when the
+member acknowledges the previous one after the target moved again): a member that does not
+release in ``rebalance_timeout_ms`` is fenced. Otherwise assigned := current ∩ target plus
+each partition of target - current that no other member owns (the others are
+*unreleased*) → UNRELEASED_PARTITIONS if some are unreleased, else STABLE, at the target
+epoch.
 
 ## Heartbeat rules (Kafka's error codes)
 
@@ -751,9 +753,16 @@ class ConsumerGroup:
         if revoke and (owned is None or bool(_tps(owned) & revoke)):
             # Revoke first: the member stays at its epoch holding current ∩ target, and
             # gets nothing new (not even free partitions) until it acknowledges.
+            before = (member.state, member.member_epoch, member.assigned,
+                      member.pending_revocation)
             member.state = MemberState.UNREVOKED_PARTITIONS
             member.pending_revocation = _group(revoke)
-            if member.revocation_deadline_ms is None:
+            if before != (member.state, new_epoch, _group(kept), member.pending_revocation):
+                # A new revocation (Kafka's maybeReconcile reschedules the member's
+                # rebalance timeout whenever it moves to UNREVOKED_PARTITIONS, and the
+                # timer fences only a member still at the epoch it was set for): a member
+                # that acknowledged one revocation and is asked for another gets a full
+                # rebalance timeout for it, not what was left of the previous one.
                 member.revocation_deadline_ms = now_ms + member.rebalance_timeout_ms
             assigned = kept
         else:
