@@ -37,8 +37,18 @@ class WorkerProcess:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
 
+    def pause(self) -> None:
+        """SIGSTOP: alive but silent (a zombie once a successor takes over)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # if paused
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(20)

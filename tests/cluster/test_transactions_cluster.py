@@ -1,19 +1,27 @@
 """Transactions on a 3-broker cluster (issue 10; R-PROD-2): markers reach partitions led
-by other brokers (WriteTxnMarkers), and a consume-transform-produce loop stays exactly
-once while the transaction coordinator's broker and a partition leader are killed."""
+by other brokers (WriteTxnMarkers); a transactional producer stays exactly once while the
+transaction coordinator's broker and a partition leader are killed; and a
+consume-transform-produce loop (tests/txn_worker.py) stays exactly once while the
+transaction coordinator, an output leader and the group coordinator are killed -9, the
+worker itself is killed -9 and restarted, and a paused worker comes back as a zombie."""
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from tests.brokerproc import wait_until
-from tests.clients import read_to_end
+from tests.clients import Rec, produce, read_to_end
 from tests.clusterproc import Cluster
+from tests.txn_worker import HUNG_EXIT
+from tests.workerproc import WorkerProcess
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -58,7 +66,9 @@ def test_markers_reach_every_leader(healthy: Cluster) -> None:
     assert len(read_all(cluster, out, "read_uncommitted")) == 60
 
 
-def _coordinator(cluster: Cluster, tid: str) -> int:
+def _coordinator(cluster: Cluster, key: str, key_type: int = 1) -> int:
+    """The broker FindCoordinator names for ``key`` (key type 1: a transactional id, 0: a
+    group), asked of the live brokers until one answers."""
     from tests.kafka_wire import WireClient
 
     def find() -> int | None:
@@ -67,7 +77,7 @@ def _coordinator(cluster: Cluster, tid: str) -> int:
                 continue
             try:
                 with WireClient.to(b.address) as wc:
-                    r = wc.request(10, 4, {"key_type": 1, "coordinator_keys": [tid]})
+                    r = wc.request(10, 4, {"key_type": key_type, "coordinator_keys": [key]})
             except OSError:
                 continue
             c = r.coordinators[0]
@@ -75,7 +85,7 @@ def _coordinator(cluster: Cluster, tid: str) -> int:
                 return int(c.node_id)
         return None
 
-    return int(wait_until(find, 30, 0.2, "the transaction coordinator"))
+    return int(wait_until(find, 30, 0.2, f"the coordinator of {key!r}"))
 
 
 def test_exactly_once_while_the_coordinator_and_a_leader_are_killed(healthy: Cluster) -> None:
@@ -122,3 +132,155 @@ def test_exactly_once_while_the_coordinator_and_a_leader_are_killed(healthy: Clu
             b.start()
     got = read_all(cluster, out, "read_committed", timeout_s=90)
     assert sorted(got) == sorted(committed), (len(got), len(committed), victims)
+
+
+def _full_isr(cluster: Cluster, topics: list[str], timeout_s: float = 60) -> None:
+    """Every partition of ``topics`` led and with all its replicas in sync (a restarted
+    broker has caught up: the next kill leaves min.insync.replicas = 2 everywhere)."""
+    def ok() -> bool:
+        for t in topics:
+            try:
+                parts = cluster.describe(t)
+            except Exception:
+                return False
+            if not parts or any(
+                    int(p.leader) < 0 or {int(r) for r in p.isrs} != {int(r) for r in p.replicas}
+                    for p in parts.values()):
+                return False
+        return True
+
+    wait_until(ok, timeout_s, 0.2, f"every replica of {topics} in sync")
+
+
+def test_consume_transform_produce_is_exactly_once_while_brokers_and_worker_are_killed(
+        healthy: Cluster, tmp_path: Path) -> None:
+    """The issue's cluster check: the transactional consume-transform-produce loop
+    (tests/txn_worker.py, confluent-kafka, send_offsets_to_transaction) runs while the
+    transaction coordinator's broker, an output partition's leader and the group
+    coordinator are killed -9 (one at a time, each restarted and back in every ISR before
+    the next); the worker itself is killed -9 mid-stream and replaced by one with the same
+    transactional id (which aborts the first's open transaction), and one worker is paused
+    (SIGSTOP) while a successor takes over, then resumed: that zombie must be fenced.
+    read_committed output holds every input record exactly once."""
+    cluster = healthy
+    n = 3_000
+    source, sink = _topic("ctp-in"), _topic("ctp-out")
+    for t in (source, sink):
+        cluster.create_topic(t, PARTS, 3, {"min.insync.replicas": "2"})
+    group, tid = _topic("ctp-g"), _topic("ctp-tid")
+    placed = produce("confluent", cluster.live_bootstrap(), source,
+                     [Rec(i % PARTS, None, b"v%d" % i) for i in range(n)],
+                     extra={"enable.idempotence": True})
+    expected = Counter(b"%d:%d:v%d" % (p, o, i) for i, (p, o) in enumerate(placed))
+    assert len(expected) == n and all(o >= 0 for _, o in placed)
+
+    def committed() -> int:
+        """Input offsets the group committed, summed (-1: not answered now)."""
+        c = Consumer({"bootstrap.servers": cluster.live_bootstrap(), "group.id": group,
+                      "socket.connection.setup.timeout.ms": 2000})
+        try:
+            got = c.committed([TopicPartition(source, p) for p in range(PARTS)], timeout=5)
+        except KafkaException:
+            return -1
+        finally:
+            c.close()
+        if any(tp.error is not None for tp in got):
+            return -1
+        return sum(max(tp.offset, 0) for tp in got)
+
+    workers: list[WorkerProcess] = []
+    events: list[str] = []
+
+    def start_worker() -> WorkerProcess:
+        # transactions of at most 20 records, each open 0.25 s: about 150 of them, so
+        # every fault lands on a running stream
+        w = WorkerProcess([sys.executable, "-m", "tests.txn_worker", cluster.bootstrap, source,
+                           sink, group, tid, "0.25", "20"],
+                          tmp_path / f"worker-{len(workers)}.log").start()
+        workers.append(w)
+        return w
+
+    def logs() -> str:
+        return "\n".join(f"--- {w.log.name}:\n{w.log_text()[-1500:]}" for w in workers)
+
+    def worker() -> WorkerProcess:
+        """The running worker. One that exited HUNG_EXIT (librdkafka blocked for good in
+        a transactional call: see tests/txn_worker.py) is replaced, as a supervisor
+        would; any other exit fails the test."""
+        w = workers[-1]
+        assert w.proc is not None
+        if w.proc.poll() == HUNG_EXIT:
+            events.append(f"worker {len(workers) - 1} hung in librdkafka, replaced")
+            w = start_worker()
+        assert w.proc is not None and w.proc.poll() is None, (
+            f"worker exited {w.proc.returncode}; {events}\n{logs()}")
+        return w
+
+    def progress() -> int:
+        """The committed offsets, waited for (bounded) while the group cannot answer."""
+        return int(wait_until(lambda: (c := committed()) >= 0 and worker() and c + 1, 60,
+                              0.2, f"the group's committed offsets; {events}")) - 1
+
+    def advance(by: int, what: str) -> None:
+        """Wait (bounded) until the group's committed offsets moved ``by`` records on;
+        the stream must not have ended yet when a fault is about to be injected."""
+        start = progress()
+        assert start < n, f"the stream ended before {what}; {events}"
+        wait_until(lambda: worker() and committed() >= start + by, 90, 0.3,
+                   f"{by} more records committed {what}; {events}\n{logs()}")
+
+    def kill_broker(victim: int, role: str) -> None:
+        events.append(f"killed broker {victim} ({role}) at {progress()}")
+        cluster.brokers[victim].kill()
+        advance(60, f"with broker {victim} ({role}) down")
+        cluster.brokers[victim].start()
+        _full_isr(cluster, [source, sink, "__consumer_offsets", "__transaction_state"])
+
+    start_worker()
+    try:
+        advance(200, "by the first worker")
+        # 1. the transaction coordinator's broker
+        kill_broker(_coordinator(cluster, tid), "transaction coordinator")
+        # 2. the worker itself, inside a transaction; its successor aborts that one
+        advance(40, "after the coordinator came back")
+        events.append(f"killed the worker at {progress()}")
+        worker().kill9()
+        start_worker()
+        advance(60, "by the second worker")
+        # 3. an output partition's leader (one that is not the group coordinator, if any)
+        gc = _coordinator(cluster, group, key_type=0)
+        leaders = [cluster.wait_leader(sink, p) for p in range(PARTS)]
+        victim = next((b for b in leaders if b != gc), gc)
+        kill_broker(victim, "output leader" + (" and group coordinator" if victim == gc
+                                               else ""))
+        # 4. the group coordinator (the leader of the group's __consumer_offsets
+        # partition), unless step 3 was it
+        if victim != gc:
+            kill_broker(_coordinator(cluster, group, key_type=0), "group coordinator")
+        # 5. a zombie: the worker paused, a successor takes over, the first resumes; it
+        # must be fenced (a fatal error: exit 1) and what it writes never committed
+        zombie = worker()
+        events.append(f"paused the worker at {progress()}")
+        zombie.pause()
+        start_worker()
+        advance(60, "by the zombie's successor")
+        zombie.resume()
+        assert zombie.proc is not None
+        wait_until(lambda: zombie.proc.poll() is not None, 60, 0.2,
+                   f"the zombie to be fenced; {events}\n{logs()}")
+        assert zombie.proc.returncode == 1, logs()
+        assert "fenced" in zombie.log_text().lower(), logs()
+        wait_until(lambda: worker() and committed() == n, 120, 0.3,
+                   f"the worker to commit every input offset; {events}\n{logs()}")
+    finally:
+        for x in workers:
+            x.stop()
+    got = Counter(read_all(cluster, sink, "read_committed", timeout_s=90))
+    missing, doubled = expected - got, got - expected
+    assert not missing and not doubled, (
+        f"{sum(missing.values())} missing, e.g. {sorted(missing)[:5]}; "
+        f"{sum(doubled.values())} extra, e.g. "
+        f"{sorted(doubled)[:5]}; {events}\n{logs()}")
+    # read_uncommitted also holds what the killed worker and the aborted transactions wrote
+    everything = Counter(read_all(cluster, sink, "read_uncommitted", timeout_s=90))
+    assert not expected - everything, (sum((expected - everything).values()), events)
