@@ -57,6 +57,7 @@ from headrace.protocol.codec import (
 from headrace.protocol.errors import ProtocolError, UnknownApiError
 from headrace.protocol.framing import Frame, FrameDecoder
 from headrace.security.principal import ANONYMOUS, Principal
+from headrace.security.scram import ScramCredential
 
 log = logging.getLogger("headrace.broker")
 
@@ -604,6 +605,16 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(self.metadata)
         self.groups = GroupService(self)
         self.txns = TxnService(self)
+        # authorization and SCRAM credentials (issue 12): ACLs from the metadata store
+        from headrace.broker.security import Security
+
+        self.security = Security(self)
+        self.authorizer = self.security.authorizer  # None: no authorizer configured
+
+    def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
+        """The user's stored SCRAM credential for the mechanism ("SCRAM-SHA-256" or
+        "SCRAM-SHA-512"), None if it has none (for the SASL exchange)."""
+        return self.security.scram_credential(mechanism, user)
 
     def _self_info(self) -> BrokerInfo:
         """This broker as clients and other brokers reach it."""
