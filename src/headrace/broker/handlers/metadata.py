@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
-from headrace.broker.security import CLUSTER, CLUSTER_NAME, CREATE, DESCRIBE, TOPIC
 from headrace.broker.replica_manager import TopicPartition
+from headrace.broker.security import CLUSTER, CLUSTER_NAME, CREATE, DESCRIBE, TOPIC
 from headrace.broker.topics import INTERNAL_TOPICS, TopicError, validate_topic_name
 from headrace.metadata.store import TopicState
 
