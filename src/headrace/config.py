@@ -302,6 +302,18 @@ LISTENER_CONFIGS = _defs(
     ConfigDef("listener.security.protocol.map", "string", DEFAULT_PROTOCOL_MAP,
               "Listener name → security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, "
               "SASL_SSL)."),
+    # ---- authorization (issue 12): Kafka's ACL authorizer, active when a class is named
+    ConfigDef("authorizer.class.name", "string", "",
+              "Kafka's authorizer class (kafka.security.authorizer.AclAuthorizer or "
+              "org.apache.kafka.metadata.authorizer.StandardAuthorizer): ACLs are checked "
+              "on every API; empty: no authorization (ACL APIs answer SECURITY_DISABLED).",
+              choices=("", "kafka.security.authorizer.AclAuthorizer",
+                       "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                       "kafka.security.auth.SimpleAclAuthorizer")),
+    ConfigDef("super.users", "string", "",
+              "Principals allowed everything, separated by semicolons (User:admin;User:ops)."),
+    ConfigDef("allow.everyone.if.no.acl.found", "bool", False,
+              "Allow an operation on a resource no ACL matches at all."),
     ConfigDef("controller.listener.names", "string", "",
               "Listeners of a KRaft controller: accepted, not served here."),
     ConfigDef("inter.broker.listener.name", "string", "",

@@ -268,7 +268,10 @@ def test_create_handlers_answer_null_arrays(tmp_path: Path) -> None:
 
     admin = make_admin(tmp_path)
     admin.create("grow", 1, 1, {})
+    from headrace.broker.security import Security
+
     broker: Any = NS(topics=admin, config=admin.config, metadata=admin.metadata)
+    broker.security = Security(broker)  # no authorizer configured: every check passes
 
     def ctx(api_key: int, version: int) -> RequestContext:
         return RequestContext(RequestHeaderInfo(api_key, version, 1, "t"), "peer")

@@ -805,12 +805,16 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(self.metadata)
         self.groups = GroupService(self)
         self.txns = TxnService(self)
+        # authorization and SCRAM credentials (issue 12): ACLs from the metadata store
+        from headrace.broker.security import Security
 
-    def scram_credential(self, mechanism: str, name: str) -> ScramCredential | None:
-        """The user's SCRAM credential for ``mechanism`` from the metadata store (None:
-        no such user or no credential for that mechanism)."""
-        lookup = getattr(self.metadata, "scram_credential", None)
-        return lookup(mechanism, name) if lookup is not None else None
+        self.security = Security(self)
+        self.authorizer = self.security.authorizer  # None: no authorizer configured
+
+    def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
+        """The user's stored SCRAM credential for the mechanism ("SCRAM-SHA-256" or
+        "SCRAM-SHA-512"), None if it has none (for the SASL exchange)."""
+        return self.security.scram_credential(mechanism, user)
 
     def _self_info(self) -> BrokerInfo:
         """This broker as clients and other brokers reach it: ``host``/``port`` on the

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import base64
 import json
+import urllib.parse
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from headrace.metadata.store import BrokerInfo, Endpoint, PartitionState
+from headrace.security import acl
 
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
@@ -271,3 +273,128 @@ def decode_preferred(data: bytes | None) -> list[tuple[str, int]]:
         return [(str(p["topic"]), int(p["partition"])) for p in d.get("partitions") or []]
     except (KeyError, TypeError, ValueError) as e:
         raise LayoutError(f"preferred_replica_election: {e}") from None
+
+
+# ---------------------------------------------------------------- ACLs (AclAuthorizer)
+# /kafka-acl/<ResourceType>/<name>: a literal pattern's ACLs;
+# /kafka-acl-extended/prefixed/<ResourceType>/<name>: a prefixed pattern's; each
+# {"version":1,"acls":[{"principal","permissionType","operation","host"}]}. A change is
+# announced by a sequential node: /kafka-acl-changes/acl_changes_N holding "Type:name"
+# (literal), /kafka-acl-extended-changes/acl_changes_N holding {"version":1,
+# "resourceType","name","patternType"} (prefixed); every broker re-reads the named
+# resource (ZkAclChangeStore, ZkNodeChangeNotificationListener).
+ACL_LITERAL = "/kafka-acl"
+ACL_EXTENDED = "/kafka-acl-extended/prefixed"
+ACL_CHANGES = "/kafka-acl-changes"
+ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
+CONFIG_USERS = "/config/users"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+SECURITY_PATHS = (ACL_LITERAL, ACL_EXTENDED, ACL_CHANGES, ACL_EXTENDED_CHANGES, CONFIG_USERS,
+                  CONFIG_CHANGES)
+_TYPE_BY_NAME = {v: k for k, v in acl.RESOURCE_TYPE_NAMES.items()}
+_OP_BY_NAME = {v: k for k, v in acl.OPERATION_NAMES.items()}
+_PERM_BY_NAME = {v: k for k, v in acl.PERMISSION_NAMES.items()}
+
+
+def acl_root(pattern_type: acl.PatternType) -> str:
+    return ACL_LITERAL if pattern_type is acl.PatternType.LITERAL else ACL_EXTENDED
+
+
+def acl_path(p: acl.ResourcePattern) -> str:
+    return f"{acl_root(p.pattern_type)}/{acl.RESOURCE_TYPE_NAMES[p.resource_type]}/{p.name}"
+
+
+def acl_pattern(pattern_type: acl.PatternType, type_name: str, name: str
+                ) -> acl.ResourcePattern:
+    rt = _TYPE_BY_NAME.get(type_name)
+    if rt is None:
+        raise LayoutError(f"unknown ACL resource type {type_name!r}")
+    return acl.ResourcePattern(rt, name, pattern_type)
+
+
+def encode_acls(entries: frozenset[acl.AccessControlEntry] | set[acl.AccessControlEntry]
+                ) -> bytes:
+    return _dump({"version": 1, "acls": [
+        {"principal": e.principal, "permissionType": acl.PERMISSION_NAMES[e.permission_type],
+         "operation": acl.OPERATION_NAMES[e.operation], "host": e.host}
+        for e in sorted(entries)]})
+
+
+def decode_acls(what: str, data: bytes | None) -> frozenset[acl.AccessControlEntry]:
+    if not data:
+        return frozenset()
+    d = _load(data, what)
+    try:
+        return frozenset(
+            acl.AccessControlEntry(str(a["principal"]), str(a["host"]),
+                                   _OP_BY_NAME[a["operation"]],
+                                   _PERM_BY_NAME[a["permissionType"]])
+            for a in d.get("acls") or [])
+    except (KeyError, TypeError, AttributeError) as e:
+        raise LayoutError(f"{what}: {e!r}") from None
+
+
+def encode_acl_change(p: acl.ResourcePattern) -> bytes:
+    type_name = acl.RESOURCE_TYPE_NAMES[p.resource_type]
+    if p.pattern_type is acl.PatternType.LITERAL:
+        return f"{type_name}:{p.name}".encode()
+    return _dump({"version": 1, "resourceType": type_name, "name": p.name,
+                  "patternType": p.pattern_type.name})
+
+
+def decode_acl_change(extended: bool, data: bytes | None) -> acl.ResourcePattern:
+    if not data:
+        raise LayoutError("ACL change notification: no data")
+    if not extended:
+        try:
+            type_name, sep, name = data.decode().partition(":")
+        except UnicodeDecodeError as e:
+            raise LayoutError(f"ACL change notification: {e}") from None
+        if not sep:
+            raise LayoutError(f"ACL change notification: {data!r} is not Type:name")
+        return acl_pattern(acl.PatternType.LITERAL, type_name, name)
+    d = _load(data, "ACL change notification")
+    try:
+        pt = acl.PatternType[str(d["patternType"]).upper()]
+        return acl_pattern(pt, str(d["resourceType"]), str(d["name"]))
+    except (KeyError, TypeError, AttributeError) as e:
+        raise LayoutError(f"ACL change notification: {e!r}") from None
+
+
+# ---------------------------------------------------------------- users (SCRAM)
+def sanitize(name: str) -> str:
+    """Kafka's ``Sanitizer.sanitize``: a user name as a znode name (URL-encoded)."""
+    return urllib.parse.quote(name, safe="")
+
+
+def desanitize(name: str) -> str:
+    return urllib.parse.unquote(name)
+
+
+def user_path(user: str) -> str:
+    return f"{CONFIG_USERS}/{sanitize(user)}"
+
+
+def encode_user_change(user: str) -> bytes:
+    """A ``/config/changes/config_change_N`` node's data (version 2)."""
+    return _dump({"version": 2, "entity_path": f"users/{sanitize(user)}"})
+
+
+def decode_user_change(data: bytes | None) -> str | None:
+    """The user a config change names, None for any other entity."""
+    d = _load(data, "config change notification")
+    try:
+        path = str(d["entity_path"]) if int(d.get("version", 2)) == 2 else \
+            f"{d['entity_type']}/{d['entity_name']}"
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise LayoutError(f"config change notification: {e!r}") from None
+    kind, _, name = path.partition("/")
+    return desanitize(name) if kind == "users" and name and "/" not in name else None
+
+
+def sequence_number(node: str) -> int:
+    """The counter of a sequential node name (acl_changes_0000000012 -> 12), -1 if none."""
+    digits = node[-10:]
+    return int(digits) if digits.isdigit() else -1

@@ -10,6 +10,16 @@ thread ("zk-sync") re-reads the path with a new watch and hands the result to th
 ``admin_changed``, ``session_lost``, ``session_restored``; docs/cluster.md). So reads from
 handlers are plain dict lookups and never block, and kazoo's threads never touch the cache.
 
+ACLs and SCRAM credentials (issue 12), Kafka's way: ``/kafka-acl/<Type>/<name>`` and
+``/kafka-acl-extended/prefixed/<Type>/<name>`` hold each resource pattern's ACLs,
+``/config/users/<user>`` each user's SCRAM credentials; a writer changes one znode
+(conditionally on its version, re-reading on a conflict) and then announces it with a
+sequential node (``/kafka-acl-changes``, ``/kafka-acl-extended-changes``,
+``/config/changes``). Every broker watches those three lists and re-reads exactly the
+resources and users named by notifications it has not seen, so all brokers converge on
+the same ACLs within a watch round trip; the writer installs its own result at once.
+Notifications past the newest ``NOTIFICATIONS_KEPT`` are removed by writers.
+
 Session: a lost session (expired) fences the broker (``session_lost``); when kazoo
 reconnects with a new session the broker registers again, the whole layout is read again
 (watches re-armed) and ``session_restored`` follows.
@@ -45,16 +55,27 @@ from kazoo.handlers.threading import KazooTimeoutError
 from headrace.cluster import zk_layout as L
 from headrace.config import BrokerConfig
 from headrace.metadata.store import (
+    AclEntries,
     BrokerInfo,
     MetadataError,
     PartitionState,
     TopicState,
+    UserCredentials,
     new_cluster_id,
+)
+from headrace.security import acl
+from headrace.security.scram import (
+    MECHANISMS,
+    ScramCredential,
+    format_credential,
+    parse_credential,
 )
 
 log = logging.getLogger("headrace.zookeeper")
 
 PRODUCER_ID_BLOCK_SIZE = 1000
+NOTIFICATIONS_KEPT = 1000  # change notifications kept per list (older ones are removed)
+_EXTENDED = {L.ACL_CHANGES: False, L.ACL_EXTENDED_CHANGES: True}
 
 
 class ControllerMovedError(Exception):
@@ -102,6 +123,10 @@ class ZkMetadataStore:
         self._shutdowns: list[int] = []
         self._reassign_request: list[tuple[str, int, list[int]]] = []
         self._preferred: list[tuple[str, int]] = []
+        self._acls = acl.AclIndex()
+        self._users: dict[str, UserCredentials] = {}
+        # the newest change notification read per list (sync worker / start only)
+        self._seen_changes: dict[str, int] = {}
         # the sync worker
         self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue()
         self._queued: set[tuple[str, str]] = set()
@@ -149,7 +174,7 @@ class ZkMetadataStore:
         except (KazooTimeoutError, KazooException, OSError) as e:
             raise MetadataError(f"cannot reach ZooKeeper at {self.hosts}: {e or 'timed out'}"
                                 ) from None
-        for path in L.PERSISTENT_PATHS:
+        for path in L.PERSISTENT_PATHS + L.SECURITY_PATHS:
             client.ensure_path(path)
         client.add_listener(self._state_changed)
         self.client = client
@@ -309,6 +334,14 @@ class ZkMetadataStore:
         except NoNodeError:
             return []
 
+    def _list(self, path: str) -> list[str]:
+        """Children of ``path`` without a watch."""
+        assert self.client is not None
+        try:
+            return list(self.client.get_children(path))
+        except NoNodeError:
+            return []
+
     def _refresh(self, kind: str, path: str) -> list[tuple[str, Any]]:
         """Re-read one path (re-arming its watch); the updates for the loop."""
         assert self.client is not None
@@ -345,7 +378,107 @@ class ZkMetadataStore:
             return [("reassign", self._get(L.REASSIGN_PARTITIONS, "reassign"))]
         if kind == "preferred":
             return [("preferred", self._get(L.PREFERRED_ELECTION, "preferred"))]
+        if kind == "acl_changes":
+            return self._read_acl_changes(path)
+        if kind == "config_changes":
+            return self._read_config_changes()
         return []
+
+    def _new_changes(self, path: str, kind: str) -> list[str]:
+        """Notifications of ``path`` not seen yet, oldest first (re-arms the watch)."""
+        nodes = sorted(self._children(path, kind), key=L.sequence_number)
+        seen = self._seen_changes.get(path, -1)
+        new = [n for n in nodes if L.sequence_number(n) > seen]
+        if nodes:
+            self._seen_changes[path] = max(seen, L.sequence_number(nodes[-1]))
+        return new
+
+    def _read_acl_changes(self, path: str) -> list[tuple[str, Any]]:
+        assert self.client is not None
+        patterns: set[acl.ResourcePattern] = set()
+        for node in self._new_changes(path, "acl_changes"):
+            try:
+                data, _ = self.client.get(f"{path}/{node}")
+                patterns.add(L.decode_acl_change(_EXTENDED[path], data))
+            except NoNodeError:
+                continue
+            except L.LayoutError as e:
+                log.warning("ignoring ACL change notification %s: %s", node, e)
+        return [("acl", (p, self._read_acl(p))) for p in sorted(patterns)]
+
+    def _read_config_changes(self) -> list[tuple[str, Any]]:
+        assert self.client is not None
+        users: set[str] = set()
+        for node in self._new_changes(L.CONFIG_CHANGES, "config_changes"):
+            try:
+                data, _ = self.client.get(f"{L.CONFIG_CHANGES}/{node}")
+                user = L.decode_user_change(data)
+            except NoNodeError:
+                continue
+            except L.LayoutError as e:
+                log.warning("ignoring config change notification %s: %s", node, e)
+                continue
+            if user is not None:
+                users.add(user)
+        return [("user", (u, self._read_user(u)[0])) for u in sorted(users)]
+
+    def _read_acl(self, p: acl.ResourcePattern) -> AclEntries:
+        assert self.client is not None
+        try:
+            data, _ = self.client.get(L.acl_path(p))
+        except NoNodeError:
+            return frozenset()
+        try:
+            return L.decode_acls(L.acl_path(p), data)
+        except L.LayoutError as e:
+            log.warning("ignoring ACLs: %s", e)
+            return frozenset()
+
+    def _read_user(self, user: str) -> tuple[UserCredentials, dict[str, str], int]:
+        """(SCRAM credentials, the whole config, znode version or -1)."""
+        assert self.client is not None
+        try:
+            data, stat = self.client.get(L.user_path(user))
+        except NoNodeError:
+            return {}, {}, -1
+        try:
+            config = L.decode_config(f"user {user}", data)
+        except L.LayoutError as e:
+            log.warning("ignoring user config: %s", e)
+            return {}, {}, stat.version
+        creds: UserCredentials = {}
+        for mechanism in MECHANISMS:
+            if mechanism in config:
+                try:
+                    creds[mechanism] = parse_credential(config[mechanism])
+                except ValueError as e:
+                    log.warning("ignoring %s credential of %s: %s", mechanism, user, e)
+        return creds, config, stat.version
+
+    def _read_security(self) -> dict[str, Any]:
+        """Every ACL and user (the change lists first, so nothing slips between)."""
+        assert self.client is not None
+        for path in _EXTENDED:
+            self._new_changes(path, "acl_changes")
+        self._new_changes(L.CONFIG_CHANGES, "config_changes")
+        acls: list[tuple[acl.ResourcePattern, AclEntries]] = []
+        for pt in (acl.PatternType.LITERAL, acl.PatternType.PREFIXED):
+            root = L.acl_root(pt)
+            for type_name in self._list(root):
+                for name in self._list(f"{root}/{type_name}"):
+                    try:
+                        p = L.acl_pattern(pt, type_name, name)
+                    except L.LayoutError as e:
+                        log.warning("ignoring ACLs: %s", e)
+                        continue
+                    acls.append((p, self._read_acl(p)))
+        users = {}
+        for child in self._list(L.CONFIG_USERS):
+            user = L.desanitize(child)
+            creds = self._read_user(user)[0]
+            if creds:
+                users[user] = creds
+        return {"acls": acls, "users": users}
 
     def _read_brokers(self) -> dict[int, BrokerInfo]:
         assert self.client is not None
@@ -416,6 +549,7 @@ class ZkMetadataStore:
                                                      "controlled_shutdown")
         snap["reassign"] = self._get(L.REASSIGN_PARTITIONS, "reassign")
         snap["preferred"] = self._get(L.PREFERRED_ELECTION, "preferred")
+        snap["security"] = self._read_security()
         return snap
 
     # ------------------------------------------------------------------ the cache (loop)
@@ -433,6 +567,11 @@ class ZkMetadataStore:
                      "reassign", "preferred"):
             updates.append((kind, snap[kind]))
         self._apply(updates, notify=False)
+        security = snap["security"]
+        self._acls.clear()
+        for pattern, entries in security["acls"]:
+            self._acls.set_acls(pattern, entries)
+        self._users = dict(security["users"])
         if notify:
             self._notify("session_restored")
             for name in set(before) | set(self._topics):
@@ -524,6 +663,10 @@ class ZkMetadataStore:
                     log.warning("ignoring reassignment request: %s", e)
                     self._reassign_request = []
                 events.append(("admin_changed", "reassign_partitions"))
+            elif kind == "acl":
+                self.install_acls(*value)
+            elif kind == "user":
+                self.install_credentials(*value)
             elif kind == "preferred":
                 try:
                     self._preferred = L.decode_preferred(value)
@@ -857,6 +1000,91 @@ class ZkMetadataStore:
             raise MetadataError(f"deleting topic {name}'s znodes raced; retry")
         with contextlib.suppress(NoNodeError):
             c.delete(f"{L.DELETE_TOPICS}/{name}")
+
+    # ------------------------------------------------------------------ ACLs, credentials
+    @property
+    def acl_index(self) -> acl.AclIndex:
+        return self._acls
+
+    def install_acls(self, pattern: acl.ResourcePattern, entries: AclEntries) -> None:
+        """On the loop: one resource pattern's ACLs as just written or read."""
+        self._acls.set_acls(pattern, entries)
+
+    def user_credentials(self) -> Mapping[str, UserCredentials]:
+        return self._users
+
+    def install_credentials(self, user: str, creds: UserCredentials) -> None:
+        if creds:
+            self._users[user] = dict(creds)
+        else:
+            self._users.pop(user, None)
+
+    def change_acls(self, pattern: acl.ResourcePattern, add: AclEntries,
+                    remove: AclEntries) -> AclEntries:
+        """Blocking (worker thread): read-modify-write of the pattern's znode, conditional
+        on its version (retried on a conflict), removed when no ACL is left; then the
+        change notification. Returns the pattern's ACLs after the write."""
+        c = self._c()
+        path = L.acl_path(pattern)
+        while True:
+            try:
+                data, stat = c.get(path)
+                current, version = L.decode_acls(path, data), stat.version
+            except NoNodeError:
+                current, version = frozenset(), -1
+            new = (current | add) - remove
+            if new == current:
+                return current
+            try:
+                if not new:
+                    c.delete(path, version=version)
+                elif version < 0:
+                    c.create(path, L.encode_acls(new), makepath=True)
+                else:
+                    c.set(path, L.encode_acls(new), version=version)
+            except (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError):
+                continue  # someone else changed it meanwhile: read again
+            break
+        changes = (L.ACL_CHANGES if pattern.pattern_type is acl.PatternType.LITERAL
+                   else L.ACL_EXTENDED_CHANGES)
+        self._announce(changes, L.ACL_CHANGE_PREFIX, L.encode_acl_change(pattern))
+        return new
+
+    def change_credentials(self, user: str, upsert: Mapping[str, ScramCredential],
+                           delete: set[str]) -> UserCredentials:
+        """Blocking (worker thread): ``/config/users/<user>`` rewritten (its other configs
+        kept), conditional on its version; then ``/config/changes`` is told."""
+        c = self._c()
+        path = L.user_path(user)
+        while True:
+            creds, config, version = self._read_user(user)
+            new_config = {k: v for k, v in config.items() if k not in delete}
+            new_config.update({m: format_credential(cred) for m, cred in upsert.items()})
+            new = {m: cr for m, cr in creds.items() if m not in delete}
+            new.update(upsert)
+            if new_config == config and version >= 0:
+                return new
+            try:
+                if version < 0:
+                    c.create(path, L.encode_config(new_config), makepath=True)
+                else:
+                    c.set(path, L.encode_config(new_config), version=version)
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue
+            break
+        self._announce(L.CONFIG_CHANGES, L.CONFIG_CHANGE_PREFIX, L.encode_user_change(user))
+        return new
+
+    def _announce(self, root: str, prefix: str, data: bytes) -> None:
+        """A sequential change notification; notifications older than the newest
+        ``NOTIFICATIONS_KEPT`` are removed."""
+        c = self._c()
+        created = c.create(f"{root}/{prefix}", data, sequence=True)
+        newest = L.sequence_number(str(created))
+        for node in self._list(root):
+            if 0 <= L.sequence_number(node) <= newest - NOTIFICATIONS_KEPT:
+                with contextlib.suppress(NoNodeError):
+                    c.delete(f"{root}/{node}")
 
     def delete_admin_node(self, path: str) -> None:
         with contextlib.suppress(NoNodeError):

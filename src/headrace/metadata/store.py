@@ -16,6 +16,11 @@ partition_epoch)``. Reads are served from memory; a write goes to SQLite first a
 then to memory, so a write that fails (disk full, I/O error: ``MetadataWriteError``)
 leaves both the database and memory exactly as they were.
 
+ACLs and SCRAM credentials (issue 12): ``acls(resource_type, pattern_type, name, acls)``
+(one row per resource pattern, its entries as the JSON Kafka keeps in ZooKeeper) and
+``scram_credentials(user, mechanism, credential)`` (Kafka's stored text: salt, stored and
+server keys, iterations; never a password).
+
 Migration: a data dir of an older headrace holds ``headrace-metadata.json`` (one JSON
 document, ``{"version": 1, "cluster_id", "next_producer_id", "topics": {name:
 {"topic_id", "configs", "partitions": [...]}}}``). On the first start it is imported in
@@ -39,6 +44,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from headrace.fsutil import fsync_dir
+from headrace.security import acl
+from headrace.security.scram import ScramCredential, format_credential, parse_credential
+
+AclEntries = frozenset[acl.AccessControlEntry]
+UserCredentials = dict[str, ScramCredential]
+"""A user's SCRAM credentials by mechanism name ("SCRAM-SHA-256", "SCRAM-SHA-512")."""
 
 
 @dataclass(slots=True)
@@ -161,6 +172,29 @@ class MetadataStore(Protocol):
 
     def controller_id(self) -> int: ...
 
+    # ACLs and SCRAM credentials (issue 12). Reads are from memory, kept current on every
+    # broker; writes are blocking (a cluster's are ZooKeeper round trips: worker threads)
+    # and return what the caller installs with ``install_acls`` / ``install_credentials``
+    # on the event loop, so a client sees its own change at once.
+    @property
+    def acl_index(self) -> acl.AclIndex: ...
+
+    def change_acls(self, pattern: acl.ResourcePattern, add: AclEntries,
+                    remove: AclEntries) -> AclEntries:
+        """Add and remove entries of one resource pattern; the pattern's ACLs after."""
+        ...
+
+    def install_acls(self, pattern: acl.ResourcePattern, entries: AclEntries) -> None: ...
+
+    def user_credentials(self) -> Mapping[str, UserCredentials]: ...
+
+    def change_credentials(self, user: str, upsert: Mapping[str, ScramCredential],
+                           delete: set[str]) -> UserCredentials:
+        """Upsert and delete a user's credentials by mechanism; the user's after."""
+        ...
+
+    def install_credentials(self, user: str, creds: UserCredentials) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -186,6 +220,13 @@ _SCHEMA = (
     " replicas TEXT NOT NULL, leader INTEGER NOT NULL, leader_epoch INTEGER NOT NULL,"
     " isr TEXT NOT NULL, partition_epoch INTEGER NOT NULL, PRIMARY KEY (topic, idx))"
     " WITHOUT ROWID",
+    # one row per ACL resource pattern: its entries as Kafka's ZooKeeper JSON
+    "CREATE TABLE IF NOT EXISTS acls (resource_type INTEGER NOT NULL, pattern_type INTEGER"
+    " NOT NULL, name TEXT NOT NULL, acls TEXT NOT NULL, PRIMARY KEY (resource_type,"
+    " pattern_type, name)) WITHOUT ROWID",
+    # one row per user and mechanism: Kafka's stored text (salt, keys, iterations)
+    "CREATE TABLE IF NOT EXISTS scram_credentials (user TEXT NOT NULL, mechanism TEXT NOT NULL,"
+    " credential TEXT NOT NULL, PRIMARY KEY (user, mechanism)) WITHOUT ROWID",
 )
 _INSERT_PARTITION = (
     "INSERT INTO partitions (topic, idx, replicas, leader, leader_epoch, isr, partition_epoch)"
@@ -237,6 +278,8 @@ class LocalMetadataStore:
         self._by_id: dict[uuid.UUID, TopicState] = {}
         self._next_producer_id = 1000
         self._cluster_id = cluster_id
+        self._acls = acl.AclIndex()
+        self._users: dict[str, UserCredentials] = {}
         self._db = self._open(cluster_id)
 
     # ---------------------------------------------------------------- opening
@@ -320,8 +363,20 @@ class LocalMetadataStore:
                     raise ValueError(f"topic {name!r} lacks partition {len(t.partitions)}")
                 t.partitions.append(PartitionState(
                     json.loads(replicas), int(leader), int(epoch), json.loads(isr), int(pepoch)))
+            acls = acl.AclIndex()
+            for rtype, ptype, name, text in db.execute(
+                    "SELECT resource_type, pattern_type, name, acls FROM acls"):
+                acls.set_acls(acl.ResourcePattern(acl.ResourceType(rtype),
+                                                  name, acl.PatternType(ptype)),
+                              _decode_acls(text))
+            users: dict[str, UserCredentials] = {}
+            for user, mechanism, text in db.execute(
+                    "SELECT user, mechanism, credential FROM scram_credentials"):
+                users.setdefault(user, {})[mechanism] = parse_credential(text)
         except (ValueError, KeyError, TypeError) as e:
             raise MetadataError(f"cannot read cluster metadata {self._db_path}: {e}") from e
+        self._acls = acls
+        self._users = users
         self._topics = topics
         self._by_id = {t.topic_id: t for t in topics.values()}
 
@@ -436,3 +491,66 @@ class LocalMetadataStore:
 
     def controller_id(self) -> int:
         return self._self.node_id
+
+    # ---------------------------------------------------------------- ACLs, credentials
+    @property
+    def acl_index(self) -> acl.AclIndex:
+        return self._acls
+
+    def change_acls(self, pattern: acl.ResourcePattern, add: AclEntries,
+                    remove: AclEntries) -> AclEntries:
+        current = self._acls.get(pattern)
+        new = (current | add) - remove
+        if new == current:
+            return current
+        key = (int(pattern.resource_type), int(pattern.pattern_type), pattern.name)
+        if new:
+            self._write(lambda db: db.execute(
+                "INSERT OR REPLACE INTO acls (resource_type, pattern_type, name, acls)"
+                " VALUES (?, ?, ?, ?)", (*key, _encode_acls(new))))
+        else:
+            self._write(lambda db: db.execute(
+                "DELETE FROM acls WHERE resource_type = ? AND pattern_type = ? AND name = ?",
+                key))
+        self._acls.set_acls(pattern, new)
+        return new
+
+    def install_acls(self, pattern: acl.ResourcePattern, entries: AclEntries) -> None:
+        self._acls.set_acls(pattern, entries)  # already there: change_acls installed it
+
+    def user_credentials(self) -> Mapping[str, UserCredentials]:
+        return self._users
+
+    def change_credentials(self, user: str, upsert: Mapping[str, ScramCredential],
+                           delete: set[str]) -> UserCredentials:
+        new = {m: c for m, c in self._users.get(user, {}).items() if m not in delete}
+        new.update(upsert)
+
+        def tx(db: sqlite3.Connection) -> None:
+            db.executemany("DELETE FROM scram_credentials WHERE user = ? AND mechanism = ?",
+                           [(user, m) for m in delete])
+            db.executemany("INSERT OR REPLACE INTO scram_credentials (user, mechanism,"
+                           " credential) VALUES (?, ?, ?)",
+                           [(user, m, format_credential(c)) for m, c in upsert.items()])
+
+        self._write(tx)
+        self.install_credentials(user, new)
+        return new
+
+    def install_credentials(self, user: str, creds: UserCredentials) -> None:
+        if creds:
+            self._users[user] = dict(creds)
+        else:
+            self._users.pop(user, None)
+
+
+def _encode_acls(entries: AclEntries) -> str:
+    from headrace.cluster.zk_layout import encode_acls
+
+    return encode_acls(entries).decode()
+
+
+def _decode_acls(text: str) -> AclEntries:
+    from headrace.cluster.zk_layout import decode_acls
+
+    return decode_acls("stored ACLs", text.encode())

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import GROUP, READ, TRANSACTIONAL_ID, WRITE
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -16,6 +17,13 @@ if TYPE_CHECKING:
 @handler(25, "AddOffsetsToTxn", 0, 4)
 async def handle_add_offsets_to_txn(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     tid = str(req.transactional_id)
+    # Kafka: WRITE on the transactional id, READ on the group
+    if not broker.security.allowed(ctx, WRITE, TRANSACTIONAL_ID, tid):
+        return ctx.response({"throttle_time": 0,
+                             "error_code": ErrorCode.transactional_id_authorization_failed})
+    if not broker.security.allowed(ctx, READ, GROUP, str(req.group_id)):
+        return ctx.response({"throttle_time": 0,
+                             "error_code": ErrorCode.group_authorization_failed})
     err, coordinator = broker.txns.coordinator_for(tid)
     if coordinator is not None:
         if not broker.groups.ensure_topic():

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import TOPIC, TRANSACTIONAL_ID, WRITE
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -31,6 +32,20 @@ async def handle_add_partitions_to_txn(broker: Broker, ctx: RequestContext, req:
     pid = int(req.v3_and_below_producer_id)
     epoch = int(req.v3_and_below_producer_epoch)
     wanted = [(str(t.name), int(p)) for t in req.v3_and_below_topics for p in t.partitions]
+    # Kafka: WRITE on the transactional id (every partition refused), then on each topic
+    # (TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED)
+    security = broker.security
+    if security.enabled:
+        if not security.allowed(ctx, WRITE, TRANSACTIONAL_ID, tid):
+            codes = dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+            return ctx.response({"throttle_time": 0, "results_by_topic_v3_and_below":
+                                 _answer(req.v3_and_below_topics, codes)})
+        writable = security.allowed_names(ctx, WRITE, TOPIC, (t for t, _ in wanted))
+        if any(t not in writable for t, _ in wanted):
+            codes = {tp: (ErrorCode.topic_authorization_failed if tp[0] not in writable
+                          else ErrorCode.operation_not_attempted) for tp in wanted}
+            return ctx.response({"throttle_time": 0, "results_by_topic_v3_and_below":
+                                 _answer(req.v3_and_below_topics, codes)})
     unknown = set()
     for topic, p in wanted:
         state = broker.metadata.topic(topic)

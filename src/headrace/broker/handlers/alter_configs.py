@@ -64,7 +64,7 @@ async def handle_alter_configs(broker: Broker, ctx: RequestContext, req: Any) ->
             except TopicError as e:
                 entry["error_code"], entry["error_message"] = e.error_code, e.message
                 continue
-        topic = resource_error(broker, r, duplicates)
+        topic = resource_error(broker, r, duplicates, ctx)
         if not isinstance(topic, TopicState):
             entry["error_code"], entry["error_message"] = topic
             continue

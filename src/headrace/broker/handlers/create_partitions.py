@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import ALTER, TOPIC
 from headrace.broker.topics import TopicError
 
 if TYPE_CHECKING:
@@ -37,8 +38,15 @@ async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any
     seen: dict[str, int] = {}
     for t in requested:
         seen[t.name] = seen.get(t.name, 0) + 1
-    outcomes = await broker.topics.create_partitions(
-        [_request(t, seen[t.name] > 1) for t in requested], bool(req.validate_only))
+    # Kafka: ALTER on each topic (TOPIC_AUTHORIZATION_FAILED); duplicates are refused first
+    allowed = broker.security.allowed_names(ctx, ALTER, TOPIC, (t.name for t in requested))
+    refused = [t for t in requested if t.name not in allowed and seen[t.name] == 1]
+    wanted = [t for t in requested if t not in refused]
+    done = iter(await broker.topics.create_partitions(
+        [_request(t, seen[t.name] > 1) for t in wanted], bool(req.validate_only)))
+    outcomes = [TopicError(ErrorCode.topic_authorization_failed,
+                           "The topic authorization is failed.") if t in refused
+                else next(done) for t in requested]
     results = []
     for t, outcome in zip(requested, outcomes, strict=True):
         entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.handlers.describe_configs import topic_config_entries
+from headrace.broker.security import CREATE, DESCRIBE_CONFIGS, TOPIC
 from headrace.broker.topics import TopicError, TopicPlan, TopicSpec
 
 if TYPE_CHECKING:
@@ -57,8 +58,16 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
     seen: dict[str, int] = {}
     for t in requested:
         seen[t.name] = seen.get(t.name, 0) + 1
-    specs = [_spec(t, seen[t.name] > 1) for t in requested]
-    outcomes = await broker.topics.create_topics(specs, bool(req.validate_only))
+    # Kafka: CREATE on the cluster, or else on each topic (TOPIC_AUTHORIZATION_FAILED)
+    security = broker.security
+    allowed = ({t.name for t in requested} if security.cluster_allowed(ctx, CREATE) else
+               security.allowed_names(ctx, CREATE, TOPIC, (t.name for t in requested)))
+    refused = [t for t in requested if t.name not in allowed and seen[t.name] == 1]
+    wanted = [t for t in requested if t not in refused]
+    done = iter(await broker.topics.create_topics(
+        [_spec(t, seen[t.name] > 1) for t in wanted], bool(req.validate_only)))
+    outcomes = [TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
+                if t in refused else next(done) for t in requested]
     results = []
     for t, outcome in zip(requested, outcomes, strict=True):
         entry: dict[str, Any] = {"name": t.name, "topic_id": uuid.UUID(int=0),
@@ -72,6 +81,10 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
         elif isinstance(outcome, TopicPlan):  # validate_only
             entry.update(num_partitions=len(outcome.states),
                          replication_factor=outcome.replication_factor)
+        elif not security.allowed(ctx, DESCRIBE_CONFIGS, TOPIC, outcome.name):
+            entry.update(topic_id=outcome.topic_id, num_partitions=len(outcome.partitions),
+                         replication_factor=len(outcome.partitions[0].replicas),
+                         topic_config_error_code=ErrorCode.topic_authorization_failed)
         else:
             entry.update(
                 topic_id=outcome.topic_id,

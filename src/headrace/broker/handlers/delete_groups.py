@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import DELETE, GROUP
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -29,5 +30,7 @@ async def _delete(broker: Broker, group_id: str) -> ErrorCode:
 async def handle_delete_groups(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     results = []
     for gid in req.groups_names:
-        results.append({"group_id": gid, "error_code": await _delete(broker, str(gid))})
+        allowed = broker.security.allowed(ctx, DELETE, GROUP, str(gid))
+        results.append({"group_id": gid, "error_code": await _delete(broker, str(gid))
+                        if allowed else ErrorCode.group_authorization_failed})
     return ctx.response({"throttle_time": 0, "results": results})

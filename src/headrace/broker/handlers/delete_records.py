@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.replica_manager import TopicPartition
+from headrace.broker.security import DELETE, TOPIC
 from headrace.broker.topics import INTERNAL_TOPICS
 from headrace.log.errors import LogError
 
@@ -48,12 +49,15 @@ def _delete_one(broker: Broker, tp: TopicPartition, offset: int) -> tuple[ErrorC
 async def handle_delete_records(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     results: list[tuple[str, list[dict[str, Any]]]] = []
     moved: list[TopicPartition] = []
+    # Kafka: DELETE on each topic (TOPIC_AUTHORIZATION_FAILED)
+    deletable = broker.security.allowed_names(ctx, DELETE, TOPIC, (t.name for t in req.topics))
     for t in req.topics:
         partitions: list[dict[str, Any]] = []
         results.append((t.name, partitions))
         for p in t.partitions:
             tp = TopicPartition(t.name, int(p.partition_index))
-            code, low = _delete_one(broker, tp, int(p.offset))
+            code, low = ((ErrorCode.topic_authorization_failed, -1) if t.name not in deletable
+                         else _delete_one(broker, tp, int(p.offset)))
             if code == ErrorCode.none:
                 moved.append(tp)
             partitions.append({"partition_index": tp.partition, "error_code": code,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import DELETE, TOPIC
 from headrace.broker.topics import INTERNAL_TOPICS, TopicError
 
 if TYPE_CHECKING:
@@ -46,6 +47,9 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) ->
             name = entry["name"] = found.name
         if name is None:
             entry["error_code"] = ErrorCode.invalid_request
+            continue
+        if not broker.security.allowed(ctx, DELETE, TOPIC, name):  # Kafka: DELETE on it
+            entry["error_code"] = ErrorCode.topic_authorization_failed
             continue
         known = broker.metadata.topic(name)
         if known is not None:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import DESCRIBE_CONFIGS
+from headrace.broker.security import TOPIC as ACL_TOPIC
 from headrace.config import (
     BROKER_ALIASES,
     BROKER_CONFIGS,
@@ -197,6 +199,15 @@ async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any)
                                  "resource_name": r.resource_name, "configs": []}
         results.append(entry)
         keys = tuple(r.configuration_keys) if r.configuration_keys is not None else None
+        # Kafka: DESCRIBE_CONFIGS on the topic, or on the cluster for a broker
+        if r.resource_type == TOPIC and not broker.security.allowed(
+                ctx, DESCRIBE_CONFIGS, ACL_TOPIC, str(r.resource_name)):
+            entry["error_code"] = ErrorCode.topic_authorization_failed
+            continue
+        if r.resource_type != TOPIC and not broker.security.cluster_allowed(
+                ctx, DESCRIBE_CONFIGS):
+            entry["error_code"] = ErrorCode.cluster_authorization_failed
+            continue
         if r.resource_type == TOPIC:
             if broker.metadata.topic(r.resource_name) is None:
                 entry["error_code"] = ErrorCode.unknown_topic_or_partition

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import DESCRIBE, GROUP
 from headrace.group.classic import ClassicGroup, GroupState
 
 if TYPE_CHECKING:
@@ -20,12 +21,19 @@ if TYPE_CHECKING:
 UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648
 
 
-def _describe(broker: Broker, group_id: str) -> dict[str, Any]:
+def _describe(broker: Broker, ctx: RequestContext, group_id: str, with_operations: bool
+              ) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "error_code": ErrorCode.none, "group_id": group_id, "group_state": "Dead",
         "protocol_type": "", "protocol_data": "", "members": [],
         "authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS,
     }
+    if not broker.security.allowed(ctx, DESCRIBE, GROUP, group_id):
+        entry["error_code"] = ErrorCode.group_authorization_failed
+        return entry
+    if with_operations:
+        entry["authorized_operations"] = broker.security.authorized_operations(
+            ctx, GROUP, group_id)
     err = broker.groups.check_coordinator(group_id)
     if err is not ErrorCode.none:
         entry["error_code"] = err
@@ -52,5 +60,7 @@ def _describe(broker: Broker, group_id: str) -> dict[str, Any]:
 async def handle_describe_groups(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     return ctx.response({
         "throttle_time": 0,
-        "groups": [_describe(broker, str(gid)) for gid in req.groups],
+        "groups": [_describe(broker, ctx, str(gid),
+                             bool(getattr(req, "include_authorized_operations", False)))
+                   for gid in req.groups],
     })

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.replica_manager import TopicPartition
+from headrace.broker.security import DESCRIBE
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -50,6 +51,10 @@ def _topics(broker: Broker, wanted: set[TopicPartition] | None) -> list[dict[str
 
 @handler(35, "DescribeLogDirs", 1, 4)
 async def handle_describe_log_dirs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    if not broker.security.cluster_allowed(ctx, DESCRIBE):  # Kafka: DESCRIBE on the cluster
+        return ctx.response({"throttle_time": 0,
+                             "error_code": ErrorCode.cluster_authorization_failed,
+                             "results": []})
     path = os.path.abspath(broker.data_dir)
     result: dict[str, Any] = {"log_dir": path, "error_code": ErrorCode.none, "topics": []}
     try:

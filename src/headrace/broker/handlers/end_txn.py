@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import TRANSACTIONAL_ID, WRITE
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
 @handler(26, "EndTxn", 0, 4)
 async def handle_end_txn(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     tid = str(req.transactional_id)
+    if not broker.security.allowed(ctx, WRITE, TRANSACTIONAL_ID, tid):  # Kafka's check
+        return ctx.response({"throttle_time": 0,
+                             "error_code": ErrorCode.transactional_id_authorization_failed})
     err, coordinator = broker.txns.coordinator_for(tid)
     if coordinator is not None:
         out = coordinator.end_txn(tid, int(req.producer_id), int(req.producer_epoch),

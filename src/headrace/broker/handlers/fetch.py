@@ -18,6 +18,7 @@ response is encoded by hand around them (``codec.encode_fetch_body``) and writte
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -31,6 +32,7 @@ from headrace.broker.fetch_sessions import (
 )
 from headrace.broker.handlers.base import RequestContext, handler, ms
 from headrace.broker.replica_manager import TopicPartition
+from headrace.broker.security import CLUSTER_ACTION, READ, TOPIC
 from headrace.log.errors import LogError
 from headrace.protocol.codec import FetchPartition, encode_fetch_body
 
@@ -74,7 +76,8 @@ class _SessionTopic:
 class _Plan:
     """The request resolved once: (topic key, name, tp or error, fetch partition)."""
 
-    def __init__(self, broker: Broker, topics: Any, by_id: bool) -> None:
+    def __init__(self, broker: Broker, topics: Any, by_id: bool,
+                 readable: Callable[[str], bool] | None = None) -> None:
         self.entries: list[tuple[Any, list[tuple[TopicPartition | None, Any, ErrorCode]]]] = []
         for t in topics:
             if by_id:
@@ -88,8 +91,11 @@ class _Plan:
             parts: list[tuple[TopicPartition | None, Any, ErrorCode]] = []
             state = broker.metadata.topic(name) if name is not None else None
             count = len(state.partitions) if state is not None else 0
+            refused = name is not None and readable is not None and not readable(name)
             for p in t.partitions:
-                if state is None or name is None:
+                if refused:  # Kafka: before the topic's existence
+                    parts.append((None, p, ErrorCode.topic_authorization_failed))
+                elif state is None or name is None:
                     parts.append((None, p, missing))
                 elif not 0 <= p.partition < count:  # Kafka: UNKNOWN_TOPIC_OR_PARTITION
                     parts.append((None, p, ErrorCode.unknown_topic_or_partition))
@@ -242,6 +248,21 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         replica_id = -1  # no replication on a single node: an ordinary read
     session: FetchSession | None = None
     incremental = False
+    security = broker.security
+    # Kafka: a follower needs CLUSTER_ACTION on the cluster (else every partition is
+    # TOPIC_AUTHORIZATION_FAILED), a consumer READ on each topic
+    if security.enabled and replica_id >= 0 and not security.cluster_allowed(
+            ctx, CLUSTER_ACTION):
+        plan = _Plan(broker, req.topics, by_id, lambda name: False)
+        topics, _, _ = _read_all(broker, plan, max_bytes, isolation, by_id)
+        return encode_fetch_body(ctx.api_version, 0, 0, 0, topics)
+    readable: Callable[[str], bool] | None = None
+    if security.enabled and replica_id < 0:
+        names = {str(t.topic) for t in req.topics or () if getattr(t, "topic", None)}
+        if by_id:
+            names = {found.name for t in req.topics or ()
+                     if (found := broker.metadata.topic_by_id(t.topic_id)) is not None}
+        readable = security.allowed_names(ctx, READ, TOPIC, names).__contains__
     if ctx.api_version >= 7:  # KIP-227 fetch sessions (see fetch_sessions.py)
         session_id, session_epoch = int(req.session_id), int(req.session_epoch)
         sessions = broker.fetch_sessions
@@ -268,7 +289,7 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         watched = [TopicPartition(*key) for key in session.partitions]
         plan = _session_plan(broker, session, named, replica_id, by_id, True)
     else:
-        plan = _Plan(broker, req.topics, by_id)
+        plan = _Plan(broker, req.topics, by_id, readable)
         watched = plan.tps()
 
     topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import DESCRIBE, GROUP, TRANSACTIONAL_ID
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -21,12 +22,20 @@ KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 
 
-def _lookup(broker: Broker, key: str, key_type: int, listener: str) -> dict[str, Any]:
+def _lookup(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1,
                              "error_code": ErrorCode.none, "error_message": None}
     if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         entry["error_code"] = ErrorCode.invalid_request
         entry["error_message"] = f"unknown key type {key_type}"
+        return entry
+    # Kafka: DESCRIBE on the group or transactional id
+    if key_type == KEY_TYPE_GROUP and not broker.security.allowed(ctx, DESCRIBE, GROUP, key):
+        entry["error_code"] = ErrorCode.group_authorization_failed
+        return entry
+    if key_type == KEY_TYPE_TRANSACTION and not broker.security.allowed(
+            ctx, DESCRIBE, TRANSACTIONAL_ID, key):
+        entry["error_code"] = ErrorCode.transactional_id_authorization_failed
         return entry
     if key_type == KEY_TYPE_TRANSACTION:
         if not key:  # Kafka: an empty transactional id is INVALID_REQUEST
@@ -36,7 +45,7 @@ def _lookup(broker: Broker, key: str, key_type: int, listener: str) -> dict[str,
         node = broker.txns.coordinator_node(key)
     else:
         node = broker.groups.coordinator_node(key)
-    for b in broker.advertised_brokers(listener):
+    for b in broker.advertised_brokers(ctx.listener):
         if b.node_id == node:
             entry.update(node_id=b.node_id, host=b.host, port=b.port)
             return entry
@@ -51,8 +60,8 @@ async def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: Any)
     if ctx.api_version >= 4:
         return ctx.response({
             "throttle_time": 0,
-            "coordinators": [_lookup(broker, str(k), key_type, ctx.listener)
+            "coordinators": [_lookup(broker, ctx, str(k), key_type)
                              for k in req.coordinator_keys],
         })
-    entry = _lookup(broker, str(req.key), key_type, ctx.listener)
+    entry = _lookup(broker, ctx, str(req.key), key_type)
     return ctx.response({"throttle_time": 0, **entry})

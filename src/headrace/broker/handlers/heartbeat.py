@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import GROUP, READ
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -17,8 +18,10 @@ if TYPE_CHECKING:
 @handler(12, "Heartbeat", 0, 4)
 async def handle_heartbeat(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     group_id = str(req.group_id)
-    err = ErrorCode.invalid_group_id if not group_id else \
-        broker.groups.check_coordinator(group_id)
+    err = (ErrorCode.group_authorization_failed
+           if not broker.security.allowed(ctx, READ, GROUP, group_id)
+           else ErrorCode.invalid_group_id if not group_id
+           else broker.groups.check_coordinator(group_id))
     if err is ErrorCode.none:
         groups = broker.groups
         err = groups.coordinator.heartbeat(

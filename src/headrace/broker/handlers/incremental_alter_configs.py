@@ -15,6 +15,8 @@ from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.handlers.describe_configs import BROKER, TOPIC
+from headrace.broker.security import ALTER_CONFIGS
+from headrace.broker.security import TOPIC as ACL_TOPIC
 from headrace.broker.topics import TopicError, validate_configs
 from headrace.config import TOPIC_CONFIGS
 from headrace.metadata.store import TopicState
@@ -35,11 +37,19 @@ def duplicate_resources(resources: Any) -> set[tuple[int, str]]:
     return dups
 
 
-def resource_error(broker: Broker, r: Any,
-                   duplicates: set[tuple[int, str]]) -> tuple[ErrorCode, str] | TopicState:
+def resource_error(broker: Broker, r: Any, duplicates: set[tuple[int, str]],
+                   ctx: RequestContext | None = None) -> tuple[ErrorCode, str] | TopicState:
     """The topic an alter request may change, or the error its resource gets."""
     if (int(r.resource_type), r.resource_name) in duplicates:
         return ErrorCode.invalid_request, "Each resource must appear at most once."
+    # Kafka: ALTER_CONFIGS on the topic, or on the cluster for a broker resource
+    security = broker.security
+    if ctx is not None and r.resource_type == BROKER and not security.cluster_allowed(
+            ctx, ALTER_CONFIGS):
+        return ErrorCode.cluster_authorization_failed, ""
+    if ctx is not None and r.resource_type == TOPIC and not security.allowed(
+            ctx, ALTER_CONFIGS, ACL_TOPIC, str(r.resource_name)):
+        return ErrorCode.topic_authorization_failed, ""
     if r.resource_type == BROKER:
         return ErrorCode.invalid_request, "Broker configs are static: set them in the config file"
     if r.resource_type != TOPIC:
@@ -106,7 +116,7 @@ async def handle_incremental_alter_configs(broker: Broker, ctx: RequestContext, 
                                  "resource_type": r.resource_type,
                                  "resource_name": r.resource_name}
         responses.append(entry)
-        topic = resource_error(broker, r, duplicates)
+        topic = resource_error(broker, r, duplicates, ctx)
         if not isinstance(topic, TopicState):
             entry["error_code"], entry["error_message"] = topic
             continue

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler, ms
+from headrace.broker.security import IDEMPOTENT_WRITE, TOPIC, TRANSACTIONAL_ID, WRITE
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -23,8 +24,15 @@ MAX_EPOCH = 32767
 
 @handler(22, "InitProducerId", 0, 5)
 async def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    security = broker.security
     if req.transactional_id is not None:
+        if not security.allowed(ctx, WRITE, TRANSACTIONAL_ID, str(req.transactional_id)):
+            return _refused(ctx, ErrorCode.transactional_id_authorization_failed)
         return await _transactional(broker, ctx, req)
+    # Kafka 3.x: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic
+    if not (security.cluster_allowed(ctx, IDEMPOTENT_WRITE)
+            or security.allowed_on_some(ctx, WRITE, TOPIC)):
+        return _refused(ctx, ErrorCode.cluster_authorization_failed)
     pid = int(getattr(req, "producer_id", -1))
     epoch = int(getattr(req, "producer_epoch", -1))
     if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
@@ -34,6 +42,11 @@ async def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any)
     return ctx.response(
         {"throttle_time": 0, "error_code": 0, "producer_id": new_pid, "producer_epoch": new_epoch}
     )
+
+
+def _refused(ctx: RequestContext, code: ErrorCode) -> Any:
+    return ctx.response({"throttle_time": 0, "error_code": code, "producer_id": -1,
+                         "producer_epoch": -1})
 
 
 async def _transactional(broker: Broker, ctx: RequestContext, req: Any) -> Any:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler, ms
+from headrace.broker.security import GROUP, READ
 from headrace.group.classic import JoinRequest, JoinResult, Parked
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ def _answer(ctx: RequestContext, res: JoinResult) -> Any:
 async def handle_join_group(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     group_id = str(req.group_id)
     member_id = str(req.member_id)
+    if not broker.security.allowed(ctx, READ, GROUP, group_id):
+        return _answer(ctx, JoinResult(0, ErrorCode.group_authorization_failed, member_id))
     if not group_id:
         return _answer(ctx, JoinResult(0, ErrorCode.invalid_group_id, member_id))
     err = broker.groups.check_coordinator(group_id)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import GROUP, READ
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -20,8 +21,10 @@ async def handle_leave_group(broker: Broker, ctx: RequestContext, req: Any) -> A
         members = [(str(m.member_id), m.group_instance_id) for m in req.members]
     else:
         members = [(str(req.member_id), None)]
-    err = ErrorCode.invalid_group_id if not group_id else \
-        broker.groups.check_coordinator(group_id)
+    err = (ErrorCode.group_authorization_failed
+           if not broker.security.allowed(ctx, READ, GROUP, group_id)
+           else ErrorCode.invalid_group_id if not group_id
+           else broker.groups.check_coordinator(group_id))
     errors: list[ErrorCode] = []
     if err is ErrorCode.none:
         groups = broker.groups

@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.handlers.fetch import READ_COMMITTED, _epoch_error
 from headrace.broker.replica_manager import TopicPartition
+from headrace.broker.security import DESCRIBE, TOPIC
 from headrace.log.errors import LogError
 from headrace.log.partition_log import PartitionLog
 from headrace.protocol.codec import EncodedBody
@@ -98,7 +99,15 @@ async def handle_list_offsets(broker: Broker, ctx: RequestContext, req: Any) -> 
         return _handle_v0(broker, req)
     isolation = int(getattr(req, "isolation_level", 0))
     topics = []
+    # Kafka: DESCRIBE on each topic, else TOPIC_AUTHORIZATION_FAILED per partition
+    described = broker.security.allowed_names(ctx, DESCRIBE, TOPIC, (t.name for t in req.topics))
     for t in req.topics:
+        if t.name not in described:
+            topics.append({"name": t.name, "partitions": [
+                {"partition_index": p.partition_index, "timestamp": -1, "offset": -1,
+                 "leader_epoch": -1, "error_code": ErrorCode.topic_authorization_failed}
+                for p in t.partitions]})
+            continue
         topics.append(
             {
                 "name": t.name,

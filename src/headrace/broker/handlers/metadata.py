@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.replica_manager import TopicPartition
+from headrace.broker.security import CLUSTER, CLUSTER_NAME, CREATE, DESCRIBE, TOPIC
 from headrace.broker.topics import INTERNAL_TOPICS, TopicError, validate_topic_name
 from headrace.metadata.store import TopicState
 
@@ -71,9 +72,13 @@ def error_entry(name: str | None, code: ErrorCode) -> dict[str, Any]:
 @handler(3, "Metadata", 0, 12)
 async def handle_metadata(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     store = broker.metadata
+    security = broker.security
     topics: list[dict[str, Any]] = []
     if req.topics is None:
-        topics = [topic_entry(broker, t) for t in list(store.topics().values())]
+        # Kafka: the topics the principal may DESCRIBE (the others left out)
+        names = security.allowed_names(ctx, DESCRIBE, TOPIC, store.topics())
+        topics = [topic_entry(broker, t) for t in list(store.topics().values())
+                  if t.name in names]
     elif ctx.api_version < 12 and any(
             t.name is None or getattr(t, "topic_id", None) is not None for t in req.topics):
         return _invalid_before_v12(ctx, req)
@@ -84,10 +89,13 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             if name is None:
                 topic_id = getattr(t, "topic_id", None)
                 found = store.topic_by_id(topic_id) if topic_id is not None else None
-                if found is None:
+                if found is None or not security.allowed(ctx, DESCRIBE, TOPIC, found.name):
                     topics.append(error_entry(None, ErrorCode.unknown_topic_id))
                 else:
                     topics.append(topic_entry(broker, found))
+                continue
+            if not security.allowed(ctx, DESCRIBE, TOPIC, name):  # Kafka: DESCRIBE on it
+                topics.append(error_entry(name, ErrorCode.topic_authorization_failed))
                 continue
             topic = store.topic(name)
             if topic is None:
@@ -97,6 +105,10 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     topics.append(error_entry(name, e.error_code))
                     continue
                 if allow_auto and broker.config["auto.create.topics.enable"]:
+                    if not (security.cluster_allowed(ctx, CREATE)
+                            or security.allowed(ctx, CREATE, TOPIC, name)):
+                        topics.append(error_entry(name, ErrorCode.topic_authorization_failed))
+                        continue
                     try:
                         topic = broker.topics.auto_create(name)
                     except TopicError as e:
@@ -106,6 +118,14 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     topics.append(error_entry(name, ErrorCode.unknown_topic_or_partition))
                     continue
             topics.append(topic_entry(broker, topic))
+    if getattr(req, "include_topic_authorized_operations", False):
+        for t in topics:
+            if t["error_code"] == 0:
+                t["topic_authorized_operations"] = security.authorized_operations(
+                    ctx, TOPIC, t["name"])
+    cluster_operations = UNKNOWN_AUTHORIZED_OPERATIONS
+    if getattr(req, "include_cluster_authorized_operations", False):
+        cluster_operations = security.authorized_operations(ctx, CLUSTER, CLUSTER_NAME)
     return ctx.response(
         {
             "throttle_time": 0,
@@ -116,7 +136,7 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             "cluster_id": store.cluster_id,
             "controller_id": store.controller_id(),
             "topics": topics,
-            "cluster_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS,
+            "cluster_authorized_operations": cluster_operations,
         }
     )
 

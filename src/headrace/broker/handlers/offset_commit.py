@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import GROUP, READ, TOPIC
 from headrace.group.coordinator import CommitEntry
 from headrace.protocol.codec import response_class
 
@@ -26,15 +27,19 @@ if TYPE_CHECKING:
 
 
 def commit_entries(broker: Broker, topics: Any, err: ErrorCode,
-                   errors: dict[tuple[str, int], ErrorCode]) -> list[CommitEntry]:
+                   errors: dict[tuple[str, int], ErrorCode],
+                   readable: set[str] | None = None) -> list[CommitEntry]:
     """The partitions of an OffsetCommit or TxnOffsetCommit request to write; the others
-    get ``err`` (the group's refusal) or UNKNOWN_TOPIC_OR_PARTITION in ``errors``."""
+    get TOPIC_AUTHORIZATION_FAILED (a topic not in ``readable``, when given), ``err``
+    (the group's refusal) or UNKNOWN_TOPIC_OR_PARTITION in ``errors``."""
     entries: list[CommitEntry] = []
     for t in topics:
         topic = broker.metadata.topic(str(t.name))
         for p in t.partitions:
             key = (str(t.name), int(p.partition_index))
-            if err is not ErrorCode.none:
+            if readable is not None and key[0] not in readable:
+                errors[key] = ErrorCode.topic_authorization_failed
+            elif err is not ErrorCode.none:
                 errors[key] = err
             elif topic is None or not 0 <= key[1] < len(topic.partitions):
                 errors[key] = ErrorCode.unknown_topic_or_partition
@@ -51,14 +56,21 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) ->
     generation = int(req.generation_id_or_member_epoch)
     groups = broker.groups
     errors: dict[tuple[str, int], ErrorCode] = {}
-    err = groups.check_coordinator(group_id)
+    # Kafka: READ on the group (else every partition GROUP_AUTHORIZATION_FAILED), then
+    # READ on each topic (TOPIC_AUTHORIZATION_FAILED)
+    readable: set[str] | None = broker.security.allowed_names(
+        ctx, READ, TOPIC, (str(t.name) for t in req.topics))
+    if not broker.security.allowed(ctx, READ, GROUP, group_id):
+        err, readable = ErrorCode.group_authorization_failed, None
+    else:
+        err = groups.check_coordinator(group_id)
     if err is ErrorCode.none:
         err = groups.coordinator.validate_commit(
             group_id, str(req.member_id), generation, getattr(req, "group_instance_id", None),
             groups.now_ms(), ctx.api_version,
         )
         groups.flush()
-    entries = commit_entries(broker, req.topics, err, errors)
+    entries = commit_entries(broker, req.topics, err, errors, readable)
     if entries:
         write, entry_errors = groups.coordinator.commit_write(group_id, entries,
                                                               groups.now_ms())

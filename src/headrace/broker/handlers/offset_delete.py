@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import DELETE, GROUP, READ, TOPIC
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -21,12 +22,18 @@ async def handle_offset_delete(broker: Broker, ctx: RequestContext, req: Any) ->
     requested = [(str(t.name), int(p.partition_index)) for t in req.topics
                  for p in t.partitions]
     errors: dict[tuple[str, int], ErrorCode] = {}
-    err = groups.check_coordinator(group_id)
+    # Kafka: DELETE on the group (top-level GROUP_AUTHORIZATION_FAILED), READ on each topic
+    err = (groups.check_coordinator(group_id)
+           if broker.security.allowed(ctx, DELETE, GROUP, group_id)
+           else ErrorCode.group_authorization_failed)
+    readable = broker.security.allowed_names(ctx, READ, TOPIC, (tp[0] for tp in requested))
     if err is ErrorCode.none:
         known = []
         for tp in requested:
             topic = broker.metadata.topic(tp[0])
-            if topic is None or not 0 <= tp[1] < len(topic.partitions):
+            if tp[0] not in readable:
+                errors[tp] = ErrorCode.topic_authorization_failed
+            elif topic is None or not 0 <= tp[1] < len(topic.partitions):
                 errors[tp] = ErrorCode.unknown_topic_or_partition
             else:
                 known.append(tp)

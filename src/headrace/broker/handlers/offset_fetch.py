@@ -12,15 +12,20 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import DESCRIBE, GROUP, TOPIC
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
 
 
-def _group_answer(broker: Broker, group_id: str, topics: Any, member_id: str | None,
-                  member_epoch: int, per_partition_errors: bool) -> dict[str, Any]:
+def _group_answer(broker: Broker, ctx: RequestContext, group_id: str, topics: Any,
+                  member_id: str | None, member_epoch: int, per_partition_errors: bool
+                  ) -> dict[str, Any]:
     groups = broker.groups
-    err = groups.check_coordinator(group_id)
+    security = broker.security
+    err = (groups.check_coordinator(group_id)
+           if security.allowed(ctx, DESCRIBE, GROUP, group_id)
+           else ErrorCode.group_authorization_failed)
     if err is ErrorCode.none:
         g = groups.coordinator.groups.get(group_id)
         if g is not None:
@@ -34,9 +39,16 @@ def _group_answer(broker: Broker, group_id: str, topics: Any, member_id: str | N
                 {tp: (-1, -1, "", err) for tp in requested})}
         return {"group_id": group_id, "error_code": err, "topics": []}
     fetched = groups.coordinator.fetch_offsets(group_id, requested)
-    return {"group_id": group_id, "error_code": ErrorCode.none, "topics": _topics(
-        {tp: (f.offset, f.leader_epoch, f.metadata, ErrorCode.none)
-         for tp, f in fetched.items()})}
+    answer = {tp: (f.offset, f.leader_epoch, f.metadata, ErrorCode.none)
+              for tp, f in fetched.items()}
+    if security.enabled:
+        # Kafka: DESCRIBE on each topic; a named one not allowed answers
+        # TOPIC_AUTHORIZATION_FAILED, one not allowed among "all topics" is left out
+        allowed = security.allowed_names(ctx, DESCRIBE, TOPIC, {t for t, _ in answer})
+        answer = {tp: (v if tp[0] in allowed else
+                       (-1, -1, "", ErrorCode.topic_authorization_failed))
+                  for tp, v in answer.items() if requested is not None or tp[0] in allowed}
+    return {"group_id": group_id, "error_code": ErrorCode.none, "topics": _topics(answer)}
 
 
 def _topics(by_tp: dict[tuple[str, int], tuple[int, int, str, ErrorCode]]) -> list[Any]:
@@ -53,11 +65,11 @@ def _topics(by_tp: dict[tuple[str, int], tuple[int, int, str, ErrorCode]]) -> li
 async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     if ctx.api_version >= 8:
         return ctx.response({"throttle_time": 0, "groups": [
-            _group_answer(broker, str(g.group_id), g.topics, getattr(g, "member_id", None),
+            _group_answer(broker, ctx, str(g.group_id), g.topics, getattr(g, "member_id", None),
                           int(getattr(g, "member_epoch", -1)), False)
             for g in req.groups
         ]})
-    answer = _group_answer(broker, str(req.group_id), req.topics, None, -1,
+    answer = _group_answer(broker, ctx, str(req.group_id), req.topics, None, -1,
                            ctx.api_version < 2)
     return ctx.response({"throttle_time": 0, "topics": answer["topics"],
                          "error_code": answer["error_code"]})

@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler, ms
 from headrace.broker.replica_manager import Partition, TopicPartition
+from headrace.broker.security import TOPIC, TRANSACTIONAL_ID, WRITE
 from headrace.broker.topics import INTERNAL_TOPICS
 from headrace.log.errors import LogError
 from headrace.protocol.records import (
@@ -77,6 +78,17 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     timeout_ms = ms(req.timeout)
     results: list[tuple[str, list[dict[str, Any]]]] = []
     waits: list[tuple[Partition, int, dict[str, Any]]] = []
+    # Kafka: transactional records need WRITE on the transactional id (else every
+    # partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic
+    writable: set[str] | None = None
+    refusal: ErrorCode | None = None
+    if broker.security.enabled:
+        txn_id = getattr(req, "transactional_id", None)
+        if _has_transactional_records(req) and (txn_id is None or not broker.security.allowed(
+                ctx, WRITE, TRANSACTIONAL_ID, str(txn_id))):
+            refusal = ErrorCode.transactional_id_authorization_failed
+        writable = broker.security.allowed_names(
+            ctx, WRITE, TOPIC, (str(t.name) for t in req.topic_data or ()))
 
     for topic in req.topic_data or ():
         partition_results: list[dict[str, Any]] = []
@@ -85,6 +97,13 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             index = int(pd.index)
             if acks not in (0, 1, -1):
                 partition_results.append(_partition_result(index, ErrorCode.invalid_required_acks))
+                continue
+            if refusal is not None:
+                partition_results.append(_partition_result(index, refusal))
+                continue
+            if writable is not None and topic.name not in writable:
+                partition_results.append(_partition_result(
+                    index, ErrorCode.topic_authorization_failed))
                 continue
             if topic.name in INTERNAL_TOPICS:
                 partition_results.append(_partition_result(
@@ -148,6 +167,19 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             "throttle_time": 0,
         }
     )
+
+
+def _has_transactional_records(req: Any) -> bool:
+    """Kafka's ``RequestUtils.hasTransactionalRecords``: a v2 batch with the transactional
+    attribute (bit 4 of the attributes, int16 at byte 21 after baseOffset, batchLength,
+    partitionLeaderEpoch, magic (byte 16) and crc)."""
+    for topic in req.topic_data or ():
+        for pd in topic.partition_data or ():
+            records = pd.records
+            if records is not None and len(records) >= 23 and records[16] == 2 \
+                    and records[22] & 0x10:
+                return True
+    return False
 
 
 def _one_batch(records: bytes | None, version: int) -> memoryview:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import GROUP, READ
 from headrace.group.classic import ClassicGroup, Parked, SyncResult
 
 if TYPE_CHECKING:
@@ -33,6 +34,8 @@ def _answer(ctx: RequestContext, res: SyncResult) -> Any:
 @handler(14, "SyncGroup", 0, 5)
 async def handle_sync_group(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     group_id = str(req.group_id)
+    if not broker.security.allowed(ctx, READ, GROUP, group_id):
+        return _answer(ctx, SyncResult(0, ErrorCode.group_authorization_failed))
     if not group_id:
         return _answer(ctx, SyncResult(0, ErrorCode.invalid_group_id))
     err = broker.groups.check_coordinator(group_id)

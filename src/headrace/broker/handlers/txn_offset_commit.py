@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.handlers.offset_commit import commit_entries
+from headrace.broker.security import GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE
 from headrace.group.coordinator import OffsetWrite
 
 if TYPE_CHECKING:
@@ -28,14 +29,24 @@ async def handle_txn_offset_commit(broker: Broker, ctx: RequestContext, req: Any
     group_id = str(req.group_id)
     groups = broker.groups
     errors: dict[tuple[str, int], ErrorCode] = {}
-    err = groups.check_coordinator(group_id)
+    # Kafka: WRITE on the transactional id, READ on the group (each refusing every
+    # partition), READ on each topic (TOPIC_AUTHORIZATION_FAILED)
+    security = broker.security
+    readable: set[str] | None = security.allowed_names(
+        ctx, READ, TOPIC, (str(t.name) for t in req.topics))
+    if not security.allowed(ctx, WRITE, TRANSACTIONAL_ID, str(req.transactional_id)):
+        err, readable = ErrorCode.transactional_id_authorization_failed, None
+    elif not security.allowed(ctx, READ, GROUP, group_id):
+        err, readable = ErrorCode.group_authorization_failed, None
+    else:
+        err = groups.check_coordinator(group_id)
     generation = int(getattr(req, "generation_id", -1))
     if err is ErrorCode.none and generation >= 0:
         err = groups.coordinator.validate_commit(
             group_id, str(getattr(req, "member_id", "")), generation,
             getattr(req, "group_instance_id", None), groups.now_ms())
         groups.flush()
-    entries = commit_entries(broker, req.topics, err, errors)
+    entries = commit_entries(broker, req.topics, err, errors, readable)
     if entries:
         plain, entry_errors = groups.coordinator.commit_write(group_id, entries,
                                                               groups.now_ms())

@@ -8,8 +8,11 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.replica_manager import TopicPartition
+from headrace.broker.security import CLUSTER_ACTION
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -18,6 +21,13 @@ if TYPE_CHECKING:
 @handler(27, "WriteTxnMarkers", 1, 1)
 async def handle_write_txn_markers(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     results = []
+    if not broker.security.cluster_allowed(ctx, CLUSTER_ACTION):  # Kafka: inter-broker only
+        return ctx.response({"markers": [
+            {"producer_id": m.producer_id, "topics": [
+                {"name": t.name, "partitions": [
+                    {"partition_index": p, "error_code": ErrorCode.cluster_authorization_failed}
+                    for p in t.partition_indexes]} for t in m.topics]}
+            for m in req.markers]})
     for m in req.markers:
         topics = []
         for t in m.topics:
