@@ -102,7 +102,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         "listener.name.mtls.ssl.client.auth": "required",
         "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
         "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
         "listener.name.oauth.sasl.oauthbearer.jwks.endpoint.url":
@@ -259,6 +259,64 @@ def test_kcat_over_sasl_ssl(env: Env) -> None:
     out = subprocess.run(["kcat", *opts, "-C", "-t", topic, "-o", "beginning", "-e", "-q"],
                          capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.split() == ["x1", "x2", "x3"]
+
+
+# ----------------------------------------------------------------------- SCRAM
+
+
+def test_scram_users_created_through_the_admin_api_authenticate(env: Env) -> None:
+    """SCRAM-SHA-512 and -256 (RFC 5802/7677): credentials made with
+    AlterUserScramCredentials (salted; the broker keeps StoredKey and ServerKey, never the
+    password) let confluent-kafka, kafka-python and aiokafka in over SASL_SSL; a wrong
+    password, a mechanism the user has no credential for and an unknown user are refused."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+    from kafka import KafkaProducer
+
+    admin = AdminClient({"bootstrap.servers": env.bootstrap("PLAINTEXT")})
+    results = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion("sam", ScramCredentialInfo(
+            ScramMechanism.SCRAM_SHA_512, 8192), b"sam-pw"),
+        UserScramCredentialUpsertion("tia", ScramCredentialInfo(
+            ScramMechanism.SCRAM_SHA_256, 4096), b"tia-pw")])
+    for fut in results.values():
+        fut.result(15)
+    scram = {"security.protocol": "SASL_SSL", "ssl.ca.location": str(env.certs["ca.pem"]),
+             "bootstrap.servers": env.bootstrap("SASL_SSL")}
+    got = roundtrip_confluent({**scram, "sasl.mechanism": "SCRAM-SHA-512",
+                               "sasl.username": "sam", "sasl.password": "sam-pw"})
+    assert sorted(got) == sorted(b"r%d" % i for i in range(20))
+    for mech, user, password in (("SCRAM-SHA-512", "sam", "wrong"),
+                                 ("SCRAM-SHA-256", "sam", "sam-pw"),
+                                 ("SCRAM-SHA-512", "nobody", "x")):
+        refused({**scram, "sasl.mechanism": mech, "sasl.username": user,
+                 "sasl.password": password})
+    topic = f"scram-{uuid.uuid4().hex[:8]}"
+    p = KafkaProducer(bootstrap_servers=env.bootstrap("SASL_SSL"),
+                      security_protocol="SASL_SSL", ssl_cafile=str(env.certs["ca.pem"]),
+                      sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="sam",
+                      sasl_plain_password="sam-pw")
+    assert p.send(topic, b"kp").get(timeout=30).offset == 0
+    p.close()
+
+    async def aio() -> int:
+        prod = AIOKafkaProducer(
+            bootstrap_servers=env.bootstrap("SASL_SSL"), security_protocol="SASL_SSL",
+            ssl_context=create_ssl_context(cafile=str(env.certs["ca.pem"])),
+            sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="tia",
+            sasl_plain_password="tia-pw")
+        await prod.start()
+        try:
+            return (await prod.send_and_wait(topic, b"aio")).offset
+        finally:
+            await prod.stop()
+
+    assert asyncio.run(aio()) == 1
 
 
 # ----------------------------------------------------------------------- refusals
