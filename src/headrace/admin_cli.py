@@ -7,6 +7,7 @@ against headrace and Kafka alike.
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any, NoReturn
 
@@ -15,11 +16,44 @@ import click
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 TIMEOUT_S = 15.0
 
+# The client settings of ``headrace --command-config FILE`` (or HEADRACE_COMMAND_CONFIG):
+# how the admin commands reach a TLS or SASL listener (issue 12).
+CLIENT_CONFIG: dict[str, str] = {}
+
+_JAAS_USER = re.compile(r'username\s*=\s*"([^"]*)"')
+_JAAS_PASSWORD = re.compile(r'password\s*=\s*"([^"]*)"')
+
+
+def client_config(props: dict[str, str]) -> dict[str, str]:
+    """A Kafka tool's ``--command-config`` properties as librdkafka settings: Java names
+    translated (``sasl.jaas.config`` -> ``sasl.username``/``sasl.password``, PEM
+    ``ssl.truststore.location`` -> ``ssl.ca.location``, PEM ``ssl.keystore.location`` ->
+    ``ssl.certificate.location`` + ``ssl.key.location``), librdkafka names kept."""
+    out: dict[str, str] = {}
+    for key, value in props.items():
+        if key == "sasl.jaas.config":
+            user, password = _JAAS_USER.search(value), _JAAS_PASSWORD.search(value)
+            if user:
+                out["sasl.username"] = user.group(1)
+            if password:
+                out["sasl.password"] = password.group(1)
+        elif key == "ssl.truststore.location":
+            out["ssl.ca.location"] = value
+        elif key == "ssl.keystore.location":
+            out["ssl.certificate.location"] = out["ssl.key.location"] = value
+        elif key in ("ssl.truststore.type", "ssl.keystore.type", "ssl.key.password"):
+            if key == "ssl.key.password":
+                out["ssl.key.password"] = value
+        else:
+            out[key] = value
+    return out
+
 
 def _admin(bootstrap: str) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000,
+                        **CLIENT_CONFIG})
 
 
 def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
@@ -303,7 +337,8 @@ def _offsets_consumer(bootstrap: str) -> Any:
     from confluent_kafka import Consumer
 
     return Consumer({"bootstrap.servers": bootstrap, "group.id": "headrace-cli",
-                     "enable.auto.commit": False, "socket.timeout.ms": 10000})
+                     "enable.auto.commit": False, "socket.timeout.ms": 10000,
+                     **CLIENT_CONFIG})
 
 
 def _table(rows: list[tuple[object, ...]]) -> None:

@@ -27,8 +27,18 @@ def _parse_overrides(pairs: tuple[str, ...]) -> dict[str, str]:
 
 @click.group()
 @click.version_option(package_name="headrace")
-def main() -> None:
+@click.option("--command-config", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              envvar="HEADRACE_COMMAND_CONFIG", default=None,
+              help="Client properties for the admin commands (as Kafka tools' "
+                   "--command-config: security.protocol, sasl.mechanism, sasl.jaas.config, "
+                   "ssl.truststore.location, ... or librdkafka's names).")
+def main(command_config: Path | None) -> None:
     """headrace: a Kafka-protocol commit log in Python."""
+    if command_config is not None:
+        from headrace.admin_cli import CLIENT_CONFIG, client_config
+        from headrace.config import load_properties
+
+        CLIENT_CONFIG.update(client_config(load_properties(command_config)))
 
 
 @main.command()
