@@ -16,11 +16,14 @@ with its own endpoints. Certificates come from ``headrace dev-certs``' code.
 from __future__ import annotations
 
 import asyncio
+import functools
+import http.server
 import json
 import re
 import shutil
 import ssl
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -89,12 +92,18 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
     jwk.update(kid="k1", use="sig", alg="RS256")
     (base / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
-    listeners = ("PLAINTEXT", "SSL", "MTLS", "SASL_PLAINTEXT", "SASL_SSL", "OAUTH")
+    # the same JWKS over HTTP (sasl.oauthbearer.jwks.endpoint.url as an identity
+    # provider serves it; fetched off the broker's event loop, then cached)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(base))
+    http.server.SimpleHTTPRequestHandler.log_message = lambda *a: None  # type: ignore
+    jwks_http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=jwks_http.serve_forever, daemon=True).start()
+    listeners = ("PLAINTEXT", "SSL", "MTLS", "SASL_PLAINTEXT", "SASL_SSL", "OAUTH", "OAUTHURL")
     overrides = {
         "listeners": ",".join(f"{n}://127.0.0.1:0" for n in listeners),
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,"
                                           "SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,"
-                                          "OAUTH:SASL_SSL",
+                                          "OAUTH:SASL_SSL,OAUTHURL:SASL_SSL",
         "inter.broker.listener.name": "PLAINTEXT",
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": str(certs["broker.pem"]),
@@ -110,6 +119,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         "listener.name.oauth.sasl.oauthbearer.expected.audience": AUDIENCE,
         "listener.name.oauth.sasl.oauthbearer.expected.issuer": ISSUER,
         "listener.name.oauth.connections.max.reauth.ms": "3000",
+        "listener.name.oauthurl.sasl.enabled.mechanisms": "OAUTHBEARER",
+        "listener.name.oauthurl.sasl.oauthbearer.jwks.endpoint.url":
+            f"http://127.0.0.1:{jwks_http.server_address[1]}/jwks.json",
         "num.partitions": "1",
     }
     with BrokerProcess(base / "data", overrides) as b:
@@ -119,6 +131,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         yield Env(b, ports, certs, stranger, key, other)
         text = "".join(b.stderr_lines)
         assert "Traceback" not in text, text[-3000:]
+    jwks_http.shutdown()
 
 
 # ----------------------------------------------------------------------- client configs
@@ -171,6 +184,28 @@ def roundtrip_confluent(conf: dict[str, Any], n: int = 20) -> list[bytes]:
 def test_confluent_kafka_produces_and_consumes(env: Env, listener: str) -> None:
     got = roundtrip_confluent(confluent_conf(env, listener))
     assert sorted(got) == sorted(b"r%d" % i for i in range(20))
+
+
+def test_oauthbearer_with_the_jwks_fetched_over_http(env: Env) -> None:
+    conf = confluent_conf(env, "OAUTH", **{"bootstrap.servers": env.bootstrap("OAUTHURL")})
+    assert sorted(roundtrip_confluent(conf, 5)) == [b"r%d" % i for i in range(5)]
+    refused({**conf, "oauth_cb": lambda _c: (env.token(key=env.other_key),
+                                             time.time() + 300)})
+
+
+def test_sasl_handshake_v0_then_bare_tokens(env: Env) -> None:
+    """SaslHandshake v0 (Kafka's original form, still advertised as librdkafka 2.0 needs):
+    the tokens follow as bare size-prefixed frames, then requests as usual; a bad token
+    closes the connection (v0 has no error field)."""
+    with WireClient.to(env.bootstrap("SASL_PLAINTEXT")) as w:
+        assert w.request(17, 0, {"mechanism": "PLAIN"}).error_code == 0
+        w.send_raw(len(b"\0alice\0alice-secret").to_bytes(4, "big") + b"\0alice\0alice-secret")
+        assert w.recv_frame() == b""
+        assert w.request(3, 12, META).brokers
+    with WireClient.to(env.bootstrap("SASL_PLAINTEXT")) as w:
+        assert w.request(17, 0, {"mechanism": "PLAIN"}).error_code == 0
+        w.send_raw((12).to_bytes(4, "big") + b"\0alice\0wrong")
+        assert w.is_closed_by_peer()
 
 
 def test_metadata_answers_each_listener_with_its_own_endpoints(env: Env) -> None:
