@@ -1,0 +1,135 @@
+"""The pure parts of TLS and SASL (issue 12): Kafka's ssl.principal.mapping.rules, JAAS
+options, listener parsing and the SASL server mechanisms driven by real client
+implementations (scramp's SCRAM client, PyJWT tokens)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from scramp import ScramClient
+
+from headrace.config import ConfigError
+from headrace.security.listeners import (
+    jaas_options,
+    map_principal,
+    parse_listeners,
+    parse_principal_rules,
+)
+from headrace.security.principal import Principal
+from headrace.security.sasl import (
+    JwksKeys,
+    OAuthBearerServer,
+    OAuthSettings,
+    PlainServer,
+    SaslFailure,
+    ScramServer,
+)
+from headrace.security.scram import format_credential, from_password, parse_credential
+
+
+@pytest.mark.parametrize(("rules", "dn", "expected"), [
+    # Kafka's documented examples (SslPrincipalMapperTest)
+    ("RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,DEFAULT", "CN=kafka1,OU=ServiceUsers,O=Org",
+     "kafka1"),
+    ("RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,DEFAULT", "CN=bob,OU=People,O=Org",
+     "CN=bob,OU=People,O=Org"),
+    ("RULE:^CN=(.*?),OU=(.*?),O=(.*?),L=(.*?),ST=(.*?),C=(.*?)$/$1@$2/L,DEFAULT",
+     "CN=Duke,OU=JavaSoft,O=Sun Microsystems,L=Palo Alto,ST=CA,C=US", "duke@javasoft"),
+    ("RULE:^CN=(.*?),OU=(.*?)$/$1/U", "CN=alice,OU=x", "ALICE"),
+    ("", "CN=x", "CN=x"),
+])
+def test_principal_mapping_rules(rules: str, dn: str, expected: str) -> None:
+    assert map_principal(parse_principal_rules(rules), dn) == expected
+
+
+def test_principal_mapping_without_a_match_fails() -> None:
+    with pytest.raises(ValueError):
+        map_principal(parse_principal_rules("RULE:^CN=(.*)$/$1/"), "OU=nobody")
+    with pytest.raises(ConfigError):
+        parse_principal_rules("RULE:^CN=(.*$/$1/")
+
+
+def test_jaas_options() -> None:
+    opts = jaas_options('org.apache.kafka.common.security.plain.PlainLoginModule required '
+                        'username="admin" password="a\\"b" user_alice="s=3;x";')
+    assert opts == {"username": "admin", "password": 'a"b', "user_alice": "s=3;x"}
+
+
+def test_listeners_and_the_inter_broker_one() -> None:
+    raw = {"listeners": "INTERNAL://:0,EXTERNAL://:0", "listener.security.protocol.map":
+           "INTERNAL:SASL_PLAINTEXT,EXTERNAL:PLAINTEXT",
+           "security.inter.broker.protocol": "SASL_PLAINTEXT",
+           "sasl.mechanism.inter.broker.protocol": "PLAIN",
+           "listener.name.internal.plain.sasl.jaas.config":
+               'x required username="b" password="p" user_b="p";'}
+    listeners, inter = parse_listeners(raw, "127.0.0.1", 0, "", 0)
+    assert [(x.name, x.protocol) for x in listeners] == [
+        ("INTERNAL", "SASL_PLAINTEXT"), ("EXTERNAL", "PLAINTEXT")]
+    assert (inter.listener, inter.mechanism, inter.username, inter.password) == (
+        "INTERNAL", "PLAIN", "b", "p")
+    assert listeners[0].sasl is not None and listeners[0].sasl.plain_users == {"b": "p"}
+    with pytest.raises(ConfigError, match="username"):
+        parse_listeners({**raw, "listener.name.internal.plain.sasl.jaas.config": "x;"},
+                        "127.0.0.1", 0, "", 0)
+
+
+def test_plain() -> None:
+    s = PlainServer({"alice": "pw"})
+    assert s.step(b"\0alice\0pw") == b"" and s.complete
+    assert s.principal == Principal("User", "alice")
+    for token in (b"\0alice\0nope", b"\0bob\0pw", b"bob\0alice\0pw", b"alice\0pw"):
+        with pytest.raises(SaslFailure):
+            PlainServer({"alice": "pw"}).step(token)
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_scram_with_scramps_client(mechanism: str) -> None:
+    cred = from_password(mechanism, "s3cret", 4096)
+    assert parse_credential(format_credential(cred)) == cred
+    store = {("alice", mechanism): cred}
+
+    def exchange(user: str, password: str) -> Principal | None:
+        server = ScramServer(mechanism, lambda m, u: store.get((u, m)))
+        client = ScramClient([mechanism], user, password)
+        client.set_server_first(server.step(client.get_client_first().encode()).decode())
+        client.set_server_final(server.step(client.get_client_final().encode()).decode())
+        return server.principal
+
+    assert exchange("alice", "s3cret") == Principal("User", "alice")
+    with pytest.raises(SaslFailure):
+        exchange("alice", "wrong")
+    with pytest.raises(SaslFailure):
+        exchange("nobody", "s3cret")
+
+
+def test_oauthbearer(tmp_path: Path) -> None:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    jwk["kid"] = "k"
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
+    keys = JwksKeys(f"file://{tmp_path / 'jwks.json'}")
+    settings = OAuthSettings("x", ("kafka",), "iss", "sub", 0)
+
+    def token(**claims: object) -> bytes:
+        now = int(time.time())
+        body = {"sub": "svc", "aud": "kafka", "iss": "iss", "exp": now + 60, **claims}
+        t = jwt.encode(body, key, algorithm="RS256", headers={"kid": "k"})
+        return f"n,,\x01auth=Bearer {t}\x01\x01".encode()
+
+    s = OAuthBearerServer(settings, keys)
+    s.step(token())
+    assert s.complete and s.principal == Principal("User", "svc") and s.expires_ms
+    for bad in (token(exp=int(time.time()) - 5), token(aud="other"), token(iss="x"),
+                token(sub=""), b"n,,\x01auth=Basic abc\x01\x01"):
+        with pytest.raises(SaslFailure):
+            OAuthBearerServer(settings, keys).step(bad)
+    # alg "none" is never accepted
+    unsigned = jwt.encode({"sub": "svc", "aud": "kafka", "iss": "iss",
+                           "exp": int(time.time()) + 60}, None, algorithm="none")
+    with pytest.raises(SaslFailure):
+        OAuthBearerServer(settings, keys).step(f"n,,\x01auth=Bearer {unsigned}\x01\x01".encode())
