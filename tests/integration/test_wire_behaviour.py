@@ -509,6 +509,8 @@ MINIMAL_REQUEST_ERRORS = {
     # a transactional id never initialised: Kafka's answer
     25: {ErrorCode.invalid_producer_id_mapping}, 26: {ErrorCode.invalid_producer_id_mapping},
     47: {ErrorCode.group_id_not_found, ErrorCode.none}, 68: {ErrorCode.invalid_request},
+    # SASL requests on a PLAINTEXT listener: ILLEGAL_SASL_STATE, as Kafka answers there
+    17: {ErrorCode.illegal_sasl_state}, 36: {ErrorCode.illegal_sasl_state},
 }
 
 
