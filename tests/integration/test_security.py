@@ -94,16 +94,23 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     (base / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
     # the same JWKS over HTTP (sasl.oauthbearer.jwks.endpoint.url as an identity
     # provider serves it; fetched off the broker's event loop, then cached)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(base))
-    http.server.SimpleHTTPRequestHandler.log_message = lambda *a: None  # type: ignore
+    class IdentityProvider(http.server.SimpleHTTPRequestHandler):
+        """Serves the JWKS, as an identity provider does."""
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    handler = functools.partial(IdentityProvider, directory=str(base))
     jwks_http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=jwks_http.serve_forever, daemon=True).start()
-    listeners = ("PLAINTEXT", "SSL", "MTLS", "SASL_PLAINTEXT", "SASL_SSL", "OAUTH", "OAUTHURL")
+    listeners = ("PLAINTEXT", "SSL", "MTLS", "SASL_PLAINTEXT", "SASL_SSL", "OAUTH", "OAUTHURL",
+                 "OAUTHDEV")
     overrides = {
         "listeners": ",".join(f"{n}://127.0.0.1:0" for n in listeners),
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,"
                                           "SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,"
-                                          "OAUTH:SASL_SSL,OAUTHURL:SASL_SSL",
+                                          "OAUTH:SASL_SSL,OAUTHURL:SASL_SSL,"
+                                          "OAUTHDEV:SASL_PLAINTEXT",
         "inter.broker.listener.name": "PLAINTEXT",
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": str(certs["broker.pem"]),
@@ -120,6 +127,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         "listener.name.oauth.sasl.oauthbearer.expected.issuer": ISSUER,
         "listener.name.oauth.connections.max.reauth.ms": "3000",
         "listener.name.oauthurl.sasl.enabled.mechanisms": "OAUTHBEARER",
+        # no JWKS: Kafka's unsecured development mode (unsigned tokens), the only
+        # OAUTHBEARER Debian's kcat can do (its librdkafka has no OIDC)
+        "listener.name.oauthdev.sasl.enabled.mechanisms": "OAUTHBEARER",
         "listener.name.oauthurl.sasl.oauthbearer.jwks.endpoint.url":
             f"http://127.0.0.1:{jwks_http.server_address[1]}/jwks.json",
         "num.partitions": "1",
@@ -128,6 +138,17 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         line = next(x for x in b.stderr_lines if "listening on" in x)
         ports = {name: int(port) for port, name in _ENDPOINT.findall(line)}
         assert set(ports) == set(listeners), line
+        # a SCRAM-SHA-512 user for the client matrix
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{ports['PLAINTEXT']}"})
+        from confluent_kafka.admin import (
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
+        for fut in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+                "matrix", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                b"matrix-pw")]).values():
+            fut.result(15)
         yield Env(b, ports, certs, stranger, key, other)
         text = "".join(b.stderr_lines)
         assert "Traceback" not in text, text[-3000:]
@@ -191,6 +212,20 @@ def test_oauthbearer_with_the_jwks_fetched_over_http(env: Env) -> None:
     assert sorted(roundtrip_confluent(conf, 5)) == [b"r%d" % i for i in range(5)]
     refused({**conf, "oauth_cb": lambda _c: (env.token(key=env.other_key),
                                              time.time() + 300)})
+
+
+def test_unsecured_oauthbearer_takes_unsigned_tokens_only(env: Env) -> None:
+    """Kafka's development mode (no JWKS): librdkafka's unsigned token gets in; a signed
+    one is refused (and on the JWKS listeners an unsigned one is)."""
+    base = {"bootstrap.servers": env.bootstrap("OAUTHDEV"),
+            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER"}
+    unsigned = {"sasl.oauthbearer.config": "principal=dev",
+                "enable.sasl.oauthbearer.unsecure.jwt": True}
+    assert roundtrip_confluent({**base, **unsigned}, 3)
+    refused({**base, "oauth_cb": lambda _c: (env.token(), time.time() + 300)})
+    secured = confluent_conf(env, "OAUTH", **unsigned)
+    del secured["oauth_cb"]
+    refused(secured)
 
 
 def test_sasl_handshake_v0_then_bare_tokens(env: Env) -> None:
@@ -294,6 +329,162 @@ def test_kcat_over_sasl_ssl(env: Env) -> None:
     out = subprocess.run(["kcat", *opts, "-C", "-t", topic, "-o", "beginning", "-e", "-q"],
                          capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.split() == ["x1", "x2", "x3"]
+
+
+# ------------------------------------------------- every client over every mode
+
+MODES = ["SSL", "MTLS", "SASL_PLAINTEXT/PLAIN", "SASL_SSL/SCRAM-SHA-512", "OAUTHBEARER"]
+CLIENTS = ["confluent", "kafka-python", "aiokafka", "kcat"]
+
+
+def librdkafka_conf(env: Env, mode: str, kcat: bool = False) -> dict[str, Any]:
+    """librdkafka's settings for a mode (confluent-kafka and kcat); confluent-kafka gets
+    signed OAUTHBEARER tokens from a callback, kcat (no callbacks, and Debian's librdkafka
+    has no OIDC) makes its own unsigned one for the listener in Kafka's unsecured mode."""
+    c = env.certs
+    ca = {"ssl.ca.location": str(c["ca.pem"])}
+    if mode == "SSL":
+        return {"bootstrap.servers": env.bootstrap("SSL"), "security.protocol": "SSL", **ca}
+    if mode == "MTLS":
+        return {"bootstrap.servers": env.bootstrap("MTLS"), "security.protocol": "SSL", **ca,
+                "ssl.certificate.location": str(c["client-alice-cert.pem"]),
+                "ssl.key.location": str(c["client-alice-key.pem"])}
+    if mode == "SASL_PLAINTEXT/PLAIN":
+        return {"bootstrap.servers": env.bootstrap("SASL_PLAINTEXT"),
+                "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                "sasl.username": "alice", "sasl.password": "alice-secret"}
+    if mode == "SASL_SSL/SCRAM-SHA-512":
+        return {"bootstrap.servers": env.bootstrap("SASL_SSL"), "security.protocol": "SASL_SSL",
+                **ca, "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "matrix",
+                "sasl.password": "matrix-pw"}
+    conf: dict[str, Any] = {"bootstrap.servers": env.bootstrap("OAUTHURL"),
+                            "security.protocol": "SASL_SSL", **ca,
+                            "sasl.mechanism": "OAUTHBEARER"}
+    if kcat:
+        # Debian's librdkafka has no OIDC (no libcurl): its own unsigned token, on the
+        # listener in Kafka's unsecured development mode
+        conf = {"bootstrap.servers": env.bootstrap("OAUTHDEV"),
+                "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
+                "sasl.oauthbearer.config": "principal=svc-kcat",
+                "enable.sasl.oauthbearer.unsecure.jwt": "true"}
+    else:
+        conf["oauth_cb"] = lambda _cfg: (env.token("svc-ck"), time.time() + 300)
+    return conf
+
+
+def python_kwargs(env: Env, mode: str, aio: bool) -> dict[str, Any]:
+    """kafka-python's / aiokafka's settings for a mode."""
+    c = env.certs
+    tls: dict[str, Any]
+    cert = (str(c["client-alice-cert.pem"]), str(c["client-alice-key.pem"]))
+    if aio:
+        from aiokafka.helpers import create_ssl_context
+
+        tls = {"ssl_context": create_ssl_context(
+            cafile=str(c["ca.pem"]), certfile=cert[0] if mode == "MTLS" else None,
+            keyfile=cert[1] if mode == "MTLS" else None)}
+    else:
+        tls = {"ssl_cafile": str(c["ca.pem"])}
+        if mode == "MTLS":
+            tls.update(ssl_certfile=cert[0], ssl_keyfile=cert[1])
+    if mode in ("SSL", "MTLS"):
+        return {"bootstrap_servers": env.bootstrap(mode), "security_protocol": "SSL", **tls}
+    if mode == "SASL_PLAINTEXT/PLAIN":
+        return {"bootstrap_servers": env.bootstrap("SASL_PLAINTEXT"),
+                "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+                "sasl_plain_username": "alice", "sasl_plain_password": "alice-secret"}
+    if mode == "SASL_SSL/SCRAM-SHA-512":
+        return {"bootstrap_servers": env.bootstrap("SASL_SSL"), "security_protocol": "SASL_SSL",
+                **tls, "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "matrix",
+                "sasl_plain_password": "matrix-pw"}
+    if aio:
+        from aiokafka.abc import AbstractTokenProvider as AioProvider
+
+        class AioTokens(AioProvider):
+            async def token(self) -> str:
+                return env.token("svc-aio")
+
+        provider: Any = AioTokens()
+    else:
+        from kafka.net.sasl.oauth import AbstractTokenProvider
+
+        class Tokens(AbstractTokenProvider):
+            def token(self) -> str:
+                return env.token("svc-kp")
+
+        provider = Tokens()
+    return {"bootstrap_servers": env.bootstrap("OAUTHURL"), "security_protocol": "SASL_SSL",
+            **tls, "sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": provider}
+
+
+def roundtrip(env: Env, client: str, mode: str) -> list[bytes]:
+    """Produce three records with ``client`` over ``mode`` and consume them back."""
+    topic = f"mx-{uuid.uuid4().hex[:8]}"
+    want = [b"m1", b"m2", b"m3"]
+    if client == "confluent":
+        return roundtrip_confluent(librdkafka_conf(env, mode), 3)
+    if client == "kcat":
+        if shutil.which("kcat") is None:
+            pytest.fail("kcat is not installed (scripts/test.sh installs it)")
+        opts = [a for k, v in librdkafka_conf(env, mode, kcat=True).items()
+                if k != "bootstrap.servers" for a in ("-X", f"{k}={v}")]
+        opts = ["-b", librdkafka_conf(env, mode, kcat=True)["bootstrap.servers"], *opts]
+        put = subprocess.run(["kcat", *opts, "-P", "-t", topic], input="m1\nm2\nm3\n",
+                             text=True, timeout=60, capture_output=True)
+        assert put.returncode == 0, put.stderr[-2000:]
+        out = subprocess.run(["kcat", *opts, "-C", "-t", topic, "-o", "beginning", "-e", "-q"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return [x.encode() for x in out.stdout.split()]
+    if client == "kafka-python":
+        from kafka import KafkaConsumer, KafkaProducer
+
+        kw = python_kwargs(env, mode, aio=False)
+        p = KafkaProducer(**kw)
+        for v in want:
+            p.send(topic, v).get(timeout=30)
+        p.close()
+        cons = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10000,
+                             group_id=f"g-{topic}", **kw)
+        got = [m.value for m in cons]
+        cons.close()
+        return got
+
+    async def aio() -> list[bytes]:
+        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+        kw = python_kwargs(env, mode, aio=True)
+        prod = AIOKafkaProducer(**kw)
+        await prod.start()
+        try:
+            for v in want:
+                await prod.send_and_wait(topic, v)
+        finally:
+            await prod.stop()
+        cons = AIOKafkaConsumer(topic, auto_offset_reset="earliest", group_id=f"g-{topic}",
+                                **python_kwargs(env, mode, aio=True))
+        await cons.start()
+        got: list[bytes] = []
+        try:
+            while len(got) < 3:
+                batch = await asyncio.wait_for(cons.getmany(timeout_ms=1000), 30)
+                got += [m.value for msgs in batch.values() for m in msgs if m.value]
+        finally:
+            await cons.stop()
+        return got
+
+    return asyncio.run(aio())
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("client", CLIENTS)
+def test_every_client_produces_and_consumes_over_every_mode(env: Env, client: str,
+                                                            mode: str) -> None:
+    """The issue's matrix: confluent-kafka, kafka-python, aiokafka and Debian's kcat over
+    SSL, mutual TLS, SASL_PLAINTEXT/PLAIN, SASL_SSL/SCRAM-SHA-512 and OAUTHBEARER."""
+    got = roundtrip(env, client, mode)
+    expected = [b"m1", b"m2", b"m3"] if client != "confluent" else [b"r0", b"r1", b"r2"]
+    assert sorted(got) == expected
 
 
 # ----------------------------------------------------------------------- SCRAM

@@ -133,3 +133,38 @@ def test_oauthbearer(tmp_path: Path) -> None:
                            "exp": int(time.time()) + 60}, None, algorithm="none")
     with pytest.raises(SaslFailure):
         OAuthBearerServer(settings, keys).step(f"n,,\x01auth=Bearer {unsigned}\x01\x01".encode())
+
+
+def test_scram_accepts_librdkafkas_repeated_nonce_as_kafka_3_9_does() -> None:
+    """librdkafka before 2.6.1 (Debian's kcat) sends r=<client nonce><server nonce>, its own
+    nonce twice; Kafka 3.8.1-3.9 accept a nonce ending with the server's, and the proof is
+    still checked over the message as sent. A nonce that does not end with it fails."""
+    import base64
+    import hashlib
+    import hmac
+
+    from headrace.security.scram import salted_password
+
+    mech, algo = "SCRAM-SHA-512", "sha512"
+    cred = from_password(mech, "pw", 4096)
+
+    def run(make_nonce: object) -> Principal | None:
+        server = ScramServer(mech, lambda m, u: cred if u == "kc" else None)
+        cnonce = "abc123"
+        first_bare = f"n=kc,r={cnonce}"
+        sfirst = server.step(f"n,,{first_bare}".encode()).decode()
+        full = dict(kv.split("=", 1) for kv in sfirst.split(","))["r"]
+        nonce = make_nonce(cnonce, full)  # type: ignore[operator]
+        without_proof = f"c=biws,r={nonce}"
+        auth = f"{first_bare},{sfirst},{without_proof}".encode()
+        salted = salted_password(mech, "pw", cred.salt, 4096)
+        ckey = hmac.digest(salted, b"Client Key", algo)
+        sig = hmac.digest(hashlib.new(algo, ckey).digest(), auth, algo)
+        proof = base64.b64encode(bytes(a ^ b for a, b in zip(ckey, sig, strict=True)))
+        server.step(f"{without_proof},p={proof.decode()}".encode())
+        return server.principal
+
+    assert run(lambda c, full: full) == Principal("User", "kc")
+    assert run(lambda c, full: c + full) == Principal("User", "kc")
+    with pytest.raises(SaslFailure, match="nonce"):
+        run(lambda c, full: full + "x")

@@ -708,7 +708,7 @@ class Connection(asyncio.Protocol):
             return PlainServer(sasl.plain_users)
         if mechanism == "OAUTHBEARER":
             assert sasl.oauth is not None
-            return OAuthBearerServer(sasl.oauth, self.broker.jwks[self.listener])
+            return OAuthBearerServer(sasl.oauth, self.broker.jwks.get(self.listener))
         return ScramServer(mechanism, self.broker.scram_credential)
 
     def _close_after_response(self) -> None:
@@ -758,6 +758,11 @@ class Broker:
         self.jwks: dict[str, JwksKeys] = {}
         for lst in self.listeners:
             if lst.sasl is not None and lst.sasl.oauth is not None:
+                if not lst.sasl.oauth.jwks_url:
+                    log.warning("listener %s takes UNSECURED OAUTHBEARER tokens (no "
+                                "sasl.oauthbearer.jwks.endpoint.url): for development only",
+                                lst.name)
+                    continue
                 try:
                     self.jwks[lst.name] = JwksKeys(lst.sasl.oauth.jwks_url)
                 except (OSError, ValueError) as e:

@@ -19,7 +19,8 @@ the global ``<key>``:
   Kafka's PlainLoginModule); SCRAM's from the metadata store; OAUTHBEARER's tokens checked
   against ``sasl.oauthbearer.jwks.endpoint.url`` (a ``file:`` path or an http(s) URL),
   ``sasl.oauthbearer.expected.audience`` / ``.expected.issuer``, the principal from
-  ``sasl.oauthbearer.sub.claim.name`` (default ``sub``); ``connections.max.reauth.ms``
+  ``sasl.oauthbearer.sub.claim.name`` (default ``sub``); without a JWKS URL, Kafka's
+  unsecured development mode (unsigned tokens taken as they are); ``connections.max.reauth.ms``
   (KIP-368). The inter-broker client authenticates with
   ``sasl.mechanism.inter.broker.protocol`` and the ``username`` / ``password`` options of
   that mechanism's JAAS entry on the inter-broker listener.
@@ -288,11 +289,8 @@ def _sasl(raw: Mapping[str, Any], listener: str) -> SaslSettings:
     if "PLAIN" in mechs:
         users = {k[len("user_"):]: v for k, v in jaas(raw, listener, "PLAIN").items()
                  if k.startswith("user_")}
+    # without a JWKS, OAUTHBEARER is Kafka's unsecured development mode (see sasl.py)
     jwks = _get(raw, listener, "sasl.oauthbearer.jwks.endpoint.url")
-    if "OAUTHBEARER" in mechs and not jwks:
-        raise ConfigError("sasl.oauthbearer.jwks.endpoint.url",
-                          "OAUTHBEARER needs the JWKS (a file: path or an http(s) URL) that "
-                          "signs the tokens")
     oauth = None
     if "OAUTHBEARER" in mechs:
         audience = tuple(a.strip() for a in _get(

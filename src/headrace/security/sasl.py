@@ -1,5 +1,5 @@
 """SASL server mechanisms (issue 12, item 2): PLAIN (RFC 4616), SCRAM-SHA-256/512 (RFC 5802,
-RFC 7677, on ``scramp``) and OAUTHBEARER (RFC 7628, JWTs checked with ``PyJWT`` against a
+RFC 7677) and OAUTHBEARER (RFC 7628, JWTs checked with ``PyJWT`` against a
 JWKS). Sans-IO: ``step`` takes the client's token and returns the server's; the broker's
 connection carries the tokens in SaslAuthenticate requests.
 
@@ -11,8 +11,11 @@ Messages say what failed without saying whether the user exists.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -77,65 +80,115 @@ def _unescape_saslname(name: str) -> str:
     return name.replace("=2C", ",").replace("=3D", "=")
 
 
+def _attributes(message: str) -> list[tuple[str, str]]:
+    out = []
+    for part in message.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or len(key) != 1:
+            raise SaslFailure(f"malformed SCRAM message: {message!r}")
+        out.append((key, value))
+    return out
+
+
 class ScramServer:
-    """RFC 5802 in two round trips on ``scramp``'s server; credentials from
-    ``lookup(user)`` (the metadata store's, never passwords). An unknown user fails the
-    same way as a wrong password (Kafka's message)."""
+    """RFC 5802's server in two round trips; credentials (salt, StoredKey, ServerKey,
+    iterations) from ``lookup(mechanism, user)``, never passwords. Written out rather than
+    taken from ``scramp`` for one reason: Kafka 3.8.1-3.9 accept a client-final nonce that
+    ENDS with the server's nonce (``ScramSaslServer``'s ``endsWith``), because librdkafka
+    before 2.6.1 (Debian's kcat) repeats its own nonce in front of it, and such clients
+    must work here as they do against Kafka 3.9. The proof is still checked over the
+    messages as sent, so only a client that knows the password gets in. An unknown user
+    gets a made-up salt and fails at the proof, like a wrong password (RFC 5802, section
+    9: nothing tells whether the user exists)."""
 
     def __init__(self, mechanism: str,
                  lookup: Callable[[str, str], ScramCredential | None]) -> None:
-        from scramp import ScramMechanism
-
         if mechanism not in MECHANISMS:
             raise ValueError(mechanism)
         self.mechanism = mechanism
+        self.algo = MECHANISMS[mechanism]
         self.lookup = lookup
         self.complete = False
         self.principal: Principal | None = None
         self.expires_ms: int | None = None
-        self._user = ""
-        self._unknown = False
-        self._server = ScramMechanism(mechanism).make_server(self._auth_info)
         self._round = 0
+        self._user = ""
+        self._cred: ScramCredential | None = None
+        self._gs2 = ""
+        self._client_first_bare = ""
+        self._server_first = ""
+        self._nonce = ""
 
-    def _auth_info(self, username: str) -> tuple[bytes, bytes, bytes, int]:
-        name = _unescape_saslname(username)
-        self._user = name
-        cred = self.lookup(self.mechanism, name)
-        if cred is None:
-            # go on with a made-up credential so that the client learns nothing before
-            # its proof fails (RFC 5802 section 9: do not reveal whether users exist)
-            self._unknown = True
-            return b"\0" * 16, b"\0" * 32, b"\0" * 32, 4096
-        return cred.salt, cred.stored_key, cred.server_key, cred.iterations
+    def _failure(self) -> SaslFailure:
+        return SaslFailure(f"Authentication failed during authentication due to invalid "
+                           f"credentials with SASL mechanism {self.mechanism}")
 
     def step(self, token: bytes) -> bytes:
-        from scramp import ScramException
-
-        failure = (f"Authentication failed during authentication due to invalid credentials "
-                   f"with SASL mechanism {self.mechanism}")
         try:
             text = token.decode("utf-8")
         except UnicodeDecodeError:
             raise SaslFailure("SCRAM messages must be UTF-8") from None
-        try:
-            if self._round == 0:
-                self._round = 1
-                self._server.set_client_first(text)
-                return str(self._server.get_server_first()).encode()
-            if self._round == 1:
-                self._round = 2
-                self._server.set_client_final(text)
-                if self._unknown:
-                    raise SaslFailure(failure)
-                final = str(self._server.get_server_final()).encode()
-                self.complete = True
-                self.principal = user(self._user)
-                return final
-        except ScramException as e:
-            raise SaslFailure(failure if "proof" in str(e).lower() or "verif" in
-                              str(e).lower() else f"SCRAM: {e}") from None
+        if self._round == 0:
+            self._round = 1
+            return self._first(text).encode()
+        if self._round == 1:
+            self._round = 2
+            return self._final(text).encode()
         raise SaslFailure("SCRAM exchange already complete")
+
+    def _first(self, text: str) -> str:
+        flag, sep1, rest = text.partition(",")
+        authzid, sep2, bare = rest.partition(",")
+        if not (sep1 and sep2) or flag not in ("n", "y"):
+            raise SaslFailure("SCRAM: channel binding is not supported" if flag.startswith("p=")
+                              else f"malformed SCRAM client-first message: {text!r}")
+        attrs = _attributes(bare)
+        if len(attrs) < 2 or attrs[0][0] != "n" or attrs[1][0] != "r" or not attrs[1][1]:
+            raise SaslFailure(f"malformed SCRAM client-first message: {text!r}")
+        self._user = _unescape_saslname(attrs[0][1])
+        if authzid and authzid[2:] != self._user:
+            raise SaslFailure("Authentication failed: Client requested an authorization id "
+                              "that is different from username")
+        self._gs2 = f"{flag},{authzid},"
+        self._client_first_bare = bare
+        self._cred = self.lookup(self.mechanism, self._user)
+        salt = self._cred.salt if self._cred else hashlib.sha256(
+            b"headrace-unknown-user:" + self._user.encode()).digest()
+        iterations = self._cred.iterations if self._cred else 4096
+        self._nonce = attrs[1][1] + base64.b64encode(os.urandom(24)).decode()
+        self._server_first = (f"r={self._nonce},s={base64.b64encode(salt).decode()},"
+                              f"i={iterations}")
+        return self._server_first
+
+    def _final(self, text: str) -> str:
+        without_proof, sep, proof_attr = text.rpartition(",")
+        if not sep or not proof_attr.startswith("p="):
+            raise SaslFailure("malformed SCRAM client-final message")
+        attrs = dict(_attributes(without_proof))
+        if attrs.get("c") != base64.b64encode(self._gs2.encode()).decode():
+            raise SaslFailure("SCRAM: the channel binding does not match")
+        if not attrs.get("r", "").endswith(self._nonce):  # Kafka 3.9's rule, see above
+            raise SaslFailure("Invalid client nonce in the final client message.")
+        cred = self._cred
+        try:
+            proof = base64.b64decode(proof_attr[2:], validate=True)
+        except ValueError:
+            raise SaslFailure("malformed SCRAM client proof") from None
+        auth_message = ",".join((self._client_first_bare, self._server_first,
+                                 without_proof)).encode()
+        if cred is None:
+            raise self._failure()
+        signature = hmac.digest(cred.stored_key, auth_message, self.algo)
+        if len(proof) != len(signature):
+            raise self._failure()
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
+        if not hmac.compare_digest(hashlib.new(self.algo, client_key).digest(),
+                                   cred.stored_key):
+            raise self._failure()
+        self.complete = True
+        self.principal = user(self._user)
+        server_signature = hmac.digest(cred.server_key, auth_message, self.algo)
+        return f"v={base64.b64encode(server_signature).decode()}"
 
 
 @dataclass(frozen=True)
@@ -184,13 +237,18 @@ class OAuthBearerServer:
     the JWT must be signed by a JWKS key (RS/ES/PS algorithms only: no ``none``, no HMAC
     with a public key), unexpired, and carry the expected audience and issuer when those
     are configured; the principal is its ``sub_claim`` (Kafka's
-    OAuthBearerValidatorCallbackHandler)."""
+    OAuthBearerValidatorCallbackHandler).
+
+    ``keys`` None is Kafka's default when no JWKS is configured, its development-only
+    OAuthBearerUnsecuredValidatorCallbackHandler: an UNSIGNED token (``alg: none``, as
+    librdkafka's ``sasl.oauthbearer.config`` builds them) with an unexpired ``exp`` and
+    the principal claim is accepted as it says. The broker warns at start-up."""
 
     mechanism = "OAUTHBEARER"
     ALGORITHMS = ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384",
                   "PS512")
 
-    def __init__(self, settings: OAuthSettings, keys: JwksKeys,
+    def __init__(self, settings: OAuthSettings, keys: JwksKeys | None,
                  now: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.keys = keys
@@ -218,11 +276,14 @@ class OAuthBearerServer:
             raise SaslFailure("Invalid OAUTHBEARER client first message: no bearer token")
         s = self.settings
         try:
-            claims = jwt.decode(
-                jwt_text, self.keys.key_for(jwt_text), algorithms=list(self.ALGORITHMS),
-                audience=list(s.expected_audience) or None, issuer=s.expected_issuer or None,
-                leeway=s.clock_skew_s,
-                options={"require": ["exp"], "verify_aud": bool(s.expected_audience)})
+            if self.keys is None:
+                claims = self._unsecured(jwt_text)
+            else:
+                claims = jwt.decode(
+                    jwt_text, self.keys.key_for(jwt_text), algorithms=list(self.ALGORITHMS),
+                    audience=list(s.expected_audience) or None,
+                    issuer=s.expected_issuer or None, leeway=s.clock_skew_s,
+                    options={"require": ["exp"], "verify_aud": bool(s.expected_audience)})
         except SaslFailure:
             raise
         except Exception as e:  # PyJWT's errors, a JWKS fetch failure
@@ -238,3 +299,17 @@ class OAuthBearerServer:
         self.principal = user(subject)
         self.expires_ms = int(claims["exp"]) * 1000
         return b""
+
+    def _unsecured(self, jwt_text: str) -> dict[str, Any]:
+        import jwt
+
+        if jwt.get_unverified_header(jwt_text).get("alg") != "none":
+            raise SaslFailure("invalid token: this listener takes unsecured tokens "
+                              "(alg none) only, as it has no JWKS to verify signatures")
+        claims: dict[str, Any] = jwt.decode(jwt_text, options={"verify_signature": False})
+        exp = claims.get("exp")
+        if not isinstance(exp, int | float):
+            raise SaslFailure("invalid token: no exp claim")
+        if exp + self.settings.clock_skew_s < self.now():
+            raise SaslFailure("invalid token: expired")
+        return claims
