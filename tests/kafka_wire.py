@@ -51,6 +51,15 @@ class WireClient:
         payload = buf.getvalue()
         return struct.pack(">i", len(payload)) + payload
 
+    def sasl_plain(self, user: str, password: str) -> WireClient:
+        """Authenticate this connection with SASL PLAIN (SaslHandshake v1, SaslAuthenticate
+        v2) on a SASL_PLAINTEXT listener; AssertionError if refused."""
+        hs = self.request(17, 1, {"mechanism": "PLAIN"})
+        assert hs.error_code == 0, hs
+        r = self.request(36, 2, {"auth_bytes": f"\0{user}\0{password}".encode()})
+        assert r.error_code == 0, r
+        return self
+
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
 

@@ -111,9 +111,12 @@ class FetchedOffset:
     offset: int
     leader_epoch: int
     metadata: str
+    error: ErrorCode = ErrorCode.none
 
 
 NO_OFFSET = FetchedOffset(-1, -1, "")
+# require_stable and a pending transactional offset: no offset, UNSTABLE_OFFSET_COMMIT
+UNSTABLE = FetchedOffset(-1, -1, "", ErrorCode.unstable_offset_commit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,17 +486,33 @@ class GroupCoordinator:
                 g.mark_dead()
 
     def fetch_offsets(
-        self, group_id: str, partitions: list[TopicPartitionKey] | None
+        self, group_id: str, partitions: list[TopicPartitionKey] | None,
+        require_stable: bool = False,
     ) -> dict[TopicPartitionKey, FetchedOffset]:
-        """Committed offsets of ``partitions`` (None: every committed partition)."""
+        """Committed offsets of ``partitions`` (None: every committed partition). With
+        ``require_stable`` (KIP-447) a partition with a pending transactional offset of the
+        group is UNSTABLE (Kafka's ``OffsetMetadataManager.fetchOffsets`` /
+        ``fetchAllOffsets``: a pending-only partition is not listed among "all")."""
         committed = self.offsets.get(group_id, {})
         if partitions is None:
             partitions = sorted(committed)
+        pending = self.pending_txn_partitions(group_id) if require_stable else set()
         out: dict[TopicPartitionKey, FetchedOffset] = {}
         for tp in partitions:
             v = committed.get(tp)
-            out[tp] = NO_OFFSET if v is None else FetchedOffset(v.offset, v.leader_epoch,
-                                                                v.metadata)
+            if tp in pending:
+                out[tp] = UNSTABLE
+            else:
+                out[tp] = NO_OFFSET if v is None else FetchedOffset(v.offset, v.leader_epoch,
+                                                                    v.metadata)
+        return out
+
+    def pending_txn_partitions(self, group_id: str) -> set[TopicPartitionKey]:
+        """The partitions with a transactional offset of ``group_id`` not yet committed or
+        aborted (TxnOffsetCommit written, its transaction's marker not yet here)."""
+        out: set[TopicPartitionKey] = set()
+        for by_group in self.pending_txn.values():
+            out.update(by_group.get(group_id, ()))
         return out
 
     def delete_offsets(

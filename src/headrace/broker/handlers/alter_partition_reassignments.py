@@ -7,6 +7,11 @@ the ISR the controller drops the replicas that are not in it (and moves the lead
 into the target if needed). ``replicas`` null cancels an ongoing reassignment
 (NO_REASSIGNMENT_IN_PROGRESS if there is none). A single node has nothing to move to:
 INVALID_REPLICA_ASSIGNMENT unless the target is what it already is.
+
+Authorization (Kafka's ``authorizeClusterOperation``, whose ClusterAuthorizationException
+becomes the request's ``getErrorResponse``): Alter needs ALTER on the cluster, List
+DESCRIBE; otherwise CLUSTER_AUTHORIZATION_FAILED at the top (and, for Alter, for every
+requested partition) with the exception's message.
 """
 
 from __future__ import annotations
@@ -16,9 +21,17 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import ALTER, DESCRIBE
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
+
+
+def _not_authorized(ctx: RequestContext) -> str:
+    # Kafka: s"Request $request is not authorized." (the request's own description)
+    h = ctx.header
+    return (f"Request {h.api_key} v{h.api_version} (correlation id {h.correlation_id}, "
+            f"principal {ctx.principal}) is not authorized.")
 
 
 def _controller(broker: Broker) -> Any:
@@ -31,6 +44,16 @@ async def handle_alter(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     items = [(str(t.name), int(p.partition_index),
               None if p.replicas is None else [int(r) for r in p.replicas])
              for t in req.topics for p in t.partitions]
+    if not broker.security.cluster_allowed(ctx, ALTER):
+        denied_message = _not_authorized(ctx)
+        denied = ErrorCode.cluster_authorization_failed
+        return ctx.response({
+            "throttle_time": 0, "error_code": denied, "error_message": denied_message,
+            "responses": [{"name": t.name, "partitions": [
+                {"partition_index": p.partition_index, "error_code": denied,
+                 "error_message": denied_message} for p in t.partitions]}
+                          for t in req.topics],
+        })
     controller = _controller(broker)
     top = ErrorCode.none
     results: dict[tuple[str, int], tuple[str, str | None]] = {}
@@ -66,6 +89,10 @@ async def handle_alter(broker: Broker, ctx: RequestContext, req: Any) -> Any:
 async def handle_list(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     wanted = (None if req.topics is None else
               [(str(t.name), int(p)) for t in req.topics for p in t.partition_indexes])
+    if not broker.security.cluster_allowed(ctx, DESCRIBE):
+        return ctx.response({"throttle_time": 0,
+                             "error_code": ErrorCode.cluster_authorization_failed,
+                             "error_message": _not_authorized(ctx), "topics": []})
     controller = _controller(broker)
     if broker.cluster is not None and controller is None:
         return ctx.response({"throttle_time": 0, "error_code": ErrorCode.not_controller,

@@ -26,6 +26,11 @@ Configs (read by ``GroupService.new_consumer_group`` with fallbacks until they a
 ``headrace.config``): ``group.consumer.assignors`` (``uniform,range``),
 ``group.consumer.session.timeout.ms`` (45000), ``group.consumer.heartbeat.interval.ms``
 (5000). A group takes them when created or loaded.
+
+Authorization (Kafka's ``handleConsumerGroupHeartbeat``): READ on the group, else
+GROUP_AUTHORIZATION_FAILED; then, when subscribed topic names are given, every one of them
+must be DESCRIBE-able, else TOPIC_AUTHORIZATION_FAILED (a client may not learn of topics
+it cannot describe). Both before the coordinator is asked.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler, ms
+from headrace.broker.security import DESCRIBE, GROUP, READ, TOPIC
 from headrace.group.assignors import TopicInfo
 from headrace.group.consumer_group import ConsumerGroup, GroupState, HeartbeatResult
 
@@ -74,6 +80,13 @@ def _response(ctx: RequestContext, r: HeartbeatResult) -> Any:
 @handler(68, "ConsumerGroupHeartbeat", 0, 1)
 async def handle_consumer_group_heartbeat(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     group_id = req.group_id
+    security = broker.security
+    if not security.allowed(ctx, READ, GROUP, group_id or ""):
+        return _error(ctx, ErrorCode.group_authorization_failed)
+    if req.subscribed_topic_names:
+        subscribed = set(req.subscribed_topic_names)
+        if len(security.allowed_names(ctx, DESCRIBE, TOPIC, subscribed)) < len(subscribed):
+            return _error(ctx, ErrorCode.topic_authorization_failed)
     if not group_id:
         return _error(ctx, ErrorCode.invalid_request, "GroupId can't be empty.")
     err = broker.groups.check_coordinator(group_id)

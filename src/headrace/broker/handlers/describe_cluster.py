@@ -1,4 +1,9 @@
-"""DescribeCluster (60): cluster id, controller and brokers."""
+"""DescribeCluster (60): cluster id, controller and brokers.
+
+Authorization as Kafka's ``AuthHelper.computeDescribeClusterResponse``: nothing is refused;
+``cluster_authorized_operations`` is filled only when asked for, with the principal's
+cluster operations if it may DESCRIBE the cluster and 0 otherwise.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.handlers.metadata import UNKNOWN_AUTHORIZED_OPERATIONS
+from headrace.broker.security import CLUSTER, CLUSTER_NAME, DESCRIBE
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -24,6 +30,11 @@ async def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any)
                              "endpoint_type": endpoint_type, "cluster_id": "",
                              "controller_id": -1, "brokers": [],
                              "cluster_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS})
+    cluster_operations = UNKNOWN_AUTHORIZED_OPERATIONS
+    if getattr(req, "include_cluster_authorized_operations", False):
+        security = broker.security
+        cluster_operations = (security.authorized_operations(ctx, CLUSTER, CLUSTER_NAME)
+                              if security.cluster_allowed(ctx, DESCRIBE) else 0)
     return ctx.response(
         {
             "throttle_time": 0,
@@ -37,6 +48,6 @@ async def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any)
                  "is_fenced": False}
                 for b in broker.advertised_brokers(ctx.listener)
             ],
-            "cluster_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS,
+            "cluster_authorized_operations": cluster_operations,
         }
     )

@@ -11,6 +11,10 @@ timestamp of its last batch (-1 when none is left), coordinator epoch -1 and cur
 transaction start offset -1 (no transactions); a partition of a known topic not hosted
 here is NOT_LEADER_OR_FOLLOWER, one out of range UNKNOWN_TOPIC_OR_PARTITION; an offline
 log KAFKA_STORAGE_ERROR.
+
+Authorization (Kafka's order): a valid name the principal may not READ is
+TOPIC_AUTHORIZATION_FAILED for each requested partition, before the topic's existence is
+looked at.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.replica_manager import TopicPartition
+from headrace.broker.security import READ, TOPIC
 from headrace.broker.topics import TopicError, validate_topic_name
 from headrace.log.producer_state import ProducerStateManager
 
@@ -29,6 +34,8 @@ if TYPE_CHECKING:
 
 # Kafka's ApiError(UNKNOWN_TOPIC_OR_PARTITION): the error's default message
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
+# ApiError(TOPIC_AUTHORIZATION_FAILED): the error's default message
+TOPIC_AUTHORIZATION_MESSAGE = "Topic authorization failed."
 NO_COORDINATOR_EPOCH = -1
 NO_TXN_START_OFFSET = -1
 
@@ -71,6 +78,8 @@ async def handle_describe_producers(broker: Broker, ctx: RequestContext, req: An
             validate_topic_name(t.name)
         except TopicError as e:
             error = (e.error_code, e.message)
+        if error is None and not broker.security.allowed(ctx, READ, TOPIC, t.name):
+            error = (ErrorCode.topic_authorization_failed, TOPIC_AUTHORIZATION_MESSAGE)
         state = broker.metadata.topic(t.name) if error is None else None
         if error is None and state is None:
             error = (ErrorCode.unknown_topic_or_partition, UNKNOWN_TOPIC_MESSAGE)

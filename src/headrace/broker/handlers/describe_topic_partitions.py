@@ -16,8 +16,12 @@ Kafka's answer (``DescribeTopicPartitionsRequestHandler``,
   topic's partition 0; no cursor when everything fitted.
 * A partition: leader (-1 when the leader is not a live broker or its log is offline here,
   as Metadata says), leader epoch, replicas, ISR, offline replicas, empty eligible-leader
-  lists (no KIP-966 ELR here), error 0. ``topic_authorized_operations`` is every topic
-  operation: with no authorizer Kafka allows all.
+  lists (no KIP-966 ELR here), error 0. ``topic_authorized_operations`` is the
+  principal's topic operations (every one without an authorizer).
+* Authorization (``DescribeTopicPartitionsRequestHandler``): topics the principal may not
+  DESCRIBE are dropped before the cursor and limit apply; asked for by name, each is
+  answered TOPIC_AUTHORIZATION_FAILED (zero topic id, not internal, no partitions,
+  operations unset) after the others; when every topic is asked for they are left out.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.replica_manager import TopicPartition
+from headrace.broker.security import DESCRIBE
+from headrace.broker.security import TOPIC as ACL_TOPIC
 from headrace.broker.topics import INTERNAL_TOPICS, TopicError, validate_topic_name
 from headrace.metadata.store import TopicState
 
@@ -95,6 +101,14 @@ async def handle_describe_topic_partitions(broker: Broker, ctx: RequestContext,
             return _invalid_request(ctx, req)
     if cursor is not None and cursor.partition_index < 0:
         return _invalid_request(ctx, req)
+    security = broker.security
+    described = security.allowed_names(ctx, DESCRIBE, ACL_TOPIC, names)
+    unauthorized = [] if fetch_all else [
+        {"error_code": ErrorCode.topic_authorization_failed, "name": name,
+         "topic_id": ZERO_UUID, "is_internal": False, "partitions": [],
+         "topic_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS}
+        for name in sorted(names - described)]
+    names = described
     remaining = max(min(MAX_PARTITION_LIMIT, int(req.response_partition_limit)), 1)
     live = {b.node_id for b in store.live_brokers()}
     topics: list[dict[str, Any]] = []
@@ -111,7 +125,8 @@ async def handle_describe_topic_partitions(broker: Broker, ctx: RequestContext,
                     code = ErrorCode.unknown_topic_or_partition
                 except TopicError as e:
                     code = e.error_code
-                topics.append(_error_topic(name, code, TOPIC_OPERATIONS))
+                topics.append(_error_topic(
+                    name, code, security.authorized_operations(ctx, ACL_TOPIC, name)))
             continue
         n = len(topic.partitions)
         start = int(cursor.partition_index) if cursor is not None and name == cursor_name else 0
@@ -119,9 +134,11 @@ async def handle_describe_topic_partitions(broker: Broker, ctx: RequestContext,
         partitions = _partitions(broker, topic, start, stop, live) if start < stop else []
         topics.append({"error_code": ErrorCode.none, "name": name, "topic_id": topic.topic_id,
                        "is_internal": name in INTERNAL_TOPICS, "partitions": partitions,
-                       "topic_authorized_operations": TOPIC_OPERATIONS})
+                       "topic_authorized_operations":
+                           security.authorized_operations(ctx, ACL_TOPIC, name)})
         if stop < n:
             next_cursor = {"topic_name": name, "partition_index": stop}
             break
         remaining -= len(partitions)
-    return ctx.response({"throttle_time": 0, "topics": topics, "next_cursor": next_cursor})
+    return ctx.response({"throttle_time": 0, "topics": topics + unauthorized,
+                         "next_cursor": next_cursor})

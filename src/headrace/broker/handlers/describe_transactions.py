@@ -1,5 +1,10 @@
 """DescribeTransactions (65): the state of transactional ids this broker coordinates
-(issue 10; ``kafka-transactions.sh describe``, ``headrace transactions describe``)."""
+(issue 10; ``kafka-transactions.sh describe``, ``headrace transactions describe``).
+
+Authorization (Kafka's ``handleDescribeTransactionsRequest``): an id the principal may not
+DESCRIBE is TRANSACTIONAL_ID_AUTHORIZATION_FAILED; the topics of a described transaction
+are only those the principal may DESCRIBE.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import DESCRIBE, TOPIC, TRANSACTIONAL_ID
 from headrace.txn.records import TxnState
 
 if TYPE_CHECKING:
@@ -27,11 +33,15 @@ def _time(ms: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
 
 
-def _describe(broker: Broker, tid: str) -> dict[str, Any]:
+def _describe(broker: Broker, ctx: RequestContext, tid: str) -> dict[str, Any]:
     entry: dict[str, Any] = {"error_code": ErrorCode.none, "transactional_id": tid,
                              "transaction_state": "", "transaction_timeout": 0,
                              "transaction_start_time": _time(0), "producer_id": 0,
                              "producer_epoch": 0, "topics": []}  # Kafka's defaults
+    security = broker.security
+    if not security.allowed(ctx, DESCRIBE, TRANSACTIONAL_ID, tid):
+        entry["error_code"] = ErrorCode.transactional_id_authorization_failed
+        return entry
     err, coordinator = broker.txns.coordinator_for(tid)
     if coordinator is None:
         entry["error_code"] = err
@@ -41,8 +51,10 @@ def _describe(broker: Broker, tid: str) -> dict[str, Any]:
         entry["error_code"] = ErrorCode.transactional_id_not_found
         return entry
     topics: dict[str, list[int]] = {}
+    described = security.allowed_names(ctx, DESCRIBE, TOPIC, (t for t, _ in m.partitions))
     for t, p in sorted(m.partitions):
-        topics.setdefault(t, []).append(p)
+        if t in described:
+            topics.setdefault(t, []).append(p)
     entry.update(transaction_state=STATE_NAMES[m.state], transaction_timeout=m.timeout_ms,
                  transaction_start_time=_time(m.start_ms), producer_id=m.producer_id,
                  producer_epoch=m.producer_epoch,
@@ -53,4 +65,4 @@ def _describe(broker: Broker, tid: str) -> dict[str, Any]:
 @handler(65, "DescribeTransactions", 0, 0)
 async def handle_describe_transactions(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     return ctx.response({"throttle_time": 0, "transaction_states": [
-        _describe(broker, str(tid)) for tid in req.transactional_ids]})
+        _describe(broker, ctx, str(tid)) for tid in req.transactional_ids]})

@@ -5,6 +5,10 @@ the controller named in Metadata). Per partition: ELECTION_NOT_NEEDED (the prefe
 replica leads already, or an unclean election for a partition that has a leader),
 PREFERRED_LEADER_NOT_AVAILABLE / ELIGIBLE_LEADERS_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION.
 A single node has nothing to elect: ELECTION_NOT_NEEDED for every existing partition.
+
+Authorization (Kafka's ``handleElectLeaders``): ALTER on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED at the top and for every requested partition (none when all
+partitions were asked for), with a null message.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.security import ALTER
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -33,6 +38,17 @@ async def handle_elect_leaders(broker: Broker, ctx: RequestContext, req: Any) ->
     top_error = ErrorCode.none
     results: dict[tuple[str, int], str] = {}
     controller = broker.controller
+    if not broker.security.cluster_allowed(ctx, ALTER):
+        denied: dict[str, list[dict[str, Any]]] = {}
+        for name, p in dict.fromkeys(wanted or ()):
+            denied.setdefault(name, []).append({
+                "partition_id": p, "error_code": ErrorCode.cluster_authorization_failed,
+                "error_message": None})
+        return ctx.response({
+            "throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+            "replica_election_results": [{"topic": n, "partition_result": ps}
+                                         for n, ps in denied.items()],
+        })
     if broker.cluster is None:
         names = broker.metadata.topics()
         for name, p in wanted if wanted is not None else [

@@ -11,6 +11,9 @@ answered as Kafka 3.9's ``KafkaApis.handleListOffsetRequestV0`` does: a list of 
 "now"), of which a consumer sees none above the high watermark (``Partition
 .legacyFetchOffsetsForTimestamp``); timestamps below -2 are UNSUPPORTED_VERSION. Its bytes
 are hand-coded (``protocol/legacy.py``: kio has no v0 schema).
+
+Authorization, every version: a topic the principal may not DESCRIBE is
+TOPIC_AUTHORIZATION_FAILED for each requested partition (v0: with no offsets).
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ def _find(plog: PartitionLog, ts: int, isolation: int, entry: dict[str, Any]) ->
 @handler(2, "ListOffsets", 0, 10)
 async def handle_list_offsets(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     if isinstance(req, ListOffsetsRequestV0):
-        return _handle_v0(broker, req)
+        return _handle_v0(broker, ctx, req)
     isolation = int(getattr(req, "isolation_level", 0))
     topics = []
     # Kafka: DESCRIBE on each topic, else TOPIC_AUTHORIZATION_FAILED per partition
@@ -196,8 +199,13 @@ def _lookup_v0(broker: Broker, name: str, p: Any,
     return ListOffsetsPartitionResponseV0(index, 0, tuple(offsets))
 
 
-def _handle_v0(broker: Broker, req: ListOffsetsRequestV0) -> EncodedBody:
-    topics = [(t.name, [_lookup_v0(broker, t.name, p, req.replica_id) for p in t.partitions])
+def _handle_v0(broker: Broker, ctx: RequestContext, req: ListOffsetsRequestV0) -> EncodedBody:
+    described = broker.security.allowed_names(ctx, DESCRIBE, TOPIC, (t.name for t in req.topics))
+    denied = int(ErrorCode.topic_authorization_failed)
+    topics = [(t.name, [_lookup_v0(broker, t.name, p, req.replica_id)
+                        if t.name in described
+                        else ListOffsetsPartitionResponseV0(int(p.partition_index), denied, ())
+                        for p in t.partitions])
               for t in req.topics]
     body = encode_list_offsets_v0(topics)
     return EncodedBody([body], len(body))

@@ -1,6 +1,7 @@
 """ListTransactions (66) v0-1: the transactional ids this broker coordinates, filtered by
 state, producer id and (v1, KIP-994) how long they have been running (issue 10;
-``headrace transactions list``)."""
+``headrace transactions list``). Only the ids the principal may DESCRIBE are listed
+(Kafka's ``handleListTransactionsRequest``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler, ms
 from headrace.broker.handlers.describe_transactions import STATE_NAMES
+from headrace.broker.security import DESCRIBE, TRANSACTIONAL_ID
 from headrace.txn.records import TxnState
 
 if TYPE_CHECKING:
@@ -32,6 +34,8 @@ async def handle_list_transactions(broker: Broker, ctx: RequestContext, req: Any
                 continue
             if duration >= 0 and not (m.state == TxnState.ONGOING
                                       and now - m.start_ms >= duration):
+                continue
+            if not broker.security.allowed(ctx, DESCRIBE, TRANSACTIONAL_ID, tid):
                 continue
             out.append({"transactional_id": tid, "producer_id": m.producer_id,
                         "transaction_state": STATE_NAMES[m.state]})

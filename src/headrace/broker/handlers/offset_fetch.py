@@ -2,7 +2,12 @@
 
 A partition with no committed offset gets -1 (the consumer then applies
 ``auto.offset.reset``); ``topics`` null (v2+) means every partition the group committed.
-``require_stable`` needs no wait: there are no pending transactional offsets yet.
+``require_stable`` (v7+, KIP-447): a partition with a pending transactional offset of the
+group (a TxnOffsetCommit whose transaction has not reached its commit or abort marker) is
+answered UNSTABLE_OFFSET_COMMIT with no offset, per partition in every version (v8+: per
+partition within each group, the group's own error staying for coordinator errors), as
+Kafka's ``OffsetMetadataManager.fetchOffsets``; the consumer retries until the transaction
+completes. Asking for every partition lists only those with a committed offset, as Kafka.
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ if TYPE_CHECKING:
 
 
 def _group_answer(broker: Broker, ctx: RequestContext, group_id: str, topics: Any,
-                  member_id: str | None, member_epoch: int, per_partition_errors: bool
-                  ) -> dict[str, Any]:
+                  member_id: str | None, member_epoch: int, per_partition_errors: bool,
+                  require_stable: bool) -> dict[str, Any]:
     groups = broker.groups
     security = broker.security
     err = (groups.check_coordinator(group_id)
@@ -38,8 +43,8 @@ def _group_answer(broker: Broker, ctx: RequestContext, group_id: str, topics: An
             return {"group_id": group_id, "error_code": err, "topics": _topics(
                 {tp: (-1, -1, "", err) for tp in requested})}
         return {"group_id": group_id, "error_code": err, "topics": []}
-    fetched = groups.coordinator.fetch_offsets(group_id, requested)
-    answer = {tp: (f.offset, f.leader_epoch, f.metadata, ErrorCode.none)
+    fetched = groups.coordinator.fetch_offsets(group_id, requested, require_stable)
+    answer = {tp: (f.offset, f.leader_epoch, f.metadata, f.error)
               for tp, f in fetched.items()}
     if security.enabled:
         # Kafka: DESCRIBE on each topic; a named one not allowed answers
@@ -66,10 +71,10 @@ async def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: Any) -> 
     if ctx.api_version >= 8:
         return ctx.response({"throttle_time": 0, "groups": [
             _group_answer(broker, ctx, str(g.group_id), g.topics, getattr(g, "member_id", None),
-                          int(getattr(g, "member_epoch", -1)), False)
+                          int(getattr(g, "member_epoch", -1)), False, bool(req.require_stable))
             for g in req.groups
         ]})
     answer = _group_answer(broker, ctx, str(req.group_id), req.topics, None, -1,
-                           ctx.api_version < 2)
+                           ctx.api_version < 2, bool(getattr(req, "require_stable", False)))
     return ctx.response({"throttle_time": 0, "topics": answer["topics"],
                          "error_code": answer["error_code"]})

@@ -5,6 +5,10 @@ ask it after a leader change to detect truncation (KIP-320). Per partition: the 
 epoch at or below the requested one and its end offset (``PartitionLog.end_offset_for_epoch``),
 answered by the leader only (NOT_LEADER_OR_FOLLOWER elsewhere), with the
 ``current_leader_epoch`` fencing of Fetch (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
+
+Authorization (Kafka's ``handleOffsetForLeaderEpochRequest``): CLUSTER_ACTION on the
+cluster (a follower) answers every topic; otherwise a topic the principal may not DESCRIBE
+is TOPIC_AUTHORIZATION_FAILED for each requested partition.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.handlers.fetch import _epoch_error
 from headrace.broker.replica_manager import TopicPartition
+from headrace.broker.security import CLUSTER_ACTION, DESCRIBE, TOPIC
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -51,9 +56,19 @@ def _answer(broker: Broker, topic: str, p: Any) -> dict[str, Any]:
 
 @handler(23, "OffsetForLeaderEpoch", 2, 4)
 async def handle_offset_for_leader_epoch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    security = broker.security
+    names = [t.topic for t in req.topics]
+    described = (set(names) if security.cluster_allowed(ctx, CLUSTER_ACTION)
+                 else security.allowed_names(ctx, DESCRIBE, TOPIC, names))
+
+    def denied(p: Any) -> dict[str, Any]:
+        return {"error_code": ErrorCode.topic_authorization_failed,
+                "partition": int(p.partition), "leader_epoch": -1, "end_offset": -1}
+
     return ctx.response({
         "throttle_time": 0,
-        "topics": [{"topic": t.topic, "partitions": [_answer(broker, t.topic, p)
-                                                     for p in t.partitions]}
+        "topics": [{"topic": t.topic, "partitions": [
+            _answer(broker, t.topic, p) if t.topic in described else denied(p)
+            for p in t.partitions]}
                    for t in req.topics],
     })
