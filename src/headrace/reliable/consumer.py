@@ -7,6 +7,13 @@ thread with a queue; lanes ack, fail and emit through the spout under one lock. 
 callbacks run inside ``consume`` on the polling thread. Polling never stops while
 partitions are paused, so the group session and ``max.poll.interval.ms`` stay satisfied.
 
+Rebalancing: eager (range, roundrobin), cooperative (``cooperative-sticky``) and KIP-848
+(``group.protocol=consumer``) alike go through the same per-partition callbacks: a revoke
+commits what is committable for the revoked partitions only and drops their roots and queued
+batches; the other partitions keep their state and keep processing through the rebalance
+(with cooperative protocols they are not revoked at all). A lost partition (session
+expired) is dropped without a commit.
+
 Shutdown (``close``), bounded, in order: pause every partition → keep polling until the
 pending roots complete or ``drain_timeout_s`` passes → commit what is committable → stop
 the lanes → close the consumer (its revoke callback commits again, if anything is new) →
@@ -296,7 +303,7 @@ class ReliableConsumer:
             for lane in lanes:
                 lane.thread.start()
         self.consumer.subscribe(self.topics, on_assign=self._on_assign,
-                                on_revoke=self._on_revoke)
+                                on_revoke=self._on_revoke, on_lost=self._on_lost)
 
     # ------------------------------------------------------------------ handlers' calls
 
@@ -470,7 +477,11 @@ class ReliableConsumer:
                 start = self.offset_store.start_offset(tp.topic, tp.partition, base)
                 kp.offset = start
                 starts[tp] = start
-            consumer.assign(partitions)  # seek-on-assign
+            protocol = getattr(consumer, "rebalance_protocol", lambda: "EAGER")()
+            if protocol == "COOPERATIVE":  # not in confluent-kafka's type stubs
+                consumer.incremental_assign(partitions)  # seek-on-assign, these only
+            else:
+                consumer.assign(partitions)  # seek-on-assign
         with self._lock:
             for tp, first in starts.items():
                 self.spout.assigned(tp, first)
@@ -495,6 +506,14 @@ class ReliableConsumer:
                 log.warning("commit on revoke %s failed: %s", final, exc)
         log.info("revoked %s (final commit %s)", [(p.topic, p.partition) for p in partitions],
                  final)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        """The group already gave these partitions to others (session lost): drop their
+        state without committing — a commit now could fence or overwrite the new owner's."""
+        with self._lock:
+            for kp in partitions:
+                self.spout.revoked(TopicPartition(kp.topic, kp.partition))
+        log.warning("lost %s", [(p.topic, p.partition) for p in partitions])
 
     # ------------------------------------------------------------------ shutdown
 
