@@ -381,6 +381,53 @@ def test_cooperative_rebalance_in_flight_commits_only_acked_and_keeps_the_rest(
           f"{len(rows) - len(seen)} re-processed of {len(seen)}")
 
 
+@pytest.mark.parametrize("kind", ["batch", "async"])
+def test_batch_and_async_bolts_retry_a_failed_record_and_commit_to_the_end(
+        group_broker: BrokerProcess, kind: str) -> None:
+    """Issue 14: a batch bolt fails one record of its batch (``batch.fail``), an async bolt
+    raises for it; that record alone is retried, every record is done, commits reach the
+    end."""
+    import asyncio
+
+    from headrace.reliable import Batch, Item, ReliableConsumer, Topology
+
+    topic, group = f"rel-{kind}-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    values = [f"v{i}" for i in range(300)]
+    create_and_fill(group_broker.bootstrap, topic, 2, values)
+    seen: Counter[str] = Counter()
+
+    def on_batch(batch: Batch) -> None:
+        for i, value in enumerate(batch.values()):
+            v = (value or b"").decode()
+            seen[v] += 1
+            if v == "v7" and seen[v] == 1:
+                batch.fail(i, "first attempt fails")
+
+    async def on_item(item: Item, _out: Any) -> None:
+        await asyncio.sleep(0)
+        v = item.source.value.decode()
+        seen[v] += 1
+        if v == "v7" and seen[v] == 1:
+            raise ValueError("first attempt fails")
+
+    topology = (Topology().batch_bolt("b", on_batch, 2) if kind == "batch"
+                else Topology().async_bolt("a", on_item, 2, concurrency=8))
+    rc = ReliableConsumer({"bootstrap.servers": group_broker.bootstrap, "group.id": group,
+                           "auto.offset.reset": "earliest", **GROUP_TIMEOUTS}, [topic],
+                          topology, offset_commit_period_ms=50, retry_backoff_ms=10)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (
+                set(values) <= set(seen) and rc.spout.committable() == {}
+                and rc.spout.num_pending_roots == 0 and seen["v7"] == 2):
+            rc.poll_once()
+    finally:
+        rc.close()
+    assert set(seen) == set(values)
+    assert seen["v7"] == 2 and all(n == 1 for v, n in seen.items() if v != "v7"), seen
+    assert committed(group_broker.bootstrap, group, topic, 2) == {0: 150, 1: 150}
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["worker"]:
         worker_main(sys.argv[2:])
