@@ -1,5 +1,8 @@
 """Overhead of headrace.reliable: acker and offset manager per record, memory per pending
-root, and ReliableConsumer throughput next to a plain confluent-kafka consumer.
+root, and ReliableConsumer throughput next to a plain confluent-kafka consumer (measured in
+the same run, on the same topic): a no-op batch bolt, a no-op per-record basic bolt, and a
+basic bolt whose handler waits 1 ms per 100 records (I/O-bound), each with 1, 2 and 4
+lanes; pure-core fan-out (a root with 5 anchored children) per batch of fetched roots.
 
     .venv/bin/python bench/reliable_bench.py                 # starts a broker (tests/brokerproc)
     .venv/bin/python bench/reliable_bench.py --bootstrap HOST:PORT --records 200000
@@ -30,8 +33,10 @@ from headrace.reliable import (
     ReliableSpout,
     SpoutConfig,
     TopicPartition,
+    Topology,
     TupleTracker,
 )
+from headrace.reliable.topology import Batch
 
 
 def per_record_us(label: str, n: int, fn: Any) -> float:
@@ -92,12 +97,46 @@ def bench_pure(n: int) -> None:
                     if hasattr(e, "offsets"):
                         spout.committed(e.offsets)
 
+    def spout_batches(n: int) -> None:
+        tp = TopicPartition("t", 0)
+        spout = ReliableSpout(SpoutConfig(offset_commit_period_ms=100), 0)
+        spout.assigned(tp, 0)
+        for start in range(0, n, 500):
+            now = start // 1000
+            batch = spout.on_batch(tp, range(start, start + 500), now)
+            assert batch is not None
+            spout.ack_batch(batch, now)
+            for e in spout.tick(now):
+                if hasattr(e, "offsets"):
+                    spout.committed(e.offsets)
+
+    def spout_fanout5(n: int) -> None:
+        tp = TopicPartition("t", 0)
+        spout = ReliableSpout(SpoutConfig(offset_commit_period_ms=100,
+                                          max_uncommitted_offsets=1 << 30), 0)
+        spout.assigned(tp, 0)
+        vals = [("w",)] * 5
+        for start in range(0, n, 500):
+            batch = spout.on_batch(tp, range(start, start + 500), 0)
+            assert batch is not None
+            kids: list[Item] = []
+            for root in batch.items():
+                kids += spout.tracker.emit_many(vals, root)
+            spout.ack_batch(batch, 0)  # the 500 roots
+            spout.ack_many(kids, 0)  # their 2,500 children
+        assert spout.num_pending_roots == 0
+
     per_record_us("acker: init + ack (root of 1 item)", n, acker_only)
     per_record_us("tuple tracker: root + ack (random ids)", n, tracker_root_ack)
     per_record_us("tuple tracker: root + 5 anchored children + 6 acks", n // 5,
                   tracker_fanout5)
     per_record_us("offset manager: emitted + acked (+ commit / 500)", n, offset_manager)
     per_record_us("spout core: on_record + ack + tick (all of the above)", n, spout_full)
+    per_record_us("spout core, batches of 500: on_batch + ack_batch + tick", n,
+                  spout_batches)
+    us = per_record_us("spout core, batches of 500: root + 5 anchored children, acked",
+                       n // 5, spout_fanout5)
+    print(f"{'  = roots/s with 5 anchored children each':58} {1e6 / us:10,.0f} roots/s")
 
     for tree in (1, 100):
         t = TupleTracker(AckerPool(1), ids)
@@ -113,6 +152,21 @@ def bench_pure(n: int) -> None:
         tracemalloc.stop()
         print(f"{'acker memory per pending root, tree of ' + str(tree) + ' item(s)':58} "
               f"{per_root:8.1f} bytes")
+
+    # a pending root of a fetched batch whose tree has not grown: the spout's and offset
+    # manager's share (the offsets list and payloads are the fetch's own)
+    tp = TopicPartition("t", 0)
+    spout = ReliableSpout(SpoutConfig(max_uncommitted_offsets=1 << 30), 0)
+    spout.assigned(tp, 0)
+    offsets = [list(range(s, s + 500)) for s in range(0, 100_000, 500)]
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    keep = [spout.on_batch(tp, offs, 0, payloads=offs) for offs in offsets]
+    per_root = (tracemalloc.get_traced_memory()[0] - before) / 100_000
+    tracemalloc.stop()
+    assert spout.num_pending_roots == 100_000 and len(keep) == 200
+    print(f"{'spout memory per pending root of a batch (no tree yet)':58} "
+          f"{per_root:8.1f} bytes")
 
 
 def fill(bootstrap: str, topic: str, n: int, partitions: int, size: int) -> None:
@@ -153,33 +207,49 @@ def plain_consumer(bootstrap: str, topic: str, n: int) -> float:
     return n / elapsed
 
 
-def reliable_consumer(bootstrap: str, topic: str, n: int, concurrency: int) -> float:
+def reliable_consumer(bootstrap: str, topic: str, n: int, lanes: int, kind: str) -> float:
     count = [0]
     lock = threading.Lock()
     done = threading.Event()
     first: list[float] = []
 
-    def handle(item: Item, _out: Any) -> None:
+    def seen(k: int) -> None:
         with lock:
             if not first:
                 first.append(time.perf_counter())
-            count[0] += 1
+            count[0] += k
             if count[0] >= n:
                 done.set()
 
-    committed: dict[TopicPartition, int] = {}
+    def noop_batch(batch: Batch) -> None:
+        seen(len(batch))
+
+    def noop_basic(_item: Item, _out: Any) -> None:
+        seen(1)
+
+    def io_basic(item: Item, _out: Any) -> None:
+        if item.source.offset % 100 == 0:
+            time.sleep(0.001)  # the handler's I/O (e.g. a database call), not a wait
+        seen(1)
+
+    topology = (Topology().batch_bolt("noop", noop_batch, lanes) if kind == "batch" else
+                Topology().basic_bolt("noop", noop_basic if kind == "basic" else io_basic,
+                                      lanes))
     rc = ReliableConsumer({"bootstrap.servers": bootstrap,
                            "group.id": f"reliable-{uuid.uuid4().hex[:6]}",
-                           "auto.offset.reset": "earliest"}, [topic], handle,
-                          concurrency=concurrency, offset_commit_period_ms=200,
-                          on_commit=committed.update)
+                           "auto.offset.reset": "earliest"}, [topic], topology,
+                          offset_commit_period_ms=200, max_uncommitted_offsets=50_000)
     try:
         while not done.is_set():
             rc.poll_once()
-        with rc._lock:  # everything handled; wait for the acks to be committed
+        deadline = time.monotonic() + 30  # everything handled: wait for the last settle
+        while rc.spout.num_pending_roots and time.monotonic() < deadline:
+            rc.poll_once()
+        with rc._lock:
             target = rc.spout.committable()
-        rc._commit(target)
+        assert rc._commit(target)
         elapsed = time.perf_counter() - first[0]
+        assert rc.spout.num_pending_roots == 0
     finally:
         rc.close()
     return n / elapsed
@@ -192,9 +262,13 @@ def main() -> None:
     ap.add_argument("--pure-records", type=int, default=200_000)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--lanes", default="1,2,4")
+    ap.add_argument("--kinds", default="batch,basic,io")
+    ap.add_argument("--no-pure", action="store_true")
     args = ap.parse_args()
     print(f"python {sys.version.split()[0]}")
-    bench_pure(args.pure_records)
+    if not args.no_pure:
+        bench_pure(args.pure_records)
 
     broker = None
     bootstrap = args.bootstrap
@@ -209,10 +283,15 @@ def main() -> None:
         fill(bootstrap, topic, args.records, args.partitions, args.size)
         plain = plain_consumer(bootstrap, topic, args.records)
         print(f"{'plain confluent-kafka consumer (consume(500))':58} {plain:10,.0f} records/s")
-        for conc in (1, 4):
-            rel = reliable_consumer(bootstrap, topic, args.records, conc)
-            print(f"{f'ReliableConsumer, no-op basic bolt, {conc} lane(s)':58} "
-                  f"{rel:10,.0f} records/s ({rel / plain:.0%} of plain)")
+        labels = {"batch": "no-op batch bolt", "basic": "no-op basic bolt",
+                  "io": "basic bolt, 1 ms I/O per 100 records"}
+        for kind in args.kinds.split(","):
+            for lanes in (int(x) for x in args.lanes.split(",")):
+                rel = reliable_consumer(bootstrap, topic, args.records, lanes, kind)
+                print(f"{f'ReliableConsumer, {labels[kind]}, {lanes} lane(s)':58} "
+                      f"{rel:10,.0f} records/s ({rel / plain:.0%} of plain)")
+        plain = plain_consumer(bootstrap, topic, args.records)
+        print(f"{'plain confluent-kafka consumer again':58} {plain:10,.0f} records/s")
     finally:
         if broker is not None:
             broker.stop()

@@ -54,6 +54,10 @@ def worker_main(argv: list[str]) -> None:
     ap.add_argument("--dlq", default=None)
     ap.add_argument("--max-uncommitted", type=int, default=MAX_UNCOMMITTED)
     ap.add_argument("--poll-batch", type=int, default=POLL_BATCH)
+    ap.add_argument("--assignor", default=None)
+    ap.add_argument("--group-protocol", default="classic")
+    ap.add_argument("--log-when-done", action="store_true",
+                    help="write the processing line after the work, just before the ack")
     args = ap.parse_args(argv)
     # time.time() stamps, comparable with the processing and commit logs
     logging.basicConfig(level=logging.INFO, format="%(created).6f %(name)s %(message)s")
@@ -63,9 +67,13 @@ def worker_main(argv: list[str]) -> None:
     def handle(item: Item, _out: Any) -> None:
         rec = item.source
         value = rec.value.decode()
-        os.write(out, f"{time.time():.6f} {rec.partition} {rec.offset} {value}\n".encode())
+        line = f"{rec.partition} {rec.offset} {value}\n"
+        if not args.log_when_done:
+            os.write(out, f"{time.time():.6f} {line}".encode())
         if args.delay_ms:
             time.sleep(args.delay_ms / 1000)  # the work itself, not a synchronisation
+        if args.log_when_done:
+            os.write(out, f"{time.time():.6f} {line}".encode())
         if value == args.poison:
             raise ValueError(f"poison record {value}")
 
@@ -73,9 +81,13 @@ def worker_main(argv: list[str]) -> None:
         for tp, offset in offsets.items():
             os.write(commits, f"{time.time():.6f} {tp.partition} {offset}\n".encode())
 
+    group_conf: dict[str, Any] = (
+        {"group.protocol": "consumer"} if args.group_protocol == "consumer" else
+        {**GROUP_TIMEOUTS, **({"partition.assignment.strategy": args.assignor}
+                              if args.assignor else {})})
     rc = ReliableConsumer(
         {"bootstrap.servers": args.bootstrap, "group.id": args.group,
-         "auto.offset.reset": "earliest", **GROUP_TIMEOUTS},
+         "auto.offset.reset": "earliest", **group_conf},
         [args.topic], handle, concurrency=4, max_uncommitted_offsets=args.max_uncommitted,
         poll_batch=args.poll_batch, offset_commit_period_ms=200, max_retries=args.max_retries,
         dead_letter_topic=args.dlq, retry_backoff_ms=20, on_commit=on_commit)
@@ -303,6 +315,117 @@ def test_rebalance_mid_flight_loses_nothing(group_broker: BrokerProcess,
     print(f"rebalance: {in_flight_at_join} left for a at b's join, {dict(duplicates)} "
           f"duplicates per partition, {len(revokes)} revokes, a {len(a.processed())} / "
           f"b {len(b.processed())} processings")
+
+
+@pytest.mark.parametrize("protocol", ["cooperative-sticky", "kip848"])
+def test_cooperative_rebalance_in_flight_commits_only_acked_and_keeps_the_rest(
+        group_broker: BrokerProcess, tmp_path: Path, protocol: str) -> None:
+    """Issue 14: a rebalance with cooperative-sticky (and KIP-848's consumer protocol) while
+    records are in flight. Only some of a's partitions are revoked; a keeps processing the
+    others through the rebalance and never processes one of their records twice; no commit
+    ever passes an offset that was not done (the processing line is written when the work
+    is done, before the ack); a record is processed again only if no commit covered it."""
+    extra = (("--assignor", "cooperative-sticky") if protocol == "cooperative-sticky" else
+             ("--group-protocol", "consumer"))
+    topic, group = f"rel-coop-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    values = [f"v{i}" for i in range(1200)]
+    create_and_fill(group_broker.bootstrap, topic, 4, values)
+    opts = ("--delay-ms", "20", "--max-uncommitted", "20", "--poll-batch", "10",
+            "--log-when-done", *extra)
+    a = Worker(group_broker, topic, group, tmp_path, "a", *opts).start()
+    b = Worker(group_broker, topic, group, tmp_path, "b", *opts)
+    try:
+        wait_until(lambda: len(a.processed()) >= 40, 30, 0.05, "worker a progress")
+        b.start()
+        wait_until(lambda: "assigned" in b.log_text() and b.processed(), 60, 0.05,
+                   "b processing")
+        in_flight_at_join = 1200 - len(a.processed())
+        want = expected(values, 4)
+        wait_until(lambda: want <= {(p, o) for _, p, o, _ in a.processed() + b.processed()},
+                   90, 0.1, "every record processed by a or b")
+        wait_until(lambda: committed(group_broker.bootstrap, group, topic, 4)
+                   == {p: 300 for p in range(4)}, 30, 0.2, "commits at the end")
+        end = time.time()  # the revokes of a.stop() come after
+    finally:
+        a.stop()
+        b.stop()
+    assert in_flight_at_join > 0, "a finished before b joined: nothing was in flight"
+    revoked: set[int] = set()
+    for t, parts in a.revokes():
+        if t < end:
+            revoked |= parts
+    assert revoked, "a gave nothing to b: no rebalance happened"
+    kept = set(range(4)) - revoked
+    assert kept, f"a's partitions were all revoked ({revoked}): not an incremental rebalance"
+    b_start = min(t for t, _, _, _ in b.processed())
+    a_last = max(t for t, p, _, _ in a.processed() if p in kept)
+    assert a_last > b_start, (
+        f"a did not keep processing {kept} through the rebalance: last at {a_last}, b's "
+        f"first at {b_start}, revokes {a.revokes()}")
+    rows = sorted(a.processed() + b.processed())
+    done_at: dict[tuple[int, int], float] = {}
+    for t, p, o, _ in rows:
+        done_at.setdefault((p, o), t)
+    commits = sorted(a.commit_log() + b.commit_log())
+    for ct, cp, c in commits:  # nothing committed past an offset not done
+        late = [o for o in range(c) if done_at.get((cp, o), float("inf")) > ct]
+        assert not late, f"commit {c} on {cp} at {ct} passes {late[:5]}, not done by then"
+    seen: set[tuple[int, int]] = set()
+    for t, p, o, _ in rows:
+        if (p, o) in seen:
+            assert p not in kept, f"{p}:{o} processed twice on a partition a kept"
+            covered = [c for ct, cp, c in commits if cp == p and ct < t and c > o]
+            assert not covered, f"{p}:{o} processed again after commit {covered[0]} covered it"
+        seen.add((p, o))
+    print(f"{protocol}: revoked {revoked}, kept {kept}, "
+          f"{len(rows) - len(seen)} re-processed of {len(seen)}")
+
+
+@pytest.mark.parametrize("kind", ["batch", "async"])
+def test_batch_and_async_bolts_retry_a_failed_record_and_commit_to_the_end(
+        group_broker: BrokerProcess, kind: str) -> None:
+    """Issue 14: a batch bolt fails one record of its batch (``batch.fail``), an async bolt
+    raises for it; that record alone is retried, every record is done, commits reach the
+    end."""
+    import asyncio
+
+    from headrace.reliable import Batch, Item, ReliableConsumer, Topology
+
+    topic, group = f"rel-{kind}-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    values = [f"v{i}" for i in range(300)]
+    create_and_fill(group_broker.bootstrap, topic, 2, values)
+    seen: Counter[str] = Counter()
+
+    def on_batch(batch: Batch) -> None:
+        for i, value in enumerate(batch.values()):
+            v = (value or b"").decode()
+            seen[v] += 1
+            if v == "v7" and seen[v] == 1:
+                batch.fail(i, "first attempt fails")
+
+    async def on_item(item: Item, _out: Any) -> None:
+        await asyncio.sleep(0)
+        v = item.source.value.decode()
+        seen[v] += 1
+        if v == "v7" and seen[v] == 1:
+            raise ValueError("first attempt fails")
+
+    topology = (Topology().batch_bolt("b", on_batch, 2) if kind == "batch"
+                else Topology().async_bolt("a", on_item, 2, concurrency=8))
+    rc = ReliableConsumer({"bootstrap.servers": group_broker.bootstrap, "group.id": group,
+                           "auto.offset.reset": "earliest", **GROUP_TIMEOUTS}, [topic],
+                          topology, offset_commit_period_ms=50, retry_backoff_ms=10)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (
+                set(values) <= set(seen) and rc.spout.committable() == {}
+                and rc.spout.num_pending_roots == 0 and seen["v7"] == 2):
+            rc.poll_once()
+    finally:
+        rc.close()
+    assert set(seen) == set(values)
+    assert seen["v7"] == 2 and all(n == 1 for v, n in seen.items() if v != "v7"), seen
+    assert committed(group_broker.bootstrap, group, topic, 2) == {0: 150, 1: 150}
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from headrace.reliable import (
     Commit,
@@ -278,3 +280,78 @@ def test_untracked_records_are_committable_at_once() -> None:
     off.assigned(TP, 0)
     assert off.on_record(TP, 0, 0) is not None
     assert off.committable() == {TP: 1}
+
+
+# ------------------------------------------------------------------ batches
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["emit", "ack", "fail", "commit"]),
+                              st.integers(0, 40), st.integers(1, 12)), max_size=40))
+def test_batch_events_equal_the_same_events_one_by_one(
+        ops: list[tuple[str, int, int]]) -> None:
+    """``emitted_batch``/``acked_batch`` on a run give the state and results of calling
+    ``emitted``/``acked`` per offset (contiguous runs take the slice path)."""
+    bulk, single = OffsetManager(3), OffsetManager(3)
+    for op, start, length in ops:
+        run = list(range(start, start + length))
+        if op == "emit":
+            kept = bulk.emitted_batch(run)
+            assert [run[k] for k in kept] == [o for o in run if single.emitted(o)]
+        elif op == "ack":
+            errors = []
+            for m in (bulk, single):
+                try:
+                    if m is bulk:
+                        m.acked_batch(run)
+                    else:
+                        if any(o >= m.committed_offset and not (
+                                m.is_in_flight(o) or m.is_failed(o) or m.is_acked(o))
+                               for o in run):
+                            raise ReliableUsageError("never emitted")
+                        for o in run:
+                            m.acked(o)
+                    errors.append(False)
+                except ReliableUsageError:
+                    errors.append(True)
+            assert errors[0] == errors[1]
+        elif op == "fail":
+            for m in (bulk, single):
+                if m.is_in_flight(start):
+                    m.failed(start)
+        else:
+            nxt = single.next_commit_offset()
+            assert bulk.next_commit_offset() == nxt
+            if nxt is not None:
+                bulk.committed(nxt)
+                single.committed(nxt)
+        assert bulk.num_uncommitted == single.num_uncommitted
+        assert bulk.failed_offsets == single.failed_offsets
+        assert bulk.next_commit_offset() == single.next_commit_offset()
+        for o in range(0, 60):
+            assert bulk.should_emit(o) == single.should_emit(o)
+            assert bulk.is_acked(o) == single.is_acked(o)
+
+
+def test_batch_roots_partial_acks_failures_and_timeouts() -> None:
+    spout = ReliableSpout(SpoutConfig(message_timeout_ms=1_000, retry_backoff_ms=0,
+                                      offset_commit_period_ms=0), now_ms=0)
+    spout.assigned(TP, 0)
+    batch = spout.on_batch(TP, range(10), 0)
+    assert batch is not None and spout.num_pending_roots == 10
+    assert spout.on_batch(TP, range(10), 0) is None  # in flight: not emitted twice
+    spout.ack(batch.item(0), 0)  # one root acked on its own
+    child = spout.emit(("c",), [batch.item(1)])  # root 1's tree grows
+    spout.ack_batch(batch, 0, {5: "boom"}, indices=range(0, 8))
+    assert spout.committable() == {TP: 1}  # 1 waits for its child, 5 failed, 8-9 pending
+    spout.ack(child, 0)
+    assert spout.committable() == {TP: 5}
+    assert spout.num_pending_roots == 2  # 8 and 9
+    assert Seek(TP, 5) in spout.tick(1)
+    effects = spout.tick(1_000)  # 8 and 9 time out with their batch
+    assert spout.num_pending_roots == 0
+    assert Commit({TP: 5}) in effects
+    again = spout.on_batch(TP, range(5, 10), 1_000)  # the replay: 6-7 acked, skipped
+    assert again is not None and list(again.offsets) == [5, 8, 9]
+    spout.ack_batch(again, 1_000)
+    assert spout.committable() == {TP: 10}

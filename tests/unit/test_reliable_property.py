@@ -10,6 +10,10 @@ restarts every partition at its committed offset. Records are processed as rando
   fully acked in some attempt, or it was dead-lettered (poison records only);
 - at the end every record was processed at least once and every partition committed to its
   end;
+- the same holds when records are fetched as batches (``on_batch``) and settled with
+  ``ack_batch``: partial batch acks (some roots of a batch processed one by one, the rest
+  settled together, ``indices=``), batch failures (roots failed in the settle), roots whose
+  tree grew before the settle, and batches never settled (their roots time out);
 - with the exactly-once helpers the output holds each record exactly once:
   ``IdempotentSqliteSink`` (keyed by topic/partition/offset) and ``SqliteOffsetStore``
   (a plain append table written in the processed-mark's transaction).
@@ -34,6 +38,7 @@ from headrace.reliable import (
     Pause,
     ReliableSpout,
     Resume,
+    RootBatch,
     Seek,
     SpoutConfig,
     SqliteOffsetStore,
@@ -65,8 +70,9 @@ class World:
 
 
 class Sim:
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, batches: bool = False) -> None:
         self.w = world
+        self.use_batches = batches
         self.sink = IdempotentSqliteSink(sqlite3.connect(":memory:"))
         self.store = SqliteOffsetStore(":memory:", "g")
         with self.store.transaction("x", 0, -1) as conn:  # create the append table
@@ -83,6 +89,7 @@ class Sim:
         self.position: dict[TopicPartition, int] = {}
         self.paused: set[TopicPartition] = set()
         self.pending: list[Item] = []
+        self.batches: list[tuple[RootBatch, list[int]]] = []  # roots settled by ack_batch
         self.attempts: dict[int, list[Attempt]] = {}  # id(item) -> its trees' attempts
         for tp, log in w.logs.items():
             start = w.committed.get(tp)
@@ -99,12 +106,72 @@ class Sim:
             if tp in self.paused:
                 continue
             batch = [o for o in log if o >= self.position[tp]][:max_records]
+            if self.use_batches and batch:
+                self.fetch_batch(tp, batch)
+                continue
             for offset in batch:
                 self.position[tp] = offset + 1
                 item = self.spout.on_record(tp, offset, w.now, payload=(tp, offset))
                 if item is not None:
                     self.pending.append(item)
                     self.attempts[id(item)] = [Attempt((tp, offset))]
+
+    def fetch_batch(self, tp: TopicPartition, offsets: list[int]) -> None:
+        rng = self.w.rng
+        self.position[tp] = offsets[-1] + 1
+        rb = self.spout.on_batch(tp, offsets, self.w.now, payloads=[(tp, o) for o in offsets])
+        if rb is None:
+            return
+        owned = []
+        for i in range(len(rb)):
+            item = rb.item(i)
+            self.attempts[id(item)] = [Attempt((tp, rb.offsets[i]))]
+            if rng.random() < 0.4:
+                self.pending.append(item)  # processed one by one: a partial batch ack
+            else:
+                owned.append(i)
+        self.batches.append((rb, owned))
+
+    def settle_batch(self, fail_p: float, lose_p: float) -> None:
+        w, rng = self.w, self.w.rng
+        if not self.batches:
+            return
+        rb, owned = self.batches.pop(rng.randrange(len(self.batches)))
+        if rng.random() < lose_p:
+            for i in owned:
+                for a in self.attempts.pop(id(rb.item(i)), []):
+                    a.bad = True  # the lane died: the batch's roots must time out
+            return
+        failures: dict[int, str] = {}
+        acked: list[list[Attempt]] = []
+        for i in owned:
+            item = rb.item(i)
+            attempts = self.attempts.pop(id(item))
+            record = attempts[0].record
+            if record in w.poison or rng.random() < fail_p:
+                failures[i] = "boom"  # a batch failure of this record
+                for a in attempts:
+                    a.bad = True
+                continue
+            tp, offset = record
+            self.sink.write(idempotent_key(TOPIC, tp.partition, offset), b"x")
+            with self.store.transaction(TOPIC, tp.partition, offset) as conn:
+                if conn is not None:
+                    conn.execute("INSERT INTO appended VALUES (?)",
+                                 (idempotent_key(TOPIC, tp.partition, offset),))
+            if rng.random() < 0.3:  # the tree grows before the batch is settled
+                child = self.spout.emit(("c",), [item])
+                for a in attempts:
+                    a.outstanding += 1
+                self.attempts[id(child)] = attempts
+                self.pending.append(child)
+            acked.append(attempts)
+        self.spout.ack_batch(rb, w.now, failures, owned)
+        for attempts in acked:
+            for a in attempts:
+                a.outstanding -= 1
+                if a.outstanding == 0 and not a.bad:
+                    w.processed.add(a.record)
 
     def process_one(self, fail_p: float, lose_p: float) -> None:
         w, rng = self.w, self.w.rng
@@ -203,15 +270,19 @@ def worlds(draw: st.DrawFn) -> World:
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(world=worlds(), data=st.data())
+@given(world=worlds(), data=st.data(), batches=st.booleans())
 def test_committed_offsets_never_pass_unprocessed_records(world: World,
-                                                          data: st.DataObject) -> None:
-    sim = Sim(world)
+                                                          data: st.DataObject,
+                                                          batches: bool) -> None:
+    sim = Sim(world, batches)
     steps = data.draw(st.lists(st.sampled_from(
-        ["fetch", "process", "process", "process", "time", "tick", "crash"]), max_size=120))
+        ["fetch", "process", "process", "process", "settle", "time", "tick", "crash"]),
+        max_size=120))
     for step in steps:
         if step == "fetch":
             sim.fetch(world.rng.randrange(1, 5))
+        elif step == "settle":
+            sim.settle_batch(fail_p=0.15, lose_p=0.05)
         elif step == "process":
             sim.process_one(fail_p=0.15, lose_p=0.05)
         elif step == "time":
@@ -225,7 +296,8 @@ def test_committed_offsets_never_pass_unprocessed_records(world: World,
         if all(world.committed.get(tp) == log[-1] + 1 for tp, log in world.logs.items()):
             break
         sim.fetch(4)
-        while sim.pending:
+        while sim.pending or sim.batches:
+            sim.settle_batch(fail_p=0.0, lose_p=0.0)
             sim.process_one(fail_p=0.0, lose_p=0.0)
         world.now += 10
         sim.tick(commit_fail_p=0.0)

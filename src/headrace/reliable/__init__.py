@@ -23,22 +23,25 @@ from headrace.reliable.spout import (
     Pause,
     ReliableSpout,
     Resume,
+    RootBatch,
     Seek,
     SpoutConfig,
     TopicPartition,
 )
 from headrace.reliable.topology import (
     BasicOutputCollector,
+    Batch,
     OutputCollector,
     Record,
     Topology,
 )
-from headrace.reliable.tuples import Item, ItemState, TupleTracker
+from headrace.reliable.tuples import Item, ItemState, RootItem, TupleTracker
 
 __all__ = [
     "Acker",
     "AckerPool",
     "BasicOutputCollector",
+    "Batch",
     "Commit",
     "DeadLetter",
     "Effect",
@@ -54,8 +57,10 @@ __all__ = [
     "ReliableSpout",
     "ReliableUsageError",
     "Resume",
+    "RootBatch",
     "RootCompleted",
     "RootFailed",
+    "RootItem",
     "Seek",
     "SpoutConfig",
     "SqliteOffsetStore",

@@ -15,12 +15,17 @@ Rules (everything that decides whether a root is complete lives here):
   failed or timed out, and a replay runs under a new root id. This makes late acks of a
   timed-out attempt harmless.
 
-Memory: per pending root the acker holds one dict entry ``root_id -> [owner, ack_val]`` and
-nothing else — no item list, no timestamp. Measured with tracemalloc (``bench/
-reliable_bench.py``, ``tests/unit/test_acker.py``): about **175-180 bytes per pending
-root** on CPython 3.11 (a 36-byte key int, a 72-byte two-slot list, a 36-byte ack_val int
-and ~35 bytes of dict slot): 173 bytes for trees of 1 item, 179 for trees of 100 items.
+Memory: per pending root the acker holds one dict entry ``root_id -> ack_val`` and nothing
+else — no item list, no timestamp; an owner other than 0 costs one more entry in
+``_owners``. Measured with tracemalloc (``bench/reliable_bench.py``,
+``tests/unit/test_acker.py``): about 110 bytes per pending root on CPython 3.11 (two
+36-byte ints and ~35 bytes of dict slot), for trees of 1 item and of 100 items alike.
 Storm's Java acker quotes "about 20 bytes"; Python objects cost more, the bound is as fixed.
+Roots whose tree never grows (a record processed without anchored emits) never reach the
+acker at all: ``ReliableSpout`` settles them per batch (see spout.py).
+
+Bulk: ``update_many`` applies a list of ``(root_id, xor_val)`` in one call (a fan-out's
+acks); the results are those of the calls one by one.
 
 Timeouts without a timestamp per root: Storm's ``RotatingMap``. Roots live in
 ``NUM_BUCKETS`` buckets; every ``message_timeout_ms / (NUM_BUCKETS - 1)`` the oldest bucket
@@ -70,7 +75,8 @@ class Acker:
         self._rotation_ms = message_timeout_ms // (NUM_BUCKETS - 1)
         self._next_rotation_ms = now_ms + self._rotation_ms
         # _buckets[0] is the newest; the last one is expired at the next rotation.
-        self._buckets: list[dict[int, list[int]]] = [{} for _ in range(NUM_BUCKETS)]
+        self._buckets: list[dict[int, int]] = [{} for _ in range(NUM_BUCKETS)]
+        self._owners: dict[int, int] = {}  # only roots whose owner is not 0
 
     def __len__(self) -> int:
         return sum(len(b) for b in self._buckets)
@@ -83,36 +89,62 @@ class Acker:
         completion if ``ack_val`` is already 0, i.e. an empty tree)."""
         if self._find(root_id) is not None:
             raise ReliableUsageError(f"root {root_id:#x} is already tracked")
-        events = self.expire(now_ms)
+        events = self.expire(now_ms) if now_ms >= self._next_rotation_ms else []
         if ack_val == 0:
             events.append(RootCompleted(root_id, owner))
         else:
-            self._buckets[0][root_id] = [owner, ack_val]
+            self._buckets[0][root_id] = ack_val
+            if owner:
+                self._owners[root_id] = owner
         return events
 
+    def start(self, root_id: int, owner: int, ack_val: int) -> None:
+        """``init`` without expiring anything (a root whose tree starts to grow; its
+        timeout is also kept by its batch)."""
+        self._buckets[0][root_id] = ack_val
+        if owner:
+            self._owners[root_id] = owner
+
     def update(self, root_id: int, xor_val: int) -> AckerEvent | None:
-        bucket = self._find(root_id)
-        if bucket is None:
-            return None
-        entry = bucket[root_id]
-        entry[1] ^= xor_val
-        if entry[1] != 0:
-            return None
-        del bucket[root_id]
-        return RootCompleted(root_id, entry[0])
+        for bucket in self._buckets:
+            val = bucket.get(root_id)
+            if val is None:
+                continue
+            val ^= xor_val
+            if val:
+                bucket[root_id] = val
+                return None
+            del bucket[root_id]
+            return RootCompleted(root_id, self._owners.pop(root_id, 0) if self._owners else 0)
+        return None
+
+    def update_many(self, updates: list[tuple[int, int]]) -> list[AckerEvent]:
+        """``update`` for each ``(root_id, xor_val)``, in order; the completions."""
+        newest = self._buckets[0]
+        events: list[AckerEvent] = []
+        for root_id, xor_val in updates:
+            val = newest.get(root_id)
+            if val is not None and val != xor_val:
+                newest[root_id] = val ^ xor_val
+                continue
+            event = self.update(root_id, xor_val)
+            if event is not None:
+                events.append(event)
+        return events
 
     def fail(self, root_id: int, error: str) -> AckerEvent | None:
         bucket = self._find(root_id)
         if bucket is None:
             return None
-        owner = bucket.pop(root_id)[0]
-        return RootFailed(root_id, owner, error)
+        del bucket[root_id]
+        return RootFailed(root_id, self._owners.pop(root_id, 0), error)
 
     def forget(self, root_id: int) -> None:
         """Stop tracking a root without an event (its partition was revoked)."""
         bucket = self._find(root_id)
         if bucket is not None:
             del bucket[root_id]
+            self._owners.pop(root_id, None)
 
     def expire(self, now_ms: int) -> list[AckerEvent]:
         """Rotate the buckets up to ``now_ms``; roots rotated out fail with ``"timeout"``."""
@@ -121,14 +153,15 @@ class Acker:
             dead = self._buckets.pop()
             self._buckets.insert(0, {})
             self._next_rotation_ms += self._rotation_ms
-            events.extend(RootFailed(r, e[0], "timeout") for r, e in dead.items())
+            owners = self._owners
+            events.extend(RootFailed(r, owners.pop(r, 0), "timeout") for r in dead)
             if not any(self._buckets) and now_ms >= self._next_rotation_ms:
                 # Nothing left to expire: jump instead of rotating once per period.
                 periods = (now_ms - self._next_rotation_ms) // self._rotation_ms + 1
                 self._next_rotation_ms += periods * self._rotation_ms
         return events
 
-    def _find(self, root_id: int) -> dict[int, list[int]] | None:
+    def _find(self, root_id: int) -> dict[int, int] | None:
         for bucket in self._buckets:
             if root_id in bucket:
                 return bucket
@@ -164,6 +197,18 @@ class AckerPool:
         if not self.ackers:
             return None
         return self.acker_for(root_id).update(root_id, xor_val)
+
+    def update_many(self, updates: list[tuple[int, int]]) -> list[AckerEvent]:
+        if not self.ackers:
+            return []
+        if self.num_ackers == 1:
+            return self.ackers[0].update_many(updates)
+        events: list[AckerEvent] = []
+        for root_id, xor_val in updates:
+            event = self.acker_for(root_id).update(root_id, xor_val)
+            if event is not None:
+                events.append(event)
+        return events
 
     def fail(self, root_id: int, error: str) -> AckerEvent | None:
         if not self.ackers:

@@ -7,6 +7,13 @@ thread with a queue; lanes ack, fail and emit through the spout under one lock. 
 callbacks run inside ``consume`` on the polling thread. Polling never stops while
 partitions are paused, so the group session and ``max.poll.interval.ms`` stay satisfied.
 
+Rebalancing: eager (range, roundrobin), cooperative (``cooperative-sticky``) and KIP-848
+(``group.protocol=consumer``) alike go through the same per-partition callbacks: a revoke
+commits what is committable for the revoked partitions only and drops their roots and queued
+batches; the other partitions keep their state and keep processing through the rebalance
+(with cooperative protocols they are not revoked at all). A lost partition (session
+expired) is dropped without a commit.
+
 Shutdown (``close``), bounded, in order: pause every partition → keep polling until the
 pending roots complete or ``drain_timeout_s`` passes → commit what is committable → stop
 the lanes → close the consumer (its revoke callback commits again, if anything is new) →
@@ -18,6 +25,7 @@ group resumes at the last commit and re-processes at most the records after it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
@@ -31,19 +39,24 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from headrace.reliable.errors import ReliableConfigError, ReliableUsageError
 from headrace.reliable.exactly_once import SqliteOffsetStore
 from headrace.reliable.spout import (
+    PENDING,
     Commit,
     DeadLetter,
     Effect,
     Pause,
     ReliableSpout,
     Resume,
+    RootBatch,
     Seek,
     SpoutConfig,
     TopicPartition,
 )
 from headrace.reliable.topology import (
+    AsyncHandler,
     BasicHandler,
     BasicOutputCollector,
+    Batch,
+    BatchHandler,
     Handler,
     OutputCollector,
     Record,
@@ -68,6 +81,10 @@ def _now_ms() -> int:
 
 
 class _Lane:
+    """One thread and its queue. The first stage's lanes receive ``(RootBatch, indices)``
+    (indices None: the whole batch) and settle each batch with one locked call; later
+    stages receive items one by one."""
+
     def __init__(self, runtime: ReliableConsumer, stage_index: int, lane: int,
                  maxsize: int) -> None:
         self.runtime = runtime
@@ -80,28 +97,121 @@ class _Lane:
     def _run(self) -> None:
         runtime = self.runtime
         stage = runtime.topology.stages[self.stage_index]
-        while True:
-            obj = self.queue.get()
-            if obj is _STOP:
-                return
-            item = cast(Item, obj)
-            with runtime._lock:
-                live = runtime.spout.is_live(item)
-            if not live:
-                continue  # its tree failed or its partition was revoked: do not run it
-            try:
-                if stage.basic:
-                    handler = cast(BasicHandler, stage.handler)
-                    handler(item, _BasicCollector(runtime, self.stage_index, item))
-                    runtime.ack(item)
+        loop: asyncio.AbstractEventLoop | None = None
+        if stage.kind == "async":
+            loop = asyncio.new_event_loop()
+        try:
+            while True:
+                obj = self.queue.get()
+                if obj is _STOP:
+                    return
+                if isinstance(obj, tuple):
+                    batch, indices = cast(tuple[RootBatch, list[int] | None], obj)
+                    with runtime._lock:
+                        live = runtime.spout.is_batch_live(batch)
+                    if not live:
+                        continue  # every root settled, or the partition was revoked
+                    if stage.kind == "batch":
+                        self._run_batch(stage, batch)
+                    elif loop is not None:
+                        loop.run_until_complete(self._run_async(stage, batch, indices))
+                    else:
+                        self._run_roots(stage, batch, indices)
                 else:
-                    explicit: Handler = stage.handler
-                    explicit(item, runtime.collectors[self.stage_index])
+                    self._run_item(stage, cast(Item, obj))
+        finally:
+            if loop is not None:
+                loop.close()
+
+    def _indices(self, batch: RootBatch, indices: list[int] | None) -> Sequence[int]:
+        states = batch.states
+        every = range(len(states)) if indices is None else indices
+        if batch.pending == len(states):
+            return every
+        return [i for i in every if states[i] == PENDING]  # a root timed out meanwhile
+
+    def _run_roots(self, stage: Stage, batch: RootBatch, indices: list[int] | None) -> None:
+        runtime = self.runtime
+        failed: dict[int, str] = {}
+        if stage.basic:
+            handler = cast(BasicHandler, stage.handler)
+            out = _BasicCollector(runtime, self.stage_index, None)
+            item_of = batch.item
+            for i in self._indices(batch, indices):
+                item = item_of(i)
+                out.anchor = item
+                try:
+                    handler(item, out)
+                except Exception as exc:
+                    failed[i] = f"{type(exc).__name__}: {exc}"
+            with runtime._lock:
+                runtime.spout.ack_batch(batch, _now_ms(), failed, indices)
+            return
+        explicit = cast(Handler, stage.handler)
+        for i in self._indices(batch, indices):
+            self._call_explicit(stage, explicit, batch.item(i))
+
+    def _run_batch(self, stage: Stage, batch: RootBatch) -> None:
+        runtime = self.runtime
+        view = Batch(batch, lambda values, anchors: runtime.emit(0, values, anchors))
+        try:
+            cast(BatchHandler, stage.handler)(view)
+            failed = view.failed
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            failed = {i: error for i in range(len(batch))}
+        with runtime._lock:
+            runtime.spout.ack_batch(batch, _now_ms(), failed)
+
+    async def _run_async(self, stage: Stage, batch: RootBatch,
+                         indices: list[int] | None) -> None:
+        runtime = self.runtime
+        handler = cast(AsyncHandler, stage.handler)
+        failed: dict[int, str] = {}
+        limit = asyncio.Semaphore(stage.concurrency)
+
+        async def one(i: int) -> None:
+            async with limit:
+                item = batch.item(i)
+                try:
+                    await handler(item, _BasicCollector(runtime, self.stage_index, item))
+                except Exception as exc:
+                    failed[i] = f"{type(exc).__name__}: {exc}"
+
+        async with asyncio.TaskGroup() as tg:
+            for i in self._indices(batch, indices):
+                tg.create_task(one(i))
+        with runtime._lock:
+            runtime.spout.ack_batch(batch, _now_ms(), failed, indices)
+
+    def _run_item(self, stage: Stage, item: Item) -> None:
+        runtime = self.runtime
+        with runtime._lock:
+            live = runtime.spout.is_live(item)
+        if not live:
+            return  # its tree failed or its partition was revoked: do not run it
+        if stage.basic:
+            try:
+                cast(BasicHandler, stage.handler)(
+                    item, _BasicCollector(runtime, self.stage_index, item))
+                runtime.ack(item)
             except Exception as exc:
                 if item.state is ItemState.PENDING:
                     runtime.fail(item, f"{type(exc).__name__}: {exc}")
                 else:
                     log.exception("stage %s raised after finishing its item", stage.name)
+            return
+        self._call_explicit(stage, cast(Handler, stage.handler), item)
+
+    def _call_explicit(self, stage: Stage, handler: Handler, item: Item) -> None:
+        runtime = self.runtime
+        try:
+            handler(item, runtime.collectors[self.stage_index])
+        except Exception as exc:
+            if item.state is ItemState.PENDING:
+                runtime.fail(item, f"{type(exc).__name__}: {exc}")
+            else:
+                log.exception("stage %s raised after finishing its item", stage.name)
 
 
 class _Collector:
@@ -120,12 +230,16 @@ class _Collector:
 
 
 class _BasicCollector:
-    def __init__(self, runtime: ReliableConsumer, stage_index: int, anchor: Item) -> None:
+    __slots__ = ("anchor", "runtime", "stage_index")
+
+    def __init__(self, runtime: ReliableConsumer, stage_index: int,
+                 anchor: Item | None) -> None:
         self.runtime = runtime
         self.stage_index = stage_index
         self.anchor = anchor
 
     def emit(self, values: tuple[Any, ...]) -> Item:
+        assert self.anchor is not None
         return self.runtime.emit(self.stage_index, values, (self.anchor,))
 
 
@@ -189,7 +303,7 @@ class ReliableConsumer:
             for lane in lanes:
                 lane.thread.start()
         self.consumer.subscribe(self.topics, on_assign=self._on_assign,
-                                on_revoke=self._on_revoke)
+                                on_revoke=self._on_revoke, on_lost=self._on_lost)
 
     # ------------------------------------------------------------------ handlers' calls
 
@@ -241,28 +355,51 @@ class ReliableConsumer:
         number of root items dispatched."""
         messages = self.consumer.consume(self._poll_batch, self._poll_timeout_s)
         now = _now_ms()
-        items: list[Item] = []
-        with self._lock:
-            for m in messages:
-                err = m.error()
-                if err is not None:
-                    if err.code() != KafkaError._PARTITION_EOF:
-                        log.warning("consume error: %s", err)
-                    continue
-                rec = _record(m)
-                item = self.spout.on_record(
-                    TopicPartition(rec.topic, rec.partition), rec.offset, now,
-                    values=(rec.key, rec.value), payload=rec,
-                    tracked=True if self._track is None else self._track(rec))
-                if item is not None:
-                    items.append(item)
-            effects = self.spout.tick(now)
-        for item in items:
-            self._dispatch(0, item)
+        batches: list[RootBatch] = []
+        if messages:
+            runs = _partition_runs(messages)
+            with self._lock:
+                for tp, run in runs:
+                    if self._track is not None:
+                        for m in run:
+                            b = self.spout.on_batch(
+                                tp, [cast(int, m.offset())], now, payloads=[m],
+                                tracked=self._track(_record(m)), to_source=_record,
+                                to_values=_key_value)
+                            if b is not None:
+                                batches.append(b)
+                        continue
+                    b = self.spout.on_batch(tp, [cast(int, m.offset()) for m in run], now,
+                                            payloads=run, to_source=_record,
+                                            to_values=_key_value)
+                    if b is not None:
+                        batches.append(b)
+                effects = self.spout.tick(now)
+        else:
+            with self._lock:
+                effects = self.spout.tick(now)
+        for b in batches:
+            self._dispatch_batch(b)
         self._apply(effects)
         if self.producer is not None:
             self.producer.poll(0)
-        return len(items)
+        return sum(len(b) for b in batches)
+
+    def _dispatch_batch(self, batch: RootBatch) -> None:
+        lanes = self._lanes[0]
+        stage = self.topology.stages[0]
+        if len(lanes) == 1:
+            lanes[0].queue.put((batch, None))
+        elif stage.fields is not None:
+            fields = stage.fields
+            split: dict[int, list[int]] = {}
+            for i in range(len(batch)):
+                split.setdefault(hash(fields(batch.item(i))) % len(lanes), []).append(i)
+            for lane_no, indices in split.items():
+                lanes[lane_no].queue.put((batch, indices))
+        else:
+            self._round_robin[0] = (self._round_robin[0] + 1) % len(lanes)
+            lanes[self._round_robin[0]].queue.put((batch, None))
 
     def _apply(self, effects: list[Effect]) -> None:
         for effect in effects:
@@ -340,7 +477,11 @@ class ReliableConsumer:
                 start = self.offset_store.start_offset(tp.topic, tp.partition, base)
                 kp.offset = start
                 starts[tp] = start
-            consumer.assign(partitions)  # seek-on-assign
+            protocol = getattr(consumer, "rebalance_protocol", lambda: "EAGER")()
+            if protocol == "COOPERATIVE":  # not in confluent-kafka's type stubs
+                consumer.incremental_assign(partitions)  # seek-on-assign, these only
+            else:
+                consumer.assign(partitions)  # seek-on-assign
         with self._lock:
             for tp, first in starts.items():
                 self.spout.assigned(tp, first)
@@ -365,6 +506,14 @@ class ReliableConsumer:
                 log.warning("commit on revoke %s failed: %s", final, exc)
         log.info("revoked %s (final commit %s)", [(p.topic, p.partition) for p in partitions],
                  final)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[KafkaTopicPartition]) -> None:
+        """The group already gave these partitions to others (session lost): drop their
+        state without committing — a commit now could fence or overwrite the new owner's."""
+        with self._lock:
+            for kp in partitions:
+                self.spout.revoked(TopicPartition(kp.topic, kp.partition))
+        log.warning("lost %s", [(p.topic, p.partition) for p in partitions])
 
     # ------------------------------------------------------------------ shutdown
 
@@ -403,6 +552,41 @@ class ReliableConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _key_value(m: Message) -> tuple[Any, ...]:
+    return (m.key(), m.value())
+
+
+def _partition_runs(messages: list[Message]) -> list[tuple[TopicPartition, list[Message]]]:
+    """The fetched messages grouped by partition, in fetch order; errors logged and
+    dropped (partition EOF silently)."""
+    if any([m.error() is not None for m in messages]):
+        good = []
+        for m in messages:
+            err = m.error()
+            if err is None:
+                good.append(m)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                log.warning("consume error: %s", err)
+        messages = good
+        if not messages:
+            return []
+    first = messages[0]
+    topic, partition = first.topic(), first.partition()
+    parts = [m.partition() for m in messages]
+    if parts.count(partition) == len(parts) and all(
+            [m.topic() == topic for m in messages]):
+        return [(TopicPartition(cast(str, topic), cast(int, partition)), messages)]
+    runs: dict[tuple[str, int], list[Message]] = {}
+    for m, p in zip(messages, parts, strict=True):
+        key = (cast(str, m.topic()), cast(int, p))
+        run = runs.get(key)
+        if run is None:
+            runs[key] = [m]
+        else:
+            run.append(m)
+    return [(TopicPartition(t, p), run) for (t, p), run in runs.items()]
 
 
 def _record(m: Message) -> Record:

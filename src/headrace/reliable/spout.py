@@ -29,12 +29,23 @@ Rules:
   (``is_live``). ``assigned(tp, committed)`` starts a
   partition at its committed offset (or, if none, at the first record fetched).
 
+Batches (the fast path, same rules): ``on_batch(tp, offsets, now_ms, payloads=...)`` takes
+a fetched run of one partition and returns a ``RootBatch`` — the roots of the records to
+process, as one object: their offsets enter the ``OffsetManager`` with one slice write,
+each root's state is one byte, and a root's id is ``batch_id << 24 | index`` (``batch_id``
+random 40 bits, redrawn while a live batch has it), so finding a root's record takes no
+dict entry per root. ``ack_batch(batch)`` completes every root still pending whose tree
+never grew with one more slice write; a root whose handler emitted anchored children goes
+through the acker (see tuples.py). The message timeout of roots that never reached the
+acker is kept per batch: a batch older than ``message_timeout_ms`` fails its pending
+roots with ``"timeout"`` at the next ``tick``. ``on_record`` is a batch of one.
+
 Thread-safety: none; the shell holds one lock around every call. Time is an argument.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -46,7 +57,19 @@ from headrace.reliable.acker import (
 )
 from headrace.reliable.errors import ReliableConfigError
 from headrace.reliable.offsets import OffsetManager
-from headrace.reliable.tuples import IdSource, Item, TupleTracker, random_id
+from headrace.reliable.tuples import (
+    IdSource,
+    Item,
+    ItemState,
+    RootItem,
+    TupleTracker,
+    fast_random_id,
+)
+
+BATCH_INDEX_BITS = 24
+MAX_BATCH = 1 << BATCH_INDEX_BITS
+_INDEX_MASK = MAX_BATCH - 1
+PENDING, COMPLETED, FAILED = 0, 1, 2
 
 
 class TopicPartition(NamedTuple):
@@ -133,22 +156,90 @@ class _Partition:
     seek_pending: int | None = None
 
 
-class _RootRef(NamedTuple):
-    tp: TopicPartition
-    offset: int
-    payload: Any
+def _identity(payload: Any) -> Any:
+    return payload
+
+
+def _no_values(_payload: Any) -> tuple[Any, ...]:
+    return ()
+
+
+class RootBatch:
+    """The roots of a fetched run of one partition's records. ``offsets[i]`` and
+    ``payloads[i]`` are record ``i``; ``states[i]`` is PENDING, COMPLETED or FAILED.
+    ``source_of(i)`` / ``values_of(i)`` turn a payload into the record handed to handlers
+    and the root item's values (the shell passes converters; built on first use)."""
+
+    __slots__ = ("_items", "_sources", "_to_source", "_to_values", "batch_id", "created_ms",
+                 "offsets", "owner", "payloads", "pending", "states", "tp", "tracked")
+
+    def __init__(self, tp: TopicPartition, batch_id: int, offsets: Sequence[int],
+                 payloads: Sequence[Any], created_ms: int, owner: int, tracked: bool,
+                 to_source: Callable[[Any], Any] = _identity,
+                 to_values: Callable[[Any], tuple[Any, ...]] = _no_values) -> None:
+        self.tp = tp
+        self.batch_id = batch_id
+        self.offsets = offsets
+        self.payloads = payloads
+        self.created_ms = created_ms
+        self.owner = owner
+        self.tracked = tracked
+        self.states = bytearray(len(offsets))
+        self.pending = len(offsets)
+        self._items: dict[int, RootItem] | None = None
+        self._sources: dict[int, Any] | None = None
+        self._to_source = to_source
+        self._to_values = to_values
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def root_id(self, index: int) -> int:
+        return (self.batch_id << BATCH_INDEX_BITS) | index
+
+    def item(self, index: int) -> RootItem:
+        """Record ``index``'s root item (one object per record, made on first use)."""
+        items = self._items
+        if items is None:
+            items = self._items = {}
+        it = items.get(index)
+        if it is None:
+            it = items[index] = RootItem(self, index)
+        return it
+
+    def items(self) -> list[RootItem]:
+        return [self.item(i) for i in range(len(self.offsets))]
+
+    def source_of(self, index: int) -> Any:
+        if self._to_source is _identity:
+            return self.payloads[index]
+        sources = self._sources
+        if sources is None:
+            sources = self._sources = {}
+        src = sources.get(index)
+        if src is None:
+            src = sources[index] = self._to_source(self.payloads[index])
+        return src
+
+    def values_of(self, index: int) -> tuple[Any, ...]:
+        return self._to_values(self.payloads[index])
+
+    def __repr__(self) -> str:
+        return (f"RootBatch({self.tp}, {len(self.offsets)} roots, "
+                f"{self.pending} pending)")
 
 
 class ReliableSpout:
     def __init__(self, config: SpoutConfig | None = None, now_ms: int = 0, owner: int = 0,
-                 id_source: IdSource = random_id) -> None:
+                 id_source: IdSource = fast_random_id) -> None:
         self.config = config or SpoutConfig()
         self.owner = owner
         self.tracker = TupleTracker(
             AckerPool(self.config.num_ackers, self.config.message_timeout_ms, now_ms),
             id_source)
         self._partitions: dict[TopicPartition, _Partition] = {}
-        self._roots: dict[int, _RootRef] = {}
+        self._batches: dict[int, RootBatch] = {}  # insertion order = creation order
+        self._num_pending = 0
         self._outbox: list[Effect] = []
         self._next_commit_ms = now_ms + self.config.offset_commit_period_ms
 
@@ -160,13 +251,33 @@ class ReliableSpout:
 
     @property
     def num_pending_roots(self) -> int:
-        return len(self._roots)
+        return self._num_pending
+
+    def _root(self, root_id: int) -> tuple[RootBatch, int] | None:
+        batch = self._batches.get(root_id >> BATCH_INDEX_BITS)
+        if batch is None:
+            return None
+        index = root_id & _INDEX_MASK
+        if index >= len(batch.states) or batch.states[index] != PENDING:
+            return None
+        return batch, index
 
     def is_live(self, item: Item) -> bool:
         """False if every tree the item belongs to is gone (completed, failed, timed out or
         revoked): processing it would be wasted, its root is replayed or owned elsewhere."""
+        if type(item) is RootItem:
+            batch = item.batch
+            if not batch.tracked:
+                return True
+            return self._batches.get(batch.batch_id) is batch and \
+                batch.states[item.index] == PENDING
         roots = item.anchors_to_ids
-        return not roots or any(r in self._roots for r in roots)
+        return not roots or any(self._root(r) is not None for r in roots)
+
+    def is_batch_live(self, batch: RootBatch) -> bool:
+        """False if none of the batch's roots is pending any more (all completed or failed,
+        timed out, or its partition revoked)."""
+        return not batch.tracked or self._batches.get(batch.batch_id) is batch
 
     def offset_manager(self, tp: TopicPartition) -> OffsetManager | None:
         p = self._partitions.get(tp)
@@ -203,9 +314,8 @@ class ReliableSpout:
     def _drop(self, tp: TopicPartition) -> None:
         if self._partitions.pop(tp, None) is None:
             return
-        for root_id in [r for r, ref in self._roots.items() if ref.tp == tp]:
-            del self._roots[root_id]
-            self.tracker.ackers.forget(root_id)
+        for batch in [b for b in self._batches.values() if b.tp == tp]:
+            self._forget_batch(batch)
         self._outbox = [e for e in self._outbox
                         if not (isinstance(e, DeadLetter) and e.tp == tp)]
 
@@ -215,24 +325,62 @@ class ReliableSpout:
                   values: tuple[Any, ...] = (), payload: Any = None,
                   tracked: bool = True) -> Item | None:
         """A fetched record: its root item if it must be processed, else None."""
+        batch = self.on_batch(tp, [offset], now_ms, payloads=[payload], tracked=tracked,
+                              to_values=lambda _p: values)
+        return None if batch is None else batch.item(0)
+
+    def on_batch(self, tp: TopicPartition, offsets: Sequence[int], now_ms: int, *,
+                 payloads: Sequence[Any] | None = None, tracked: bool = True,
+                 to_source: Callable[[Any], Any] = _identity,
+                 to_values: Callable[[Any], tuple[Any, ...]] = _no_values,
+                 ) -> RootBatch | None:
+        """A fetched run of ``tp``'s records (ascending offsets): the roots of those that
+        must be processed, or None if none must."""
         p = self._partitions.get(tp)
-        if p is None:
+        if p is None or not offsets:
             return None  # fetched before a revoke took effect
+        if payloads is None:
+            payloads = [None] * len(offsets)
         if p.offsets is None:
-            p.offsets = OffsetManager(offset)
-        if p.seek_pending is not None and offset >= p.seek_pending:
+            p.offsets = OffsetManager(offsets[0])
+        if p.seek_pending is not None and max(offsets) >= p.seek_pending:
             p.seek_pending = None
+        if p.retries:
+            keep = [k for k, o in enumerate(offsets) if not self._retry_not_due(p, o, now_ms)]
+            if len(keep) < len(offsets):
+                offsets = [offsets[k] for k in keep]
+                payloads = [payloads[k] for k in keep]
+        kept = p.offsets.emitted_batch(offsets)
+        if not kept:
+            return None
+        if len(kept) < len(offsets):
+            offsets = [offsets[k] for k in kept]
+            payloads = [payloads[k] for k in kept]
+        if len(offsets) > MAX_BATCH:
+            raise ReliableConfigError(f"a batch holds at most {MAX_BATCH} records")
+        tracked = tracked and self.tracker.ackers.enabled
+        batch_id = fast_random_id() >> 24
+        while batch_id in self._batches:
+            batch_id = fast_random_id() >> 24
+        batch = RootBatch(tp, batch_id, offsets, payloads, now_ms, self.owner, tracked,
+                          to_source, to_values)
+        if not tracked:  # no message id / no ackers: complete at once (R-REL-3)
+            batch.states[:] = b"\x01" * len(offsets)
+            batch.pending = 0
+            p.offsets.acked_batch(offsets)
+            if p.retries:
+                for o in offsets:
+                    p.retries.pop(o, None)
+            return batch
+        self._batches[batch_id] = batch
+        self._num_pending += len(offsets)
+        return batch
+
+    @staticmethod
+    def _retry_not_due(p: _Partition, offset: int, now_ms: int) -> bool:
         retry = p.retries.get(offset)
-        if retry is not None and p.offsets.is_failed(offset) and (
-                retry.dead_lettering or now_ms < retry.due_ms):
-            return None
-        if not p.offsets.emitted(offset):
-            return None
-        item, root_id, events = self.tracker.root(values, self.owner, now_ms,
-                                                  source=payload, tracked=tracked)
-        self._roots[root_id] = _RootRef(tp, offset, payload)
-        self._handle(events, now_ms)
-        return item
+        return retry is not None and p.offsets is not None and p.offsets.is_failed(offset) \
+            and (retry.dead_lettering or now_ms < retry.due_ms)
 
     def emit(self, values: tuple[Any, ...], anchors: Sequence[Item] = ()) -> Item:
         return self.tracker.emit(values, anchors)
@@ -240,31 +388,144 @@ class ReliableSpout:
     def ack(self, item: Item, now_ms: int) -> None:
         self._handle(self.tracker.ack(item), now_ms)
 
+    def ack_many(self, items: Sequence[Item], now_ms: int) -> None:
+        """``ack`` for each item, settled in bulk."""
+        self._handle(self.tracker.ack_many(items), now_ms)
+
     def fail(self, item: Item, now_ms: int, error: str = "failed") -> None:
         self._handle(self.tracker.fail(item, error), now_ms)
 
+    def ack_batch(self, batch: RootBatch, now_ms: int,
+                  failed: dict[int, str] | None = None,
+                  indices: Sequence[int] | None = None) -> None:
+        """Settle a batch processed as a whole (or the roots ``indices`` of it): root ``i``
+        fails with ``failed[i]``; every other root whose item is still pending (or was
+        never made) is acked. Roots already completed or failed (timed out, or acked one by
+        one) are left as they are."""
+        items = batch._items
+        if failed:
+            for i, error in failed.items():
+                it = batch.item(i)
+                if it.state is ItemState.PENDING:
+                    self.fail(it, now_ms, error)
+        chosen = None if indices is None else set(indices)
+        grown: list[Item] = []
+        if items:
+            for i, it in items.items():
+                if it.state is ItemState.PENDING and (chosen is None or i in chosen):
+                    if it.item_id:
+                        grown.append(it)
+                    else:
+                        it.state = ItemState.ACKED
+            if grown:
+                self.ack_many(grown, now_ms)
+        if not batch.tracked or self._batches.get(batch.batch_id) is not batch:
+            return  # untracked, revoked or already settled
+        states = batch.states
+        if chosen is None and batch.pending == len(states) and not grown:
+            self._complete_all(batch)
+            return
+        every = range(len(states)) if indices is None else indices
+        self._complete(batch, [i for i in every if states[i] == PENDING
+                               and not (items and i in items and items[i].item_id)])
+
+    def _complete_all(self, batch: RootBatch) -> None:
+        p = self._partitions[batch.tp]
+        assert p.offsets is not None
+        n = len(batch.states)
+        batch.states[:] = b"\x01" * n
+        p.offsets.acked_batch(batch.offsets)
+        if p.retries:
+            for o in batch.offsets:
+                p.retries.pop(o, None)
+        self._num_pending -= batch.pending
+        batch.pending = 0
+        del self._batches[batch.batch_id]
+
+    def _complete(self, batch: RootBatch, indices: Sequence[int]) -> None:
+        if not indices:
+            return
+        p = self._partitions[batch.tp]
+        assert p.offsets is not None
+        states = batch.states
+        offsets = [batch.offsets[i] for i in indices]
+        p.offsets.acked_batch(offsets)
+        for i in indices:
+            states[i] = COMPLETED
+        if p.retries:
+            for o in offsets:
+                p.retries.pop(o, None)
+        batch.pending -= len(indices)
+        self._num_pending -= len(indices)
+        if batch.pending == 0:
+            del self._batches[batch.batch_id]
+
+    def _forget_batch(self, batch: RootBatch) -> None:
+        """Drop a batch without events (its partition was revoked)."""
+        items = batch._items
+        if items:
+            ackers = self.tracker.ackers
+            for it in items.values():
+                if it.item_id:
+                    ackers.forget(batch.root_id(it.index))
+        self._num_pending -= batch.pending
+        batch.pending = 0
+        del self._batches[batch.batch_id]
+
     def _handle(self, events: list[AckerEvent], now_ms: int) -> None:
+        completed: dict[int, list[int]] = {}
         for event in events:
-            ref = self._roots.pop(event.root_id, None)
-            if ref is None:
+            found = self._root(event.root_id)
+            if found is None:
                 continue
-            p = self._partitions[ref.tp]
-            assert p.offsets is not None
+            batch, index = found
             if isinstance(event, RootCompleted):
-                p.offsets.acked(ref.offset)
-                p.retries.pop(ref.offset, None)
+                completed.setdefault(batch.batch_id, []).append(index)
                 continue
-            p.offsets.failed(ref.offset)
-            retry = p.retries.get(ref.offset)
-            failures = 1 if retry is None else retry.failures + 1
-            max_retries = self.config.max_retries
-            if max_retries is not None and failures > max_retries:
-                p.retries[ref.offset] = _Retry(failures, now_ms, dead_lettering=True)
-                self._outbox.append(DeadLetter(ref.tp, ref.offset, ref.payload, event.error,
-                                               failures))
-            else:
-                due = now_ms + self.config.backoff_ms(failures)
-                p.retries[ref.offset] = _Retry(failures, due)
+            self._root_failed(batch, index, event.error, now_ms)
+        for batch_id, indices in completed.items():
+            done = self._batches.get(batch_id)
+            if done is not None:
+                self._complete(done, [i for i in indices if done.states[i] == PENDING])
+
+    def _root_failed(self, batch: RootBatch, index: int, error: str, now_ms: int) -> None:
+        tp, offset = batch.tp, batch.offsets[index]
+        batch.states[index] = FAILED
+        batch.pending -= 1
+        self._num_pending -= 1
+        items = batch._items
+        if items and index in items:
+            it = items[index]
+            if it.item_id:  # its late acks are ignored; the item itself stays as it is
+                self.tracker.ackers.forget(batch.root_id(index))
+        if batch.pending == 0:
+            del self._batches[batch.batch_id]
+        p = self._partitions[tp]
+        assert p.offsets is not None
+        p.offsets.failed(offset)
+        retry = p.retries.get(offset)
+        failures = 1 if retry is None else retry.failures + 1
+        max_retries = self.config.max_retries
+        if max_retries is not None and failures > max_retries:
+            p.retries[offset] = _Retry(failures, now_ms, dead_lettering=True)
+            self._outbox.append(DeadLetter(tp, offset, batch.source_of(index), error,
+                                           failures))
+        else:
+            due = now_ms + self.config.backoff_ms(failures)
+            p.retries[offset] = _Retry(failures, due)
+
+    def _expire_batches(self, now_ms: int) -> None:
+        deadline = now_ms - self.config.message_timeout_ms
+        while self._batches:
+            batch = next(iter(self._batches.values()))
+            if batch.created_ms > deadline:
+                return
+            states = batch.states
+            for i in range(len(states)):
+                if states[i] == PENDING and self._batches.get(batch.batch_id) is batch:
+                    self._root_failed(batch, i, "timeout", now_ms)
+            if self._batches.get(batch.batch_id) is batch:  # cannot happen; never loop
+                self._forget_batch(batch)
 
     # ------------------------------------------------------------------ the shell reports
 
@@ -301,6 +562,7 @@ class ReliableSpout:
 
     def tick(self, now_ms: int) -> list[Effect]:
         self._handle(self.tracker.expire(now_ms), now_ms)
+        self._expire_batches(now_ms)
         effects, self._outbox = self._outbox, []
         limit = self.config.max_uncommitted_offsets
         for tp, p in self._partitions.items():

@@ -6,7 +6,7 @@ emits goes to the next stage. Each stage runs on ``parallelism`` lanes (one thre
 items go to lanes round-robin, or by ``fields(item)`` (Storm's fields grouping: the same key
 always reaches the same lane, so per-key state needs no lock).
 
-Two styles, as in Storm:
+Four styles; the first two are Storm's:
 
 - ``basic_bolt(name, fn)``: ``fn(item, out)``; ``out.emit(values)`` anchors to the input
   item automatically, and the input is acked when ``fn`` returns (failed if it raises).
@@ -15,15 +15,31 @@ Two styles, as in Storm:
   none for an unanchored, untracked item) and must ``collector.ack(item)`` or
   ``collector.fail(item)`` every item it receives, possibly later (an aggregation acks its
   inputs once the aggregate is emitted). An exception fails the item if still pending.
+- ``batch_bolt(name, fn)`` (first stage only): ``fn(batch)`` receives a ``Batch``: one
+  partition's records of one poll, as a sequence of ``Record`` (built on first access;
+  ``batch.messages`` are the raw confluent-kafka messages, ``batch.offsets`` their offsets).
+  When ``fn`` returns, every record not failed with ``batch.fail(i, error)`` is acked; if it
+  raises, every record still pending fails. ``batch.emit(values, anchors=[i, ...])`` emits
+  anchored to records of the batch; ``batch.item(i)`` is record i's root item. The basic
+  bolt runs on the same batches: a loop over them on the lane.
+- ``async_bolt(name, fn, concurrency=n)`` (first stage only): ``async def fn(item, out)``,
+  the basic bolt's contract, run on an asyncio event loop per lane with up to
+  ``concurrency`` calls in flight (for handlers that wait on I/O).
+
+Lanes are threads: they add throughput when handlers wait (I/O, or C code that releases the
+GIL); for pure-Python CPU-bound handlers they do not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from headrace.reliable.tuples import Item
+
+if TYPE_CHECKING:
+    from headrace.reliable.spout import RootBatch, TopicPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,18 +67,72 @@ class BasicOutputCollector(Protocol):
     def emit(self, values: tuple[Any, ...]) -> Item: ...
 
 
+class Batch:
+    """What a batch bolt receives: one partition's records of one poll (see the module
+    docstring). A sequence of ``Record``; ``fail``/``emit`` are thread-safe."""
+
+    __slots__ = ("_emit", "_records", "failed", "root_batch")
+
+    def __init__(self, root_batch: RootBatch,
+                 emit: Callable[[tuple[Any, ...], Sequence[Item]], Item]) -> None:
+        self.root_batch = root_batch
+        self.failed: dict[int, str] = {}
+        self._emit = emit
+        self._records: list[Record] | None = None
+
+    @property
+    def tp(self) -> TopicPartition:
+        return self.root_batch.tp
+
+    @property
+    def offsets(self) -> Sequence[int]:
+        return self.root_batch.offsets
+
+    @property
+    def messages(self) -> Sequence[Any]:
+        return self.root_batch.payloads
+
+    def __len__(self) -> int:
+        return len(self.root_batch.offsets)
+
+    def __getitem__(self, index: int) -> Record:
+        return self.root_batch.source_of(index)  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[Record]:
+        return (self.root_batch.source_of(i) for i in range(len(self)))
+
+    def values(self) -> list[bytes | None]:
+        """The records' values (no ``Record`` objects made)."""
+        return [m.value() for m in self.root_batch.payloads]
+
+    def item(self, index: int) -> Item:
+        return self.root_batch.item(index)
+
+    def fail(self, index: int, error: str = "failed") -> None:
+        """Record ``index`` failed: it is retried (or dead-lettered), the rest are acked."""
+        self.failed[index] = error
+
+    def emit(self, values: tuple[Any, ...], anchors: Sequence[int] = ()) -> Item:
+        """Emit to the next stage anchored to the root items of records ``anchors``."""
+        return self._emit(values, [self.root_batch.item(i) for i in anchors])
+
+
 BasicHandler = Callable[[Item, BasicOutputCollector], None]
 Handler = Callable[[Item, OutputCollector], None]
+BatchHandler = Callable[[Batch], None]
+AsyncHandler = Callable[[Item, BasicOutputCollector], Awaitable[None]]
 FieldsGrouping = Callable[[Item], Hashable]
 
 
 @dataclass(frozen=True, slots=True)
 class Stage:
     name: str
-    handler: BasicHandler | Handler
+    handler: BasicHandler | Handler | BatchHandler | AsyncHandler
     basic: bool
     parallelism: int
     fields: FieldsGrouping | None
+    kind: str = "basic"  # "basic", "explicit", "batch" or "async"
+    concurrency: int = 1
 
 
 class Topology:
@@ -71,11 +141,24 @@ class Topology:
 
     def basic_bolt(self, name: str, fn: BasicHandler, parallelism: int = 1,
                    fields: FieldsGrouping | None = None) -> Topology:
-        return self._add(Stage(name, fn, True, parallelism, fields))
+        return self._add(Stage(name, fn, True, parallelism, fields, "basic"))
 
     def bolt(self, name: str, fn: Handler, parallelism: int = 1,
              fields: FieldsGrouping | None = None) -> Topology:
-        return self._add(Stage(name, fn, False, parallelism, fields))
+        return self._add(Stage(name, fn, False, parallelism, fields, "explicit"))
+
+    def batch_bolt(self, name: str, fn: BatchHandler, parallelism: int = 1) -> Topology:
+        if self.stages:
+            raise ValueError(f"stage {name}: a batch bolt must be the first stage")
+        return self._add(Stage(name, fn, False, parallelism, None, "batch"))
+
+    def async_bolt(self, name: str, fn: AsyncHandler, parallelism: int = 1,
+                   concurrency: int = 100) -> Topology:
+        if self.stages:
+            raise ValueError(f"stage {name}: an async bolt must be the first stage")
+        if concurrency < 1:
+            raise ValueError(f"stage {name}: concurrency must be >= 1")
+        return self._add(Stage(name, fn, True, parallelism, None, "async", concurrency))
 
     def _add(self, stage: Stage) -> Topology:
         if stage.parallelism < 1:

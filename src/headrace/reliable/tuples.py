@@ -19,19 +19,32 @@ Rules:
 - An item is acked or failed once; emitting anchored to a finished item, or finishing it
   twice, raises ``ReliableUsageError`` and changes nothing.
 
-Ids are drawn from an injected ``id_source`` (default ``random.getrandbits(64)``, zero
-redrawn). Thread-safety: none; the shell serialises calls.
+Roots of fetched batches (``RootItem``): a record's root item is created only when a
+handler asks for it, and its tree reaches the acker only when it grows (the first anchored
+emit: ``acker.start(root_id, owner, item_id)``). A root acked or failed before that never
+costs an acker entry: ``ack`` and ``fail`` report its completion or failure directly. The
+XOR arithmetic is the same as if the root had been registered at once with its item id.
+
+``ack_many(items)`` acks a list of items with one bulk acker update (a fan-out's acks).
+
+Ids are drawn from an injected ``id_source`` (default ``random_id``: 64 random bits, zero
+redrawn, drawn 1024 at a time from ``os.urandom``). Thread-safety: none; the shell
+serialises calls.
 """
 
 from __future__ import annotations
 
 import enum
+import os
 import random
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from headrace.reliable.acker import AckerEvent, AckerPool
+from headrace.reliable.acker import AckerEvent, AckerPool, RootCompleted, RootFailed
 from headrace.reliable.errors import ReliableUsageError
+
+if TYPE_CHECKING:
+    from headrace.reliable.spout import RootBatch
 
 IdSource = Callable[[], int]
 
@@ -42,6 +55,23 @@ def random_id() -> int:
         value = random.getrandbits(64)
         if value:
             return value
+
+
+class _IdPool:
+    """Non-zero 64-bit ids from ``os.urandom``, 1024 per system call."""
+
+    def __init__(self) -> None:
+        self._ids: list[int] = []
+
+    def __call__(self) -> int:
+        ids = self._ids
+        while not ids:
+            raw = os.urandom(8 * 1024)
+            ids.extend(v for v in memoryview(raw).cast("Q") if v)
+        return ids.pop()
+
+
+fast_random_id: IdSource = _IdPool()
 
 
 class ItemState(enum.Enum):
@@ -81,6 +111,42 @@ class Item:
         return f"Item({self.values!r}, roots={len(self.anchors_to_ids)}, {self.state.value})"
 
 
+class RootItem(Item):
+    """The root item of record ``index`` of a ``RootBatch``; ``values`` and ``source`` are
+    built from the batch's payload on first use. ``item_id`` is 0 until the tree grows."""
+
+    __slots__ = ("batch", "index", "item_id")
+
+    def __init__(self, batch: RootBatch, index: int) -> None:
+        self.batch = batch
+        self.index = index
+        self.item_id = 0
+        self.ack_val = 0
+        self.state = ItemState.PENDING
+
+    @property
+    def values(self) -> tuple[Any, ...]:  # type: ignore[override]
+        return self.batch.values_of(self.index)
+
+    @property
+    def sources(self) -> tuple[Any, ...]:  # type: ignore[override]
+        return (self.batch.source_of(self.index),)
+
+    @property
+    def source(self) -> Any:
+        return self.batch.source_of(self.index)
+
+    @property
+    def root_id(self) -> int:
+        return self.batch.root_id(self.index)
+
+    @property
+    def anchors_to_ids(self) -> dict[int, int]:  # type: ignore[override]
+        if not self.batch.tracked:
+            return {}
+        return {self.batch.root_id(self.index): self.item_id}
+
+
 class TupleTracker:
     """Creates items and turns their anchoring, acks and fails into acker updates."""
 
@@ -105,6 +171,19 @@ class TupleTracker:
         for anchor in anchors:
             if anchor.state is not ItemState.PENDING:
                 raise ReliableUsageError(f"emit anchored to an item already {anchor.state.value}")
+        if len(anchors) == 1:
+            anchor = anchors[0]
+            if type(anchor) is RootItem:
+                return self._emit_from_root(values, anchor)
+            roots = anchor.anchors_to_ids
+            if len(roots) == 1:  # the common case: one parent in one tree
+                edge_id = self._new_id()
+                anchor.ack_val ^= edge_id
+                (root_id,) = roots
+                return Item(values, {root_id: edge_id}, anchor.sources)
+        for anchor in anchors:
+            if type(anchor) is RootItem:
+                self._grow(anchor)
         anchors_to_ids: dict[int, int] = {}
         sources: list[Any] = []
         for anchor in anchors:
@@ -119,8 +198,35 @@ class TupleTracker:
                 anchors_to_ids[root_id] = anchors_to_ids.get(root_id, 0) ^ edge_id
         return Item(values, anchors_to_ids, tuple(sources))
 
+    def emit_many(self, values: Sequence[tuple[Any, ...]], anchor: Item) -> list[Item]:
+        """``emit(v, [anchor])`` for each of ``values``."""
+        return [self.emit(v, (anchor,)) for v in values]
+
+    def _emit_from_root(self, values: tuple[Any, ...], anchor: RootItem) -> Item:
+        batch = anchor.batch
+        source = (batch.source_of(anchor.index),)
+        if not batch.tracked:
+            return Item(values, {}, source)
+        if not anchor.item_id:
+            self._grow(anchor)
+        edge_id = self._new_id()
+        anchor.ack_val ^= edge_id
+        return Item(values, {batch.root_id(anchor.index): edge_id}, source)
+
+    def _grow(self, root: RootItem) -> None:
+        """The root's tree gets its first child: the acker starts tracking it."""
+        if root.item_id or not root.batch.tracked:
+            return
+        root.item_id = self._new_id()
+        root_id = root.batch.root_id(root.index)
+        self.ackers.acker_for(root_id).start(root_id, root.batch.owner, root.item_id)
+
     def ack(self, item: Item) -> list[AckerEvent]:
         self._finish(item, ItemState.ACKED)
+        if type(item) is RootItem and not item.item_id:
+            if not item.batch.tracked:
+                return []
+            return [RootCompleted(item.root_id, item.batch.owner)]
         events: list[AckerEvent] = []
         for root_id, edge_ids in item.anchors_to_ids.items():
             event = self.ackers.update(root_id, edge_ids ^ item.ack_val)
@@ -128,8 +234,33 @@ class TupleTracker:
                 events.append(event)
         return events
 
+    def ack_many(self, items: Sequence[Item]) -> list[AckerEvent]:
+        """``ack`` for each item, with one bulk acker update. Raises, changing nothing, if
+        one of them is already finished."""
+        for item in items:
+            if item.state is not ItemState.PENDING:
+                raise ReliableUsageError(f"item already {item.state.value}")
+        events: list[AckerEvent] = []
+        updates: list[tuple[int, int]] = []
+        for item in items:
+            item.state = ItemState.ACKED
+            if type(item) is RootItem and not item.item_id:
+                if item.batch.tracked:
+                    events.append(RootCompleted(item.root_id, item.batch.owner))
+                continue
+            ack_val = item.ack_val
+            for root_id, edge_ids in item.anchors_to_ids.items():
+                updates.append((root_id, edge_ids ^ ack_val))
+        if updates:
+            events.extend(self.ackers.update_many(updates))
+        return events
+
     def fail(self, item: Item, error: str = "failed") -> list[AckerEvent]:
         self._finish(item, ItemState.FAILED)
+        if type(item) is RootItem and not item.item_id:
+            if not item.batch.tracked:
+                return []
+            return [RootFailed(item.root_id, item.batch.owner, error)]
         events: list[AckerEvent] = []
         for root_id in item.anchors_to_ids:
             event = self.ackers.fail(root_id, error)
