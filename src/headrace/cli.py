@@ -189,10 +189,11 @@ def _register_subcommands() -> None:
     main.add_command(topics)
     main.add_command(groups)
     main.add_command(transactions)
-    from headrace.security.cli import acls, users
+    from headrace.security.cli import acls, quotas, users
 
     main.add_command(acls)
     main.add_command(users)
+    main.add_command(quotas)
     # The Spark pipeline; pyspark is imported only when these run (the ``spark`` extra).
     from headrace.demo import audit_command, demo_command
 

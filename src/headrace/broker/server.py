@@ -209,6 +209,8 @@ class Connection(asyncio.Protocol):
         self.last_write_progress = self.last_activity
         self._seen_write_buffer = 0
         self.task: asyncio.Task[None] | None = None
+        # client quotas (issue 12): while throttled, nothing is read or handled
+        self._throttle_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -317,6 +319,26 @@ class Connection(asyncio.Protocol):
         if not self._muted and not self.closed and self.transport is not None:
             self.transport.resume_reading()
 
+    def throttle(self, delay_ms: int) -> None:
+        """A quota was violated (Kafka's channel muting, KIP-219): the response has gone
+        (or goes) out at once; the connection reads and handles nothing more for
+        ``delay_ms`` (a later, longer throttle extends it)."""
+        if self.closed or delay_ms <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        timer = self._throttle_timer
+        if timer is not None:
+            if timer.when() >= loop.time() + delay_ms / 1000:
+                return
+            timer.cancel()
+        self._mute("throttle")
+        self._throttle_timer = loop.call_later(delay_ms / 1000, self._throttle_ended)
+
+    def _throttle_ended(self) -> None:
+        self._throttle_timer = None
+        self.unmute("throttle")
+        self._wakeup.set()
+
     def resume_decoding(self) -> None:
         """Memory or a request slot came free for the frame this connection waits for."""
         if self.closed:
@@ -411,8 +433,9 @@ class Connection(asyncio.Protocol):
         pipeline: collections.deque[tuple[asyncio.Task[Any], Frame]] = collections.deque()
         try:
             while True:
+                throttled = self._throttle_timer is not None and not self.closed
                 if pipeline and (not self.frames or _api_key(self.frames[0]) != _PRODUCE
-                                 or len(pipeline) >= MAX_PIPELINED_PRODUCE):
+                                 or len(pipeline) >= MAX_PIPELINED_PRODUCE or throttled):
                     # answer the oldest Produce (or wait for it, or for a new frame that
                     # may join the pipeline)
                     head = pipeline[0][0]
@@ -445,6 +468,10 @@ class Connection(asyncio.Protocol):
                 if not self.frames:
                     if self.closed:
                         return
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                    continue
+                if throttled:  # a quota's mute: the next request waits for its end
                     self._wakeup.clear()
                     await self._wakeup.wait()
                     continue
@@ -577,7 +604,12 @@ class Connection(asyncio.Protocol):
             # whole, KIP-74): unread responses leave this much of the budget
             req_body = dataclasses.replace(req_body, max_bytes=max(room, 1))
         try:
-            body = await h.fn(self.broker, ctx, req_body)
+            quotas = self.broker.client_quotas
+            if quotas.enabled:  # issue 12: recorded, throttle_time_ms set, muted
+                body, throttle_ms = await quotas.run(h.fn, ctx, req_body, len(frame))
+                self.throttle(throttle_ms)
+            else:
+                body = await h.fn(self.broker, ctx, req_body)
             if body is None:
                 return None
             return encode_response_chunks(
@@ -815,6 +847,9 @@ class Broker:
 
         self.security = Security(self)
         self.authorizer = self.security.authorizer  # None: no authorizer configured
+        from headrace.broker.quotas import ClientQuotas
+
+        self.client_quotas = ClientQuotas(self)  # client quotas from the metadata store
 
     def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
         """The user's stored SCRAM credential for the mechanism ("SCRAM-SHA-256" or
@@ -865,7 +900,13 @@ class Broker:
         at once, with at most one log line per interval."""
         why = self.quotas.admit(conn.ip) if not self.stopping else "the broker is stopping"
         if why is None:
-            return True
+            # KIP-612: a per-IP connection_creation_rate refuses, the broker-wide
+            # max.connection.creation.rate holds the connection unread
+            why, hold_ms = self.client_quotas.admit_connection(conn.ip)
+            if why is None:
+                conn.throttle(hold_ms)
+                return True
+            self.quotas.release(conn.ip)
         held = self._refused_log.ready(self.now())
         if held is not None:
             log.warning("refusing connections: %s (refused from %s%s)", why, conn.peer,

@@ -191,7 +191,7 @@ def encode_config(configs: dict[str, str]) -> bytes:
 
 
 def decode_config(name: str, data: bytes | None) -> dict[str, str]:
-    if data is None:
+    if not data:  # None, or a parent made by a recursive create (users/<u>/clients/<c>)
         return {}
     d = _load(data, f"config of {name}")
     try:
@@ -382,16 +382,41 @@ def encode_user_change(user: str) -> bytes:
     return _dump({"version": 2, "entity_path": f"users/{sanitize(user)}"})
 
 
-def decode_user_change(data: bytes | None) -> str | None:
-    """The user a config change names, None for any other entity."""
+def decode_config_change(data: bytes | None) -> str:
+    """The entity path a config change names (``users/alice``, ``clients/app``,
+    ``users/alice/clients/app``, ``ips/1.2.3.4``, ``topics/t``): version 2's
+    ``entity_path``, version 1's ``entity_type``/``entity_name``."""
     d = _load(data, "config change notification")
     try:
-        path = str(d["entity_path"]) if int(d.get("version", 2)) == 2 else \
+        return str(d["entity_path"]) if int(d.get("version", 2)) == 2 else \
             f"{d['entity_type']}/{d['entity_name']}"
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise LayoutError(f"config change notification: {e!r}") from None
-    kind, _, name = path.partition("/")
+
+
+def decode_user_change(data: bytes | None) -> str | None:
+    """The user a config change names, None for any other entity."""
+    kind, _, name = decode_config_change(data).partition("/")
     return desanitize(name) if kind == "users" and name and "/" not in name else None
+
+
+# ---------------------------------------------------------------- client quotas
+# /config/users/<user>, /config/users/<user>/clients/<client-id>, /config/clients/<client-id>,
+# /config/ips/<ip> (names sanitized, <default> for the default entity): {"version":1,
+# "config":{"producer_byte_rate":"1048576",...}}; a user's znode also holds its SCRAM
+# credentials. A change is announced on /config/changes with {"version":2,
+# "entity_path":"users/<user>/clients/<client-id>"} (Kafka's ZkData/ConfigEntityChangeNotification).
+CONFIG_CLIENTS = "/config/clients"
+CONFIG_IPS = "/config/ips"
+QUOTA_PATHS = (CONFIG_CLIENTS, CONFIG_IPS)
+
+
+def quota_path(entity_path: str) -> str:
+    return f"/config/{entity_path}"
+
+
+def encode_entity_change(entity_path: str) -> bytes:
+    return _dump({"version": 2, "entity_path": entity_path})
 
 
 def sequence_number(node: str) -> int:

@@ -15,8 +15,11 @@ ACLs and SCRAM credentials (issue 12), Kafka's way: ``/kafka-acl/<Type>/<name>``
 ``/config/users/<user>`` each user's SCRAM credentials; a writer changes one znode
 (conditionally on its version, re-reading on a conflict) and then announces it with a
 sequential node (``/kafka-acl-changes``, ``/kafka-acl-extended-changes``,
-``/config/changes``). Every broker watches those three lists and re-reads exactly the
-resources and users named by notifications it has not seen, so all brokers converge on
+``/config/changes``). Client quotas the same way: ``/config/users/<user>`` (beside the
+credentials), ``/config/users/<user>/clients/<client>``, ``/config/clients/<client>``,
+``/config/ips/<ip>``, announced on ``/config/changes`` by entity path. Every broker watches
+those three lists and re-reads exactly the resources, users and quota entities named by
+notifications it has not seen, so all brokers converge on
 the same ACLs within a watch round trip; the writer installs its own result at once.
 Notifications past the newest ``NOTIFICATIONS_KEPT`` are removed by writers.
 
@@ -64,6 +67,13 @@ from headrace.metadata.store import (
     new_cluster_id,
 )
 from headrace.security import acl
+from headrace.security.quotas import (
+    QuotaEntity,
+    QuotaError,
+    QuotaTable,
+    format_value,
+    stored_quotas,
+)
 from headrace.security.scram import (
     MECHANISMS,
     ScramCredential,
@@ -125,6 +135,7 @@ class ZkMetadataStore:
         self._preferred: list[tuple[str, int]] = []
         self._acls = acl.AclIndex()
         self._users: dict[str, UserCredentials] = {}
+        self._quotas = QuotaTable()
         # the newest change notification read per list (sync worker / start only)
         self._seen_changes: dict[str, int] = {}
         # the sync worker
@@ -174,7 +185,7 @@ class ZkMetadataStore:
         except (KazooTimeoutError, KazooException, OSError) as e:
             raise MetadataError(f"cannot reach ZooKeeper at {self.hosts}: {e or 'timed out'}"
                                 ) from None
-        for path in L.PERSISTENT_PATHS + L.SECURITY_PATHS:
+        for path in L.PERSISTENT_PATHS + L.SECURITY_PATHS + L.QUOTA_PATHS:
             client.ensure_path(path)
         client.add_listener(self._state_changed)
         self.client = client
@@ -408,19 +419,62 @@ class ZkMetadataStore:
 
     def _read_config_changes(self) -> list[tuple[str, Any]]:
         assert self.client is not None
-        users: set[str] = set()
+        paths: set[str] = set()
         for node in self._new_changes(L.CONFIG_CHANGES, "config_changes"):
             try:
                 data, _ = self.client.get(f"{L.CONFIG_CHANGES}/{node}")
-                user = L.decode_user_change(data)
+                paths.add(L.decode_config_change(data))
             except NoNodeError:
                 continue
             except L.LayoutError as e:
                 log.warning("ignoring config change notification %s: %s", node, e)
-                continue
-            if user is not None:
-                users.add(user)
-        return [("user", (u, self._read_user(u)[0])) for u in sorted(users)]
+        out: list[tuple[str, Any]] = []
+        for path in sorted(paths):
+            try:
+                entity = QuotaEntity.from_path(path)
+            except QuotaError:
+                continue  # a topic's or broker's config: read through their own watches
+            if entity.user is not None and entity.client_id is None and \
+                    isinstance(entity.user, str):
+                out.append(("user", (entity.user, self._read_user(entity.user)[0])))
+            out.append(("quota", (entity, self._read_quota(entity)[0])))
+        return out
+
+    def _read_quota(self, entity: QuotaEntity) -> tuple[dict[str, float], dict[str, str], int]:
+        """(the entity's quotas, its whole config map, znode version or -1)."""
+        assert self.client is not None
+        path = L.quota_path(entity.path)
+        try:
+            data, stat = self.client.get(path)
+        except NoNodeError:
+            return {}, {}, -1
+        try:
+            config = L.decode_config(path, data)
+        except L.LayoutError as e:
+            log.warning("ignoring quota config: %s", e)
+            return {}, {}, stat.version
+        return stored_quotas(entity, config), config, stat.version
+
+    def _read_all_quotas(self) -> list[tuple[QuotaEntity, dict[str, float]]]:
+        entities: list[QuotaEntity] = []
+        for root, kind in ((L.CONFIG_USERS, "users"), (L.CONFIG_CLIENTS, "clients"),
+                           (L.CONFIG_IPS, "ips")):
+            for child in self._list(root):
+                try:
+                    entities.append(QuotaEntity.from_path(f"{kind}/{child}"))
+                except QuotaError:
+                    continue
+                if kind == "users":
+                    for c in self._list(f"{root}/{child}/clients"):
+                        with contextlib.suppress(QuotaError):
+                            entities.append(QuotaEntity.from_path(
+                                f"users/{child}/clients/{c}"))
+        out = []
+        for entity in entities:
+            values = self._read_quota(entity)[0]
+            if values:
+                out.append((entity, values))
+        return out
 
     def _read_acl(self, p: acl.ResourcePattern) -> AclEntries:
         assert self.client is not None
@@ -478,7 +532,7 @@ class ZkMetadataStore:
             creds = self._read_user(user)[0]
             if creds:
                 users[user] = creds
-        return {"acls": acls, "users": users}
+        return {"acls": acls, "users": users, "quotas": self._read_all_quotas()}
 
     def _read_brokers(self) -> dict[int, BrokerInfo]:
         assert self.client is not None
@@ -572,6 +626,10 @@ class ZkMetadataStore:
         for pattern, entries in security["acls"]:
             self._acls.set_acls(pattern, entries)
         self._users = dict(security["users"])
+        quotas = QuotaTable()
+        for entity, values in security["quotas"]:
+            quotas.set(entity, values)
+        self._quotas = quotas
         if notify:
             self._notify("session_restored")
             for name in set(before) | set(self._topics):
@@ -667,6 +725,8 @@ class ZkMetadataStore:
                 self.install_acls(*value)
             elif kind == "user":
                 self.install_credentials(*value)
+            elif kind == "quota":
+                self.install_client_quotas(*value)
             elif kind == "preferred":
                 try:
                     self._preferred = L.decode_preferred(value)
@@ -1073,6 +1133,43 @@ class ZkMetadataStore:
                 continue
             break
         self._announce(L.CONFIG_CHANGES, L.CONFIG_CHANGE_PREFIX, L.encode_user_change(user))
+        return new
+
+    @property
+    def quota_table(self) -> QuotaTable:
+        return self._quotas
+
+    def install_client_quotas(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:
+        """On the loop: one entity's quotas as just written or read."""
+        if values != self._quotas.get(entity):
+            self._quotas.set(entity, values)
+
+    def change_client_quotas(self, entity: QuotaEntity, upsert: Mapping[str, float],
+                             remove: set[str]) -> dict[str, float]:
+        """Blocking (worker thread): the entity's znode rewritten with its other keys kept
+        (a user's SCRAM credentials), conditional on its version (re-read on a conflict);
+        then ``/config/changes`` names the entity path."""
+        c = self._c()
+        path = L.quota_path(entity.path)
+        while True:
+            current, config, version = self._read_quota(entity)
+            new = {k: v for k, v in current.items() if k not in remove}
+            new.update(upsert)
+            new_config = {k: v for k, v in config.items()
+                          if k not in remove and k not in upsert}
+            new_config.update({k: format_value(entity, k, v) for k, v in upsert.items()})
+            if new_config == config and version >= 0:
+                return new
+            try:
+                if version < 0:
+                    c.create(path, L.encode_config(new_config), makepath=True)
+                else:
+                    c.set(path, L.encode_config(new_config), version=version)
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue
+            break
+        self._announce(L.CONFIG_CHANGES, L.CONFIG_CHANGE_PREFIX,
+                       L.encode_entity_change(entity.path))
         return new
 
     def _announce(self, root: str, prefix: str, data: bytes) -> None:

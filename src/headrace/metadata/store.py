@@ -19,7 +19,8 @@ leaves both the database and memory exactly as they were.
 ACLs and SCRAM credentials (issue 12): ``acls(resource_type, pattern_type, name, acls)``
 (one row per resource pattern, its entries as the JSON Kafka keeps in ZooKeeper) and
 ``scram_credentials(user, mechanism, credential)`` (Kafka's stored text: salt, stored and
-server keys, iterations; never a password).
+server keys, iterations; never a password); ``client_quotas(entity, quotas)`` (Kafka's
+entity path, ``users/alice/clients/app``, and a JSON object of the entity's quotas).
 
 Migration: a data dir of an older headrace holds ``headrace-metadata.json`` (one JSON
 document, ``{"version": 1, "cluster_id", "next_producer_id", "topics": {name:
@@ -45,6 +46,7 @@ from typing import Any, Protocol
 
 from headrace.fsutil import fsync_dir
 from headrace.security import acl
+from headrace.security.quotas import QuotaEntity, QuotaError, QuotaTable, stored_quotas
 from headrace.security.scram import ScramCredential, format_credential, parse_credential
 
 AclEntries = frozenset[acl.AccessControlEntry]
@@ -195,6 +197,19 @@ class MetadataStore(Protocol):
 
     def install_credentials(self, user: str, creds: UserCredentials) -> None: ...
 
+    # client quotas (issue 12): the same pattern (reads from memory, blocking writes that
+    # return what the caller installs on the loop)
+    @property
+    def quota_table(self) -> QuotaTable: ...
+
+    def change_client_quotas(self, entity: QuotaEntity, upsert: Mapping[str, float],
+                             remove: set[str]) -> dict[str, float]:
+        """Set and remove an entity's quota keys; the entity's quotas after."""
+        ...
+
+    def install_client_quotas(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:
+        ...
+
     def close(self) -> None: ...
 
 
@@ -227,6 +242,11 @@ _SCHEMA = (
     # one row per user and mechanism: Kafka's stored text (salt, keys, iterations)
     "CREATE TABLE IF NOT EXISTS scram_credentials (user TEXT NOT NULL, mechanism TEXT NOT NULL,"
     " credential TEXT NOT NULL, PRIMARY KEY (user, mechanism)) WITHOUT ROWID",
+    # one row per client quota entity: Kafka's entity path under /config
+    # ("users/alice/clients/app", "clients/<default>", "ips/10.0.0.1") and its quotas as a
+    # JSON object {key: value}
+    "CREATE TABLE IF NOT EXISTS client_quotas (entity TEXT PRIMARY KEY, quotas TEXT NOT NULL)"
+    " WITHOUT ROWID",
 )
 _INSERT_PARTITION = (
     "INSERT INTO partitions (topic, idx, replicas, leader, leader_epoch, isr, partition_epoch)"
@@ -280,6 +300,7 @@ class LocalMetadataStore:
         self._cluster_id = cluster_id
         self._acls = acl.AclIndex()
         self._users: dict[str, UserCredentials] = {}
+        self._quotas = QuotaTable()
         self._db = self._open(cluster_id)
 
     # ---------------------------------------------------------------- opening
@@ -373,10 +394,16 @@ class LocalMetadataStore:
             for user, mechanism, text in db.execute(
                     "SELECT user, mechanism, credential FROM scram_credentials"):
                 users.setdefault(user, {})[mechanism] = parse_credential(text)
-        except (ValueError, KeyError, TypeError) as e:
+            quotas = QuotaTable()
+            for path, text in db.execute("SELECT entity, quotas FROM client_quotas"):
+                entity = QuotaEntity.from_path(path)
+                quotas.set(entity, stored_quotas(entity, {
+                    str(k): str(v) for k, v in dict(json.loads(text)).items()}))
+        except (ValueError, KeyError, TypeError, QuotaError) as e:
             raise MetadataError(f"cannot read cluster metadata {self._db_path}: {e}") from e
         self._acls = acls
         self._users = users
+        self._quotas = quotas
         self._topics = topics
         self._by_id = {t.topic_id: t for t in topics.values()}
 
@@ -542,6 +569,34 @@ class LocalMetadataStore:
             self._users[user] = dict(creds)
         else:
             self._users.pop(user, None)
+
+
+    # ---------------------------------------------------------------- client quotas
+    @property
+    def quota_table(self) -> QuotaTable:
+        return self._quotas
+
+    def change_client_quotas(self, entity: QuotaEntity, upsert: Mapping[str, float],
+                             remove: set[str]) -> dict[str, float]:
+        current = self._quotas.get(entity)
+        new = {k: v for k, v in current.items() if k not in remove}
+        new.update(upsert)
+        if new == current:
+            return current
+        if new:
+            text = json.dumps(new, sort_keys=True)
+            self._write(lambda db: db.execute(
+                "INSERT OR REPLACE INTO client_quotas (entity, quotas) VALUES (?, ?)",
+                (entity.path, text)))
+        else:
+            self._write(lambda db: db.execute(
+                "DELETE FROM client_quotas WHERE entity = ?", (entity.path,)))
+        self._quotas.set(entity, new)
+        return new
+
+    def install_client_quotas(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:
+        if values != self._quotas.get(entity):
+            self._quotas.set(entity, values)
 
 
 def _encode_acls(entries: AclEntries) -> str:

@@ -1,8 +1,8 @@
-"""``headrace acls ...`` and ``headrace users ...``: kafka-acls.sh- and
-kafka-configs.sh-like (SCRAM users) administration over the Kafka protocol, through
-confluent-kafka's AdminClient (CreateAcls, DescribeAcls, DeleteAcls,
-AlterUserScramCredentials, DescribeUserScramCredentials), so it works against headrace and
-Kafka alike.
+"""``headrace acls ...``, ``headrace users ...`` and ``headrace quotas ...``: kafka-acls.sh-
+and kafka-configs.sh-like (SCRAM users, client quotas) administration over the Kafka
+protocol, through confluent-kafka's AdminClient (CreateAcls, DescribeAcls, DeleteAcls,
+AlterUserScramCredentials, DescribeUserScramCredentials) or, for client quotas, which it
+lacks, the project's wire client; so it works against headrace and Kafka alike.
 """
 
 from __future__ import annotations
@@ -243,3 +243,157 @@ def users_remove(bootstrap: str, user: str, mechanisms: tuple[str, ...]) -> None
             deletions, request_timeout=TIMEOUT_S).items():
         _result(fut)
     click.echo(f"Removed {', '.join(mechanisms)} of {user}.")
+
+
+# ---------------------------------------------------------------- client quotas
+# confluent-kafka's AdminClient (2.16) has no client quota API: DescribeClientQuotas (48) and
+# AlterClientQuotas (49) v1 go over the project's own wire client, as ``transactions`` does
+# (PLAINTEXT listeners only).
+def _quota_request(bootstrap: str, api_key: int, body: dict[str, Any]) -> Any:
+    from headrace.admin_cli import _broker_request
+
+    first = bootstrap.split(",")[0].strip()
+    host, sep, port = first.rpartition(":")
+    if not sep or not port.isdigit():
+        _fail(f"--bootstrap-server {bootstrap!r} is not HOST:PORT")
+    return _broker_request(host.strip("[]"), int(port), api_key, 1, body)
+
+
+def entity_options(fn: Any) -> Any:
+    for option in reversed([
+        click.option("--user", default=None, help="A user principal's name."),
+        click.option("--user-default", is_flag=True, help="The default user (<default>)."),
+        click.option("--client-id", default=None, help="A client id."),
+        click.option("--client-default", is_flag=True,
+                     help="The default client id (<default>)."),
+        click.option("--ip", default=None, help="An IP address (connection_creation_rate)."),
+        click.option("--ip-default", is_flag=True, help="The default IP (<default>)."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def _entity(user: str | None, user_default: bool, client_id: str | None,
+            client_default: bool, ip: str | None, ip_default: bool
+            ) -> list[tuple[str, str | None, bool]]:
+    """(entity type, name or None for the default, given) per entity type named."""
+    out: list[tuple[str, str | None, bool]] = []
+    for kind, name, default in (("user", user, user_default),
+                                ("client-id", client_id, client_default),
+                                ("ip", ip, ip_default)):
+        if name is not None and default:
+            raise click.UsageError(f"give either --{kind.split('-')[0]} NAME or its "
+                                   "--...-default, not both")
+        if name is not None or default:
+            out.append((kind, name, True))
+    return out
+
+
+def _describe_entity(entity: Any) -> str:
+    words = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
+    return ", ".join(f"{words.get(e.entity_type, e.entity_type)} "
+                     + ("the default" if e.entity_name is None else f"'{e.entity_name}'")
+                     for e in entity)
+
+
+def _check_alter(resp: Any) -> None:
+    from kio.schema.errors import ErrorCode
+
+    for entry in resp.entries:
+        if entry.error_code != ErrorCode.none:
+            _fail(f"{_describe_entity(entry.entity)}: {ErrorCode(entry.error_code).name.upper()}"
+                  f"{': ' + entry.error_message if entry.error_message else ''}")
+
+
+@click.group()
+def quotas() -> None:
+    """Set, describe and remove client quotas (kafka-configs.sh --entity-type
+    users/clients/ips --add-config producer_byte_rate=...)."""
+
+
+@quotas.command("set")
+@bootstrap_option
+@entity_options
+@click.option("--add-config", "add", default="", metavar="K=V,K=V",
+              help="producer_byte_rate, consumer_byte_rate, request_percentage, "
+                   "controller_mutation_rate; connection_creation_rate for --ip.")
+@click.option("--delete-config", "delete", default="", metavar="K,K")
+@click.option("--validate-only", is_flag=True)
+def quotas_set(bootstrap: str, user: str | None, user_default: bool, client_id: str | None,
+               client_default: bool, ip: str | None, ip_default: bool, add: str,
+               delete: str, validate_only: bool) -> None:
+    entity = _entity(user, user_default, client_id, client_default, ip, ip_default)
+    if not entity:
+        raise click.UsageError("name an entity: --user/--user-default, "
+                               "--client-id/--client-default or --ip/--ip-default")
+    ops: list[dict[str, Any]] = []
+    for item in (x.strip() for x in add.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not sep or number != number:
+            raise click.BadParameter(f"expected key=number, got {item!r}",
+                                     param_hint="--add-config")
+        ops.append({"key": key.strip(), "value": number, "remove": False})
+    ops += [{"key": k.strip(), "value": 0.0, "remove": True}
+            for k in delete.split(",") if k.strip()]
+    if not ops:
+        raise click.UsageError("nothing to change: --add-config and/or --delete-config")
+    resp = _quota_request(bootstrap, 49, {"validate_only": validate_only, "entries": [{
+        "entity": [{"entity_type": t, "entity_name": n} for t, n, _ in entity],
+        "ops": ops}]})
+    _check_alter(resp)
+    what = "Validated" if validate_only else "Completed updating"
+    click.echo(f"{what} quota configs for {_describe_entity(resp.entries[0].entity)}.")
+
+
+@quotas.command("describe")
+@bootstrap_option
+@entity_options
+@click.option("--strict", is_flag=True,
+              help="Only entities with exactly the types named (Kafka's strict match).")
+def quotas_describe(bootstrap: str, user: str | None, user_default: bool,
+                    client_id: str | None, client_default: bool, ip: str | None,
+                    ip_default: bool, strict: bool) -> None:
+    """The quotas of every entity the options match (none: every entity)."""
+    from kio.schema.errors import ErrorCode
+
+    components = [{"entity_type": t, "match_type": 0 if n is not None else 1, "match": n}
+                  for t, n, _ in _entity(user, user_default, client_id, client_default, ip,
+                                         ip_default)]
+    resp = _quota_request(bootstrap, 48, {"components": components, "strict": strict})
+    if resp.error_code != ErrorCode.none:
+        _fail(f"{ErrorCode(resp.error_code).name.upper()}"
+              f"{': ' + resp.error_message if resp.error_message else ''}")
+    for entry in resp.entries or ():
+        values = ", ".join(f"{v.key}={v.value}" for v in entry.values)
+        click.echo(f"Quota configs for {_describe_entity(entry.entity)} are {values}")
+
+
+@quotas.command("remove")
+@bootstrap_option
+@entity_options
+@click.option("--config", "keys", default="", metavar="K,K",
+              help="Default: every quota the entity has.")
+def quotas_remove(bootstrap: str, user: str | None, user_default: bool, client_id: str | None,
+                  client_default: bool, ip: str | None, ip_default: bool, keys: str) -> None:
+    entity = _entity(user, user_default, client_id, client_default, ip, ip_default)
+    if not entity:
+        raise click.UsageError("name an entity to remove the quotas of")
+    names = [k.strip() for k in keys.split(",") if k.strip()]
+    if not names:
+        resp = _quota_request(bootstrap, 48, {"strict": True, "components": [
+            {"entity_type": t, "match_type": 0 if n is not None else 1, "match": n}
+            for t, n, _ in entity]})
+        names = sorted({v.key for e in resp.entries or () for v in e.values})
+        if not names:
+            _fail("that entity has no quotas")
+    resp = _quota_request(bootstrap, 49, {"validate_only": False, "entries": [{
+        "entity": [{"entity_type": t, "entity_name": n} for t, n, _ in entity],
+        "ops": [{"key": k, "value": 0.0, "remove": True} for k in names]}]})
+    _check_alter(resp)
+    click.echo(f"Removed {', '.join(names)} of {_describe_entity(resp.entries[0].entity)}.")

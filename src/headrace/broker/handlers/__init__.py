@@ -3,6 +3,7 @@
 from headrace.broker.handlers import (  # noqa: F401
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_client_quotas,
     alter_configs,
     alter_partition_reassignments,
     alter_user_scram_credentials,
@@ -17,6 +18,7 @@ from headrace.broker.handlers import (  # noqa: F401
     delete_records,
     delete_topics,
     describe_acls,
+    describe_client_quotas,
     describe_cluster,
     describe_configs,
     describe_groups,
