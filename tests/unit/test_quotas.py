@@ -173,10 +173,37 @@ def test_rate_spans_the_oldest_sample_when_longer() -> None:
 
 
 def test_throttle_time_is_kip219s() -> None:
-    m = QuotaManager(table({QuotaEntity(client_id="c"): {P: 1000.0}}), P, 11, 1000)
+    """The sampled rate's throttle (request_percentage; uncapped here)."""
+    m = QuotaManager(table({QuotaEntity(client_id="c"): {REQUEST_PERCENTAGE: 1000.0}}),
+                     REQUEST_PERCENTAGE, 11, 1000)
     assert m.record("", "c", 10_000, 0) == 0  # exactly the quota over 10 s
     # 20,000 over 10 s = 2000/s: (2000 - 1000) / 1000 * 10,000 ms
     assert m.record("", "c", 10_000, 0) == 10_000
+
+
+def test_byte_rates_use_a_token_bucket() -> None:
+    """Byte rates: a burst of samples * window of quota, then throttled for exactly the
+    refill time of the deficit."""
+    m = QuotaManager(table({QuotaEntity(client_id="c"): {P: 1000.0}}), P, 11, 1000)
+    assert m.record("", "c", 11_000, 0) == 0  # the initial credit
+    assert m.record("", "c", 500, 0) == 500  # 500 short: 0.5 s at 1000/s
+    assert m.record("", "c", 500, 1000) == 0  # refilled 1000 meanwhile: even
+    assert m.record("", "c", 2000, 1000) == 2000
+
+
+def test_a_client_ignoring_throttles_gets_the_quota_steadily() -> None:
+    """What the sampled rate could not do (it bursts ten windows of quota when its oldest
+    sample expires): over every 20 s window after the first burst, a client sending 1 MB
+    requests whenever it is not throttled gets the quota within 2%."""
+    q = 1_048_576
+    m = QuotaManager(table({QuotaEntity(client_id="c"): {P: float(q)}}), P, 11, 1000)
+    per_s = [0] * 120
+    t = 0
+    while t < 120_000:
+        per_s[t // 1000] += 1_000_000
+        t += max(m.record("", "c", 1_000_000, t), 20)
+    for start in range(15, 100, 5):
+        assert abs(sum(per_s[start:start + 20]) / 20 / q - 1) < 0.02, (start, per_s)
 
 
 def test_request_quota_throttle_is_capped_at_one_window() -> None:

@@ -479,7 +479,9 @@ class Connection(asyncio.Protocol):
                 if len(self.frames) < QUEUE_HIGH_WATER // 2:
                     self.unmute("queue")
                 api_key = _api_key(frame)
-                if api_key == _PRODUCE:
+                if api_key == _PRODUCE and not self.broker.client_quotas.enabled:
+                    # (with client quotas stored, one request at a time as Kafka: each
+                    # Produce is recorded and may throttle before the next is read)
                     # applied now, in order: everything up to its wait for replication
                     # runs before the event loop runs the next task (FIFO), and the
                     # handler does not suspend before it has appended

@@ -26,7 +26,10 @@ Rules, as Kafka's ``ClientQuotaManager``, ``ClientRequestQuotaManager``, ``Quota
   (num - 1) full windows.
 * **Violation**: after recording, rate > quota. **Throttle time** (KIP-219):
   ``(rate - quota) / quota * elapsed`` ms, rounded; the request quota's is capped at one
-  window. The response goes out at once carrying it, and the connection reads nothing more
+  window. The BYTE-rate quotas are metered by KIP-599's token bucket instead
+  (``TokenBucket``: the same long-run quota and initial credit, without the sampled
+  rate's multi-second bursts and silences, which break a 20 s bound). The response goes
+  out at once carrying it, and the connection reads nothing more
   for that long (the shell's job).
 
 Illegal input (negative or non-finite quotas, unknown keys) raises ``QuotaError`` (whose
@@ -240,6 +243,45 @@ class Rate:
         return round((value - bound) / bound * self.window_size_ms(now_ms))
 
 
+@dataclass(slots=True)
+class TokenBucket:
+    """KIP-599's token bucket (Kafka's ``TokenBucket`` stat): ``tokens`` refill at the
+    quota's rate up to a burst of ``samples * window`` worth of quota; a record takes its
+    value out; a deficit is throttled for exactly the time the refill takes
+    (``-tokens / quota``). headrace meters the byte-rate quotas with it: Kafka's sampled
+    ``Rate`` lets a client that ignores throttle_time_ms (librdkafka does) burst about ten
+    windows of quota each time its oldest sample expires and then sit muted for seconds
+    (0.6-1.14 of the quota per 20 s window), while the bucket gives the quota steadily
+    after the first burst, and never more than burst + quota * elapsed."""
+
+    samples: int = 11
+    window_ms: int = 1000
+    tokens: float | None = None  # None: full (a new client starts with the burst)
+    last_ms: int = 0
+    last_record_ms: int = 0
+
+    def _refill(self, bound: float, now_ms: int) -> float:
+        burst = bound * self.samples * self.window_ms / 1000
+        if self.tokens is None:
+            self.tokens = burst
+        else:
+            self.tokens = min(burst, self.tokens + bound * max(0, now_ms - self.last_ms) / 1000)
+        self.last_ms = now_ms
+        return self.tokens
+
+    def record(self, value: float, bound: float, now_ms: int) -> None:
+        self.last_record_ms = now_ms
+        self.tokens = self._refill(bound, now_ms) - value
+
+    def throttle_ms(self, bound: float, now_ms: int) -> int:
+        tokens = self._refill(bound, now_ms)
+        if tokens >= 0:
+            return 0
+        if bound <= 0:
+            return self.window_ms
+        return math.ceil(-tokens / bound * 1000)
+
+
 # ---------------------------------------------------------------------- precedence
 Tags = tuple[str, str]
 """Kafka's metric tags (user, client id), "" for a part not used: who shares one rate."""
@@ -345,7 +387,11 @@ class QuotaManager:
         self.window_ms = window_ms
         self.max_throttle_ms = max_throttle_ms
         self._rates: dict[Tags, Rate] = {}
+        self._buckets: dict[Tags, TokenBucket] = {}
         self._last_expiry_ms = 0
+        # the byte rates are metered by a token bucket (see TokenBucket), handler time by
+        # Kafka's sampled rate (its throttle is capped at one window anyway)
+        self.bucketed = key in (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE)
 
     @property
     def enabled(self) -> bool:
@@ -361,14 +407,29 @@ class QuotaManager:
             rate = self._rates[tags] = Rate(self.samples, self.window_ms)
         return rate
 
+    def _bucket(self, tags: Tags, now_ms: int) -> TokenBucket:
+        bucket = self._buckets.get(tags)
+        if bucket is None:
+            if now_ms - self._last_expiry_ms >= INACTIVE_SENSOR_EXPIRATION_MS // 10:
+                self._last_expiry_ms = now_ms
+                self._buckets = {t: b for t, b in self._buckets.items()
+                                 if now_ms - b.last_record_ms < INACTIVE_SENSOR_EXPIRATION_MS}
+            bucket = self._buckets[tags] = TokenBucket(self.samples, self.window_ms)
+        return bucket
+
     def record(self, user: str, client_id: str, value: float, now_ms: int) -> int:
         """Record ``value``; the throttle time in ms (0: within the quota or no quota)."""
         tags, bound = self.table.resolve(self.key, user, client_id)
         if bound is None:
             return 0
-        rate = self._rate(tags, now_ms)
-        rate.record(value, now_ms)
-        delay = rate.throttle_ms(bound, now_ms)
+        if self.bucketed:
+            bucket = self._bucket(tags, now_ms)
+            bucket.record(value, bound, now_ms)
+            delay = bucket.throttle_ms(bound, now_ms)
+        else:
+            rate = self._rate(tags, now_ms)
+            rate.record(value, now_ms)
+            delay = rate.throttle_ms(bound, now_ms)
         if self.max_throttle_ms is not None:
             delay = min(delay, self.max_throttle_ms)
         return delay
@@ -377,7 +438,10 @@ class QuotaManager:
         """Take back a recorded value (a throttled Fetch answers nothing)."""
         tags, bound = self.table.resolve(self.key, user, client_id)
         if bound is not None:
-            self._rate(tags, now_ms).record(-value, now_ms)
+            if self.bucketed:
+                self._bucket(tags, now_ms).record(-value, bound, now_ms)
+            else:
+                self._rate(tags, now_ms).record(-value, now_ms)
 
     def max_value_in_window(self, user: str, client_id: str) -> float | None:
         """Kafka's ``getMaxValueInQuotaWindow``: quota * (samples - 1) * window (a Fetch's
