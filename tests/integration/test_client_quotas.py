@@ -193,3 +193,75 @@ def test_kafka_python_sees_the_throttle_and_the_connection_is_muted(
         assert elapsed >= 2.0  # without the mute, 8 acks=1 produces take milliseconds
     finally:
         producer.close(timeout=5)
+
+
+def test_a_consumer_quota_holds_a_fetching_consumer_to_its_rate(broker: BrokerProcess) -> None:
+    """consumer_byte_rate on a client id: after the bucket's initial credit (11 windows of
+    quota), a confluent-kafka consumer reading as fast as it can gets the quota, and its
+    fetches answer throttle_time_ms (the connection muted meanwhile)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    quota = 200_000
+    topic = "fq"
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20})
+    for _ in range(4000):
+        p.produce(topic, b"x" * 1000, partition=0)
+    assert p.flush(30) == 0
+    with WireClient.to(broker.bootstrap) as w:
+        assert alter(w, 1, [([("client-id", "slow-reader")],
+                             [("consumer_byte_rate", quota, False)])]) == [OK]
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "fq-g",
+                  "client.id": "slow-reader", "enable.auto.commit": False,
+                  "fetch.max.bytes": 1_000_000, "max.partition.fetch.bytes": 1_000_000})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got = 0
+    marks: list[tuple[float, int]] = []
+    start = time.monotonic()
+    try:
+        while got < 4000 and time.monotonic() - start < 60:
+            for m in c.consume(500, 0.5):
+                if m.error() is None:
+                    got += 1
+            marks.append((time.monotonic() - start, got))
+    finally:
+        c.close()
+    assert got == 4000
+    elapsed = marks[-1][0]
+    # ~4.1 MB: 2.2 MB of credit at once, the rest at 200 kB/s: about 9.5 s
+    assert elapsed >= 6.0, marks
+    # after the credit, the rate stays near the quota
+    after = [(t, n) for t, n in marks if n >= 2600]
+    if len(after) >= 2 and after[-1][0] > after[0][0]:
+        rate = (after[-1][1] - after[0][1]) * 1000 / (after[-1][0] - after[0][0])
+        assert rate <= quota * 1.3, (rate, marks)
+
+
+def test_connection_creation_rate_per_ip(broker: BrokerProcess) -> None:
+    """connection_creation_rate on the client's IP (KIP-612): connections beyond the rate
+    are closed at once; a connection within it is served."""
+    import select
+    import socket
+
+    with WireClient.to(broker.bootstrap) as w:
+        assert alter(w, 1, [([("ip", "127.0.0.1")],
+                             [("connection_creation_rate", 2.0, False)])]) == [OK]
+    host, port = broker.bootstrap.rsplit(":", 1)
+    socks = [socket.create_connection((host, int(port)), timeout=5) for _ in range(30)]
+    closed: set[socket.socket] = set()
+    deadline = time.monotonic() + 2.0
+    try:
+        while time.monotonic() < deadline and len(closed) < len(socks):
+            ready, _, _ = select.select([s for s in socks if s not in closed], [], [],
+                                        max(0.0, deadline - time.monotonic()))
+            for s in ready:
+                try:
+                    if s.recv(1) == b"":
+                        closed.add(s)
+                except ConnectionResetError:
+                    closed.add(s)
+    finally:
+        for s in socks:
+            s.close()
+    # the sampled rate starts with (samples - 1) windows of credit: 2/s x 10 s = 20
+    # connections pass, the other 10 of the 30 are closed at once
+    assert len(closed) >= 8, len(closed)
