@@ -265,3 +265,25 @@ def test_connection_creation_rate_per_ip(broker: BrokerProcess) -> None:
     # the sampled rate starts with (samples - 1) windows of credit: 2/s x 10 s = 20
     # connections pass, the other 10 of the 30 are closed at once
     assert len(closed) >= 8, len(closed)
+
+
+def test_request_percentage_throttles_a_busy_client(broker: BrokerProcess) -> None:
+    """request_percentage (handler time, percent of one thread per second): a client id
+    allowed 0.0001 % that sends request after request gets throttle_time_ms back; another
+    client id is not throttled."""
+    with WireClient.to(broker.bootstrap) as w:  # client id "wire-test"
+        assert alter(w, 1, [([("client-id", "wire-test")],
+                             [("request_percentage", 0.0001, False)])]) == [OK]
+        meta = {"topics": None, "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False}
+        throttled = None
+        for i in range(300):  # each Metadata costs some microseconds of handler time
+            if w.request(3, 12, meta).throttle_time.total_seconds() > 0:
+                throttled = i
+                break
+    assert throttled is not None
+    from confluent_kafka.admin import AdminClient
+
+    other = AdminClient({"bootstrap.servers": broker.bootstrap, "client.id": "free"})
+    for _ in range(5):
+        assert other.list_topics(timeout=10).brokers
