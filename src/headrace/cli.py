@@ -12,33 +12,49 @@ from typing import Any
 
 import click
 
+from headrace.cli_support import EXIT_CODES_HELP, EXIT_USAGE, HeadraceGroup, parse_pair, set_verbose
 from headrace.config import BrokerConfig, ConfigError, load_properties
+
+LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                          case_sensitive=False)
+PORT = click.IntRange(0, 65535)
 
 
 def _parse_overrides(pairs: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise click.BadParameter(f"expected key=value, got {pair!r}", param_hint="-o")
-        k, v = pair.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
+    return dict(parse_pair(pair, "-o") for pair in pairs)
 
 
-@click.group()
+def _check_overrides(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+                     ) -> tuple[str, ...]:
+    _parse_overrides(value)  # a bad pair: one line, exit 2, before anything starts
+    return value
+
+
+@click.group(cls=HeadraceGroup, epilog=EXIT_CODES_HELP,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="headrace")
 @click.option("--command-config", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              envvar="HEADRACE_COMMAND_CONFIG", default=None,
+              envvar="HEADRACE_COMMAND_CONFIG", show_envvar=True, default=None,
               help="Client properties for the admin commands (as Kafka tools' "
                    "--command-config: security.protocol, sasl.mechanism, sasl.jaas.config, "
                    "ssl.truststore.location, ... or librdkafka's names).")
-def main(command_config: Path | None) -> None:
-    """headrace: a Kafka-protocol commit log in Python."""
+@click.option("-v", "--verbose", is_flag=True, envvar="HEADRACE_VERBOSE",
+              help="Show the Kafka client library's logs and, on an unexpected error, the "
+                   "traceback.")
+def main(command_config: Path | None, verbose: bool) -> None:
+    """headrace: a Kafka-protocol commit log in Python.
+
+    The admin commands find a broker with -b/--bootstrap-server HOST:PORT, else
+    $HEADRACE_BOOTSTRAP, else 127.0.0.1:9092."""
+    set_verbose(verbose)
     if command_config is not None:
         from headrace.admin_cli import CLIENT_CONFIG, client_config
-        from headrace.config import load_properties
 
-        CLIENT_CONFIG.update(client_config(load_properties(command_config)))
+        try:
+            CLIENT_CONFIG.update(client_config(load_properties(command_config)))
+        except (ConfigError, OSError, UnicodeDecodeError) as e:
+            click.echo(f"headrace: --command-config {command_config}: {e}", err=True)
+            sys.exit(EXIT_USAGE)
 
 
 @main.command()
@@ -46,15 +62,17 @@ def main(command_config: Path | None) -> None:
               help="A server.properties-style file.")
 @click.option("--data-dir", type=click.Path(path_type=Path), help="Data directory (log.dirs).")
 @click.option("--host", help="Address to listen on (default 127.0.0.1).")
-@click.option("--port", type=int, help="Port to listen on (default 9092; 0 = any free port).")
-@click.option("--node-id", "--broker-id", "node_id", type=int,
+@click.option("--port", type=PORT, help="Port to listen on (default 9092; 0 = any free port).")
+@click.option("--node-id", "--broker-id", "node_id", type=click.IntRange(min=0),
               help="Broker id (node.id, alias broker.id; default 0).")
 @click.option("--zookeeper", default=None, metavar="HOST:PORT[/chroot]",
               help="Join the cluster whose metadata is in this ZooKeeper ensemble "
                    "(zookeeper.connect; default: a single node).")
 @click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
+              callback=_check_overrides,
               help="Any broker config, e.g. -o num.partitions=4 (repeatable).")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-level", type=LOG_LEVELS, default="INFO", show_default=True,
+              help="The broker's log level.")
 def broker(
     config_file: Path | None,
     data_dir: Path | None,
@@ -69,7 +87,7 @@ def broker(
     from headrace.broker.server import Broker, StartupError
     from headrace.logging_setup import configure
 
-    configure(log_level)
+    configure(log_level.upper())
     raw: dict[str, Any] = {}
     try:
         if config_file is not None:
@@ -146,24 +164,31 @@ async def _cancel_leftover_tasks(timeout_s: float) -> None:
             timeout_s, names)
 
 
-@main.command()
-@click.option("--brokers", type=click.IntRange(1, 32), default=3, show_default=True)
+@main.group(invoke_without_command=True)
+@click.option("--brokers", type=click.IntRange(1, 32), default=3, show_default=True,
+              help="How many brokers to run.")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path("cluster-data"),
               show_default=True, help="ZooKeeper's and every broker's data under here.")
-@click.option("--port", type=int, default=9092, show_default=True,
+@click.option("--port", type=click.IntRange(1, 65535), default=9092, show_default=True,
               help="First broker's port; broker N listens on PORT+N-1.")
-@click.option("--zookeeper-port", type=int, default=2181, show_default=True)
+@click.option("--zookeeper-port", type=click.IntRange(1, 65535), default=2181,
+              show_default=True, help="ZooKeeper's client port.")
 @click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
+              callback=_check_overrides,
               help="A broker config for every broker (repeatable).")
-@click.option("--log-level", default="INFO", show_default=True)
-def cluster(brokers: int, data_dir: Path, port: int, zookeeper_port: int,
+@click.option("--log-level", type=LOG_LEVELS, default="INFO", show_default=True,
+              help="The brokers' log level.")
+@click.pass_context
+def cluster(ctx: click.Context, brokers: int, data_dir: Path, port: int, zookeeper_port: int,
             overrides: tuple[str, ...], log_level: str) -> None:
-    """Run a local cluster: a ZooKeeper and BROKERS brokers on 127.0.0.1 (Ctrl-C stops)."""
+    """Run a local cluster: a ZooKeeper and BROKERS brokers on 127.0.0.1 (Ctrl-C stops).
+    "headrace cluster info" describes a running cluster instead."""
+    if ctx.invoked_subcommand is not None:
+        return
     from headrace.cluster.local import run_local_cluster
 
-    _parse_overrides(overrides)  # a bad pair fails here, once
     sys.exit(run_local_cluster(brokers, data_dir, port, zookeeper_port, list(overrides),
-                               log_level))
+                               log_level.upper()))
 
 
 @main.command("dev-certs")
@@ -184,8 +209,10 @@ def dev_certs(directory: Path, hosts: tuple[str, ...], clients: tuple[str, ...])
 
 
 def _register_subcommands() -> None:
-    from headrace.admin_cli import groups, topics, transactions
+    from headrace.admin_cli import cluster_info, configs, groups, topics, transactions
 
+    cluster.add_command(cluster_info)
+    main.add_command(configs)
     main.add_command(topics)
     main.add_command(groups)
     main.add_command(transactions)

@@ -713,14 +713,16 @@ def run_audit_command(bootstrap: str, warehouse_dir: Path | None, topics: tuple[
 
 import click  # noqa: E402
 
+from headrace.cli_support import bootstrap_option  # noqa: E402
+
 
 @click.command("demo")
 @click.option("--duration", "duration_s", type=float, default=30.0, show_default=True,
               help="Seconds the producers run.")
 @click.option("--rate", type=click.IntRange(min=1), default=200, show_default=True,
               help="Records per second produced (activity events; sentences are a tenth).")
-@click.option("--bootstrap", default=None, metavar="HOST:PORT",
-              help="Use this broker instead of starting an embedded one.")
+@bootstrap_option(default=None,
+                  help="Use this broker instead of starting an embedded one.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the warehouse, checkpoints and embedded broker go (default: a new "
                    "temporary directory, kept).")
@@ -734,7 +736,7 @@ def demo_command(duration_s: float, rate: int, bootstrap: str | None, workdir: P
                  as_json: bool, cluster: bool) -> None:
     """Run the demo pipeline: producers -> headrace -> Spark -> warehouse, then the audit."""
     if cluster and bootstrap is not None:
-        raise click.UsageError("--cluster starts its own brokers: drop --bootstrap")
+        raise click.UsageError("--cluster starts its own brokers: drop --bootstrap-server")
     try:
         summary = run_demo(duration_s, rate, bootstrap, workdir, as_json, cluster=cluster)
     except ImportError as e:
@@ -746,8 +748,7 @@ def demo_command(duration_s: float, rate: int, bootstrap: str | None, workdir: P
 
 
 @click.command("audit")
-@click.option("--bootstrap", "--bootstrap-server", "bootstrap", default="127.0.0.1:9092",
-              show_default=True, metavar="HOST:PORT")
+@bootstrap_option()
 @click.option("--warehouse", "warehouse_dir", type=click.Path(path_type=Path), default=None,
               help="Count consumed records in this warehouse's landing table (a demo's "
                    "WORKDIR/warehouse), and check the demo's result topics, read with "

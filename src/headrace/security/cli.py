@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from headrace.admin_cli import TIMEOUT_S, _admin, _fail, _result, _table, bootstrap_option
+from headrace.cli_support import emit_json, format_option
 
 OPERATIONS = ("all", "read", "write", "create", "delete", "alter", "describe",
               "cluster_action", "describe_configs", "alter_configs", "idempotent_write")
@@ -33,11 +34,14 @@ def resource_options(fn: Any) -> Any:
         click.option("--topic", "topics", multiple=True, help="A topic (or prefix)."),
         click.option("--group", "groups", multiple=True, help="A consumer group (or prefix)."),
         click.option("--cluster", is_flag=True, help="The cluster resource."),
-        click.option("--transactional-id", "transactional_ids", multiple=True),
+        click.option("--transactional-id", "transactional_ids", multiple=True,
+                     help="A transactional id (or prefix)."),
         click.option("--resource-pattern-type", "pattern_type", default="literal",
                      show_default=True,
                      type=click.Choice(["literal", "prefixed", "any", "match"],
-                                       case_sensitive=False)),
+                                       case_sensitive=False),
+                     help="How resource names match: literal or prefixed (list and remove "
+                          "also take any and match)."),
     )):
         fn = deco(fn)
     return fn
@@ -68,16 +72,20 @@ def acls() -> None:
 
 @acls.command("add")
 @bootstrap_option
-@click.option("--allow-principal", "allow", multiple=True, metavar="User:NAME")
-@click.option("--deny-principal", "deny", multiple=True, metavar="User:NAME")
+@click.option("--allow-principal", "allow", multiple=True, metavar="User:NAME",
+              help="A principal the ACL allows (repeatable).")
+@click.option("--deny-principal", "deny", multiple=True, metavar="User:NAME",
+              help="A principal the ACL denies (repeatable).")
 @click.option("--operation", "operations", multiple=True, required=True,
-              type=click.Choice(OPERATIONS, case_sensitive=False))
+              type=click.Choice(OPERATIONS, case_sensitive=False),
+              help="An operation (repeatable).")
 @click.option("--host", "hosts", multiple=True, help="Default: every host (*).")
 @resource_options
 def acls_add(bootstrap: str, allow: tuple[str, ...], deny: tuple[str, ...],
              operations: tuple[str, ...], hosts: tuple[str, ...], topics: tuple[str, ...],
              groups: tuple[str, ...], cluster: bool, transactional_ids: tuple[str, ...],
              pattern_type: str) -> None:
+    """Add ACLs: each principal, operation, host and resource named."""
     from confluent_kafka.admin import (  # type: ignore[attr-defined]
         AclBinding,
         AclPermissionType,
@@ -126,11 +134,14 @@ def _describe(b: Any) -> str:
 
 @acls.command("list")
 @bootstrap_option
-@click.option("--principal", default=None, metavar="User:NAME")
+@click.option("--principal", default=None, metavar="User:NAME",
+              help="Only this principal's ACLs.")
 @resource_options
+@format_option
 def acls_list(bootstrap: str, principal: str | None, topics: tuple[str, ...],
               groups: tuple[str, ...], cluster: bool, transactional_ids: tuple[str, ...],
-              pattern_type: str) -> None:
+              pattern_type: str, fmt: str) -> None:
+    """The ACLs matching the options (none: every ACL)."""
     resources = _resources(topics, groups, cluster, transactional_ids)
     default_pattern = "any" if pattern_type == "literal" and not resources else pattern_type
     admin = _admin(bootstrap)
@@ -140,16 +151,23 @@ def acls_list(bootstrap: str, principal: str | None, topics: tuple[str, ...],
         for b in _result(admin.describe_acls(flt, request_timeout=TIMEOUT_S)):
             rows.append((f"{b.restype.name}:{b.name}", b.resource_pattern_type.name,
                          b.principal, b.host, b.operation.name, b.permission_type.name))
+    if fmt == "json":
+        emit_json([dict(zip(("resource", "pattern", "principal", "host", "operation",
+                             "permission"), r, strict=True)) for r in rows[1:]])
+        return
     _table(rows)
 
 
 @acls.command("remove")
 @bootstrap_option
-@click.option("--allow-principal", "allow", multiple=True, metavar="User:NAME")
-@click.option("--deny-principal", "deny", multiple=True, metavar="User:NAME")
+@click.option("--allow-principal", "allow", multiple=True, metavar="User:NAME",
+              help="Only this principal's allowing ACLs (repeatable).")
+@click.option("--deny-principal", "deny", multiple=True, metavar="User:NAME",
+              help="Only this principal's denying ACLs (repeatable).")
 @click.option("--operation", "operations", multiple=True,
-              type=click.Choice(OPERATIONS, case_sensitive=False))
-@click.option("--host", "hosts", multiple=True)
+              type=click.Choice(OPERATIONS, case_sensitive=False),
+              help="Only ACLs of this operation (repeatable).")
+@click.option("--host", "hosts", multiple=True, help="Only ACLs of this host (repeatable).")
 @resource_options
 def acls_remove(bootstrap: str, allow: tuple[str, ...], deny: tuple[str, ...],
                 operations: tuple[str, ...], hosts: tuple[str, ...], topics: tuple[str, ...],
@@ -181,12 +199,14 @@ def users() -> None:
 @bootstrap_option
 @click.argument("user")
 @click.option("--mechanism", default="SCRAM-SHA-512", show_default=True,
-              type=click.Choice(MECHANISMS))
+              type=click.Choice(MECHANISMS), help="The SCRAM mechanism.")
 @click.option("--password", default=None,
               help="Default: $HEADRACE_PASSWORD, or asked for on the terminal.")
-@click.option("--iterations", type=int, default=4096, show_default=True)
+@click.option("--iterations", type=click.IntRange(4096, 16384), default=4096,
+              show_default=True, help="PBKDF2 iterations (Kafka's bounds).")
 def users_add(bootstrap: str, user: str, mechanism: str, password: str | None,
               iterations: int) -> None:
+    """Add a SCRAM user, or set a user's password for a mechanism."""
     from confluent_kafka.admin import (  # type: ignore[attr-defined]
         ScramCredentialInfo,
         ScramMechanism,
@@ -208,7 +228,9 @@ def users_add(bootstrap: str, user: str, mechanism: str, password: str | None,
 @users.command("list")
 @bootstrap_option
 @click.argument("names", nargs=-1)
-def users_list(bootstrap: str, names: tuple[str, ...]) -> None:
+@format_option
+def users_list(bootstrap: str, names: tuple[str, ...], fmt: str) -> None:
+    """SCRAM users with their mechanisms and iterations (NAMES: only those)."""
     admin = _admin(bootstrap)
     fut = admin.describe_user_scram_credentials(list(names) or None,
                                                 request_timeout=TIMEOUT_S)
@@ -217,6 +239,9 @@ def users_list(bootstrap: str, names: tuple[str, ...]) -> None:
     for user in sorted(described):
         for info in described[user].scram_credential_infos:
             rows.append((user, info.mechanism.name.replace("_", "-"), info.iterations))
+    if fmt == "json":
+        emit_json([{"user": r[0], "mechanism": r[1], "iterations": r[2]} for r in rows[1:]])
+        return
     _table(rows)
 
 
@@ -226,6 +251,7 @@ def users_list(bootstrap: str, names: tuple[str, ...]) -> None:
 @click.option("--mechanism", "mechanisms", multiple=True, type=click.Choice(MECHANISMS),
               help="Default: every mechanism the user has.")
 def users_remove(bootstrap: str, user: str, mechanisms: tuple[str, ...]) -> None:
+    """Remove a SCRAM user's credentials."""
     from confluent_kafka.admin import (  # type: ignore[attr-defined]
         ScramMechanism,
         UserScramCredentialDeletion,
@@ -247,16 +273,15 @@ def users_remove(bootstrap: str, user: str, mechanisms: tuple[str, ...]) -> None
 
 # ---------------------------------------------------------------- client quotas
 # confluent-kafka's AdminClient (2.16) has no client quota API: DescribeClientQuotas (48) and
-# AlterClientQuotas (49) v1 go over the project's own wire client, as ``transactions`` does
-# (PLAINTEXT listeners only).
+# AlterClientQuotas (49) v1 go over the project's own wire client, as ``transactions`` does,
+# with --command-config's TLS and SASL (headrace.admin_wire).
 def _quota_request(bootstrap: str, api_key: int, body: dict[str, Any]) -> Any:
     from headrace.admin_cli import _broker_request
+    from headrace.cli_support import check_reachable, parse_bootstrap
 
-    first = bootstrap.split(",")[0].strip()
-    host, sep, port = first.rpartition(":")
-    if not sep or not port.isdigit():
-        _fail(f"--bootstrap-server {bootstrap!r} is not HOST:PORT")
-    return _broker_request(host.strip("[]"), int(port), api_key, 1, body)
+    check_reachable(bootstrap)
+    host, port = parse_bootstrap(bootstrap)[0]
+    return _broker_request(host, port, api_key, 1, body)
 
 
 def entity_options(fn: Any) -> Any:
@@ -317,11 +342,13 @@ def quotas() -> None:
 @click.option("--add-config", "add", default="", metavar="K=V,K=V",
               help="producer_byte_rate, consumer_byte_rate, request_percentage, "
                    "controller_mutation_rate; connection_creation_rate for --ip.")
-@click.option("--delete-config", "delete", default="", metavar="K,K")
-@click.option("--validate-only", is_flag=True)
+@click.option("--delete-config", "delete", default="", metavar="K,K",
+              help="Quotas to remove.")
+@click.option("--validate-only", is_flag=True, help="Check the change; store nothing.")
 def quotas_set(bootstrap: str, user: str | None, user_default: bool, client_id: str | None,
                client_default: bool, ip: str | None, ip_default: bool, add: str,
                delete: str, validate_only: bool) -> None:
+    """Set (or remove) quotas of a user, a client id, both, or an IP."""
     entity = _entity(user, user_default, client_id, client_default, ip, ip_default)
     if not entity:
         raise click.UsageError("name an entity: --user/--user-default, "
@@ -356,9 +383,10 @@ def quotas_set(bootstrap: str, user: str | None, user_default: bool, client_id: 
 @entity_options
 @click.option("--strict", is_flag=True,
               help="Only entities with exactly the types named (Kafka's strict match).")
+@format_option
 def quotas_describe(bootstrap: str, user: str | None, user_default: bool,
                     client_id: str | None, client_default: bool, ip: str | None,
-                    ip_default: bool, strict: bool) -> None:
+                    ip_default: bool, strict: bool, fmt: str) -> None:
     """The quotas of every entity the options match (none: every entity)."""
     from kio.schema.errors import ErrorCode
 
@@ -369,6 +397,11 @@ def quotas_describe(bootstrap: str, user: str | None, user_default: bool,
     if resp.error_code != ErrorCode.none:
         _fail(f"{ErrorCode(resp.error_code).name.upper()}"
               f"{': ' + resp.error_message if resp.error_message else ''}")
+    if fmt == "json":
+        emit_json([{"entity": {e.entity_type: e.entity_name for e in entry.entity},
+                    "quotas": {v.key: v.value for v in entry.values}}
+                   for entry in resp.entries or ()])
+        return
     for entry in resp.entries or ():
         values = ", ".join(f"{v.key}={v.value}" for v in entry.values)
         click.echo(f"Quota configs for {_describe_entity(entry.entity)} are {values}")
@@ -381,6 +414,7 @@ def quotas_describe(bootstrap: str, user: str | None, user_default: bool,
               help="Default: every quota the entity has.")
 def quotas_remove(bootstrap: str, user: str | None, user_default: bool, client_id: str | None,
                   client_default: bool, ip: str | None, ip_default: bool, keys: str) -> None:
+    """Remove quotas of an entity (default: all of them)."""
     entity = _entity(user, user_default, client_id, client_default, ip, ip_default)
     if not entity:
         raise click.UsageError("name an entity to remove the quotas of")
