@@ -98,6 +98,7 @@ def broker(
             if value is not None:
                 raw[key] = str(value)
         config = BrokerConfig.from_mapping(raw)
+        config.listeners()  # listeners, TLS files, SASL settings: refused before anything
     except (ConfigError, OSError) as e:
         click.echo(f"headrace: invalid configuration: {e}", err=True)
         sys.exit(2)

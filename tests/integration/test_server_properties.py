@@ -242,14 +242,16 @@ def test_kafka_39_kraft_server_properties_starts_a_broker(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(("lines", "message"), [
-    (["listeners=SSL://:9093"],
-     "listeners: listener SSL uses SSL; headrace serves PLAINTEXT only"),
+    # a TLS listener needs its key and certificate; a SASL inter-broker listener needs the
+    # credentials brokers use with each other; two listeners on one port
+    (["listeners=SSL://:9093"], "listener SSL uses TLS: give ssl.keystore.location"),
     (["listeners=INTERNAL://:9093",
       "listener.security.protocol.map=INTERNAL:SASL_PLAINTEXT"],
-     "listeners: listener INTERNAL uses SASL_PLAINTEXT; headrace serves PLAINTEXT only"),
-    (["listeners=PLAINTEXT://:9092,OTHER://:9093",
-      "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,OTHER:PLAINTEXT"],
-     "listeners: headrace serves one client listener, got PLAINTEXT, OTHER"),
+     "the inter-broker listener needs username= and password="),
+    (["listeners=PLAINTEXT://:9092,OTHER://:9092",
+      "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,OTHER:PLAINTEXT",
+      "inter.broker.listener.name=OTHER"],
+     "port 9092 is used by two listeners"),
     (["listeners=PLAINTEXT://:9092x"], "is not NAME://HOST:PORT"),
     (["num.partiton=4"], "num.partiton: unknown configuration"),
 ])
