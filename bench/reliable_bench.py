@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import sys
 import tempfile
 import threading
@@ -37,6 +38,12 @@ from headrace.reliable import (
     TupleTracker,
 )
 from headrace.reliable.topology import Batch
+
+
+def spread(values: list[float]) -> str:
+    """``median (min-max)`` of records/s figures."""
+    return (f"{statistics.median(values):10,.0f} records/s "
+            f"({min(values):,.0f}-{max(values):,.0f})")
 
 
 def per_record_us(label: str, n: int, fn: Any) -> float:
@@ -192,7 +199,8 @@ def plain_consumer(bootstrap: str, topic: str, n: int) -> float:
     from confluent_kafka import Consumer
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"plain-{uuid.uuid4().hex[:6]}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": True})
+                  "auto.offset.reset": "earliest", "enable.auto.commit": True,
+                  "fetch.queue.backoff.ms": 10})  # as ReliableConsumer sets it
     c.subscribe([topic])
     got = 0
     t0 = None
@@ -209,8 +217,8 @@ def plain_consumer(bootstrap: str, topic: str, n: int) -> float:
 
 def reliable_consumer(bootstrap: str, topic: str, n: int, lanes: int, kind: str) -> float:
     count = [0]
+    hits: list[None] = []  # per-record handlers append (atomic, no lock): the no-op's work
     lock = threading.Lock()
-    done = threading.Event()
     first: list[float] = []
 
     def seen(k: int) -> None:
@@ -218,19 +226,24 @@ def reliable_consumer(bootstrap: str, topic: str, n: int, lanes: int, kind: str)
             if not first:
                 first.append(time.perf_counter())
             count[0] += k
-            if count[0] >= n:
-                done.set()
 
     def noop_batch(batch: Batch) -> None:
         seen(len(batch))
 
     def noop_basic(_item: Item, _out: Any) -> None:
-        seen(1)
+        if not first:
+            seen(0)
+        hits.append(None)
 
     def io_basic(item: Item, _out: Any) -> None:
+        if not first:
+            seen(0)
         if item.source.offset % 100 == 0:
             time.sleep(0.001)  # the handler's I/O (e.g. a database call), not a wait
-        seen(1)
+        hits.append(None)
+
+    def done() -> bool:
+        return count[0] + len(hits) >= n
 
     topology = (Topology().batch_bolt("noop", noop_batch, lanes) if kind == "batch" else
                 Topology().basic_bolt("noop", noop_basic if kind == "basic" else io_basic,
@@ -240,7 +253,7 @@ def reliable_consumer(bootstrap: str, topic: str, n: int, lanes: int, kind: str)
                            "auto.offset.reset": "earliest"}, [topic], topology,
                           offset_commit_period_ms=200, max_uncommitted_offsets=50_000)
     try:
-        while not done.is_set():
+        while not done():
             rc.poll_once()
         deadline = time.monotonic() + 30  # everything handled: wait for the last settle
         while rc.spout.num_pending_roots and time.monotonic() < deadline:
@@ -258,12 +271,15 @@ def reliable_consumer(bootstrap: str, topic: str, n: int, lanes: int, kind: str)
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bootstrap", default=None)
-    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--pure-records", type=int, default=200_000)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--lanes", default="1,2,4")
+    ap.add_argument("--lanes", default="0,1,2,4",
+                    help="0: the stage runs on the polling thread (parallelism=0)")
     ap.add_argument("--kinds", default="batch,basic,io")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs per measurement: the median is printed, then min-max")
     ap.add_argument("--no-pure", action="store_true")
     args = ap.parse_args()
     print(f"python {sys.version.split()[0]}")
@@ -281,17 +297,26 @@ def main() -> None:
     try:
         topic = f"bench-reliable-{uuid.uuid4().hex[:6]}"
         fill(bootstrap, topic, args.records, args.partitions, args.size)
-        plain = plain_consumer(bootstrap, topic, args.records)
-        print(f"{'plain confluent-kafka consumer (consume(500))':58} {plain:10,.0f} records/s")
+        plain_consumer(bootstrap, topic, args.records)  # warm-up (the broker's first reads)
+        plains = [plain_consumer(bootstrap, topic, args.records) for _ in range(args.repeat)]
+        print(f"{'plain confluent-kafka consumer (consume(500))':58} {spread(plains)}")
         labels = {"batch": "no-op batch bolt", "basic": "no-op basic bolt",
                   "io": "basic bolt, 1 ms I/O per 100 records"}
+        results: list[tuple[str, float]] = []
         for kind in args.kinds.split(","):
             for lanes in (int(x) for x in args.lanes.split(",")):
-                rel = reliable_consumer(bootstrap, topic, args.records, lanes, kind)
-                print(f"{f'ReliableConsumer, {labels[kind]}, {lanes} lane(s)':58} "
-                      f"{rel:10,.0f} records/s ({rel / plain:.0%} of plain)")
-        plain = plain_consumer(bootstrap, topic, args.records)
-        print(f"{'plain confluent-kafka consumer again':58} {plain:10,.0f} records/s")
+                rels = [reliable_consumer(bootstrap, topic, args.records, lanes, kind)
+                        for _ in range(args.repeat)]
+                label = f"ReliableConsumer, {labels[kind]}, {lanes} lane(s)"
+                print(f"{label:58} {spread(rels)}")
+                results.append((label, statistics.median(rels)))
+        again = [plain_consumer(bootstrap, topic, args.records) for _ in range(args.repeat)]
+        print(f"{'plain confluent-kafka consumer again':58} {spread(again)}")
+        plain = statistics.median(plains + again)
+        print(f"median of the reliable runs / median of all {len(plains + again)} plain runs "
+              f"({plain:,.0f} records/s):")
+        for label, rel in results:
+            print(f"  {label:56} {rel / plain:6.0%}")
     finally:
         if broker is not None:
             broker.stop()

@@ -381,12 +381,15 @@ def test_cooperative_rebalance_in_flight_commits_only_acked_and_keeps_the_rest(
           f"{len(rows) - len(seen)} re-processed of {len(seen)}")
 
 
-@pytest.mark.parametrize("kind", ["batch", "async"])
+@pytest.mark.parametrize("kind", ["batch", "async", "batch-inline", "async-inline",
+                                  "basic-inline", "basic-emit"])
 def test_batch_and_async_bolts_retry_a_failed_record_and_commit_to_the_end(
         group_broker: BrokerProcess, kind: str) -> None:
     """Issue 14: a batch bolt fails one record of its batch (``batch.fail``), an async bolt
-    raises for it; that record alone is retried, every record is done, commits reach the
-    end."""
+    raises for it; a basic bolt emits each record to a second stage that raises for it
+    (the root's tree grows from an item the lane made without registering it); that record
+    alone is retried, every record is done, commits reach the end. ``-inline``: the first
+    stage runs on the polling thread (``parallelism=0``)."""
     import asyncio
 
     from headrace.reliable import Batch, Item, ReliableConsumer, Topology
@@ -410,8 +413,22 @@ def test_batch_and_async_bolts_retry_a_failed_record_and_commit_to_the_end(
         if v == "v7" and seen[v] == 1:
             raise ValueError("first attempt fails")
 
-    topology = (Topology().batch_bolt("b", on_batch, 2) if kind == "batch"
-                else Topology().async_bolt("a", on_item, 2, concurrency=8))
+    def split(item: Item, out: Any) -> None:
+        out.emit((item.source.value.decode(),))
+
+    def sink(item: Item, _out: Any) -> None:
+        v = item.values[0]
+        seen[v] += 1
+        if v == "v7" and seen[v] == 1:
+            raise ValueError("first attempt fails")
+
+    lanes = 0 if kind.endswith("-inline") else 2
+    if kind.startswith("batch"):
+        topology = Topology().batch_bolt("b", on_batch, lanes)
+    elif kind.startswith("async"):
+        topology = Topology().async_bolt("a", on_item, lanes, concurrency=8)
+    else:
+        topology = Topology().basic_bolt("split", split, lanes).basic_bolt("sink", sink, 2)
     rc = ReliableConsumer({"bootstrap.servers": group_broker.bootstrap, "group.id": group,
                            "auto.offset.reset": "earliest", **GROUP_TIMEOUTS}, [topic],
                           topology, offset_commit_period_ms=50, retry_backoff_ms=10)

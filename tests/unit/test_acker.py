@@ -284,3 +284,52 @@ def test_memory_per_root_is_fixed_whatever_the_tree_size() -> None:
     large = _bytes_per_root(300, 100)
     assert small < 260, small
     assert large < 260, large
+
+
+@pytest.mark.parametrize("fast_ids", [False, True])
+def test_emit_many_and_ack_many_complete_a_fan_out_exactly_when_every_item_is_acked(
+        fast_ids: bool) -> None:
+    """Issue 14's bulk paths: ``emit_many`` from a batch root and from a child, and
+    ``ack_many`` (one combined acker update per root): the root completes with the last ack,
+    not one earlier, whatever the order; with the default id pool (``many``) too."""
+    from headrace.reliable import ReliableSpout, SpoutConfig, TopicPartition
+    from headrace.reliable.tuples import fast_random_id
+
+    rng = random.Random(7)
+    tp = TopicPartition("t", 0)
+    spout = ReliableSpout(SpoutConfig(), 0, id_source=fast_random_id if fast_ids
+                          else (lambda: rng.getrandbits(64) or 1))
+    spout.assigned(tp, 0)
+    batch = spout.on_batch(tp, range(3), 0)
+    assert batch is not None
+    root = batch.item(1)
+    kids = spout.tracker.emit_many([("a",), ("b",), ("c",)], root)
+    grandkids = spout.tracker.emit_many([("x",), ("y",)], kids[0])
+    assert all(k.root_ids == (batch.root_id(1),) for k in kids + grandkids)
+    spout.ack_batch(batch, 0)  # roots 0 and 2 complete; root 1's tree is pending
+    assert spout.num_pending_roots == 1
+    items = [*kids, *grandkids]
+    rng.shuffle(items)
+    spout.ack_many(items[:-1], 0)
+    assert spout.num_pending_roots == 1
+    with pytest.raises(ReliableUsageError):
+        spout.ack_many([items[-1], items[0]], 0)  # one is already acked: nothing changes
+    assert items[-1].state.value == "pending" and spout.num_pending_roots == 1
+    spout.ack_many([items[-1]], 0)
+    assert spout.num_pending_roots == 0
+    assert spout.committable() == {tp: 3}
+    with pytest.raises(ReliableUsageError):
+        spout.tracker.emit_many([("z",)], kids[1])
+
+
+def test_only_the_first_stage_may_run_on_the_polling_thread() -> None:
+    from headrace.reliable import Topology
+
+    def noop(_item: Item, _out: object) -> None:
+        return None
+
+    Topology().basic_bolt("a", noop, 0).basic_bolt("b", noop, 1)
+    with pytest.raises(ValueError):
+        Topology().basic_bolt("a", noop, 1).basic_bolt("b", noop, 0)
+    with pytest.raises(ValueError):
+        Topology().basic_bolt("a", noop, -1)
