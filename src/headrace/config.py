@@ -289,6 +289,11 @@ BROKER_CONFIGS = _defs(
               "Attempts of a controlled shutdown.", at_least=0),
     ConfigDef("controlled.shutdown.retry.backoff.ms", "long", 5_000,
               "Pause between controlled shutdown attempts.", at_least=0),
+    # issue 13: the Prometheus endpoint (broker/metrics.py)
+    ConfigDef("metrics.port", "int", 0, "Port of the Prometheus endpoint (/metrics, /health, "
+              "/ready); 0: no endpoint.", at_least=0),
+    ConfigDef("metrics.host", "string", "", "Address of the Prometheus endpoint "
+              "(default: host)."),
 )
 
 # Kafka's older names accepted as aliases (ZooKeeper-mode server.properties).

@@ -341,6 +341,10 @@ class ClusterNode:
         if state.zk_version >= 0 and 0 <= state.zk_version < old.zk_version:
             return
         new_epoch = state.leader_epoch != old.leader_epoch
+        if old.leader == state.leader == self.node_id and not p.isr_change_in_flight:
+            # the controller changed the ISR of a partition led here (one written by this
+            # broker is counted in _change_isr)
+            self.broker.metrics.isr_changed(len(old.isr), len(state.isr))
         p.state = replace(state, replicas=list(state.replicas), isr=list(state.isr))
         if self.fenced:
             return
@@ -426,6 +430,7 @@ class ClusterNode:
                     or p.state.zk_version > version):
                 return
             p.state = replace(new, zk_version=version)
+            self.broker.metrics.isr_changed(len(acted.isr), len(p.state.isr))
             log.debug("ISR of %s: %s -> %s (%s)", p.tp, acted.isr, p.state.isr, why)
             self._isr_changes.append(f"{p.tp}: {acted.isr} -> {p.state.isr} ({why})")
             if len(self._isr_changes) == 1:

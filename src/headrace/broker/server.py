@@ -46,6 +46,7 @@ from headrace.broker.fetch_sessions import FetchSessionCache
 from headrace.broker.group_service import GroupService
 from headrace.broker.handlers import HANDLERS, RequestContext
 from headrace.broker.memory_pool import ConnectionQuotas, LogPacer, MemoryPool, idle_connections
+from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.replica_manager import ReplicaManager
 from headrace.broker.topics import TopicAdmin
 from headrace.broker.txn_service import TxnService
@@ -599,6 +600,7 @@ class Connection(asyncio.Protocol):
             )
             return None
         ctx = RequestContext(header, self.peer, self.principal, self.listener)
+        started = time.monotonic()
         req_body = request.body
         room = self.broker.response_room_left()
         if header.api_key == _FETCH and room is not None and req_body.max_bytes > room:
@@ -626,6 +628,8 @@ class Connection(asyncio.Protocol):
             log.debug("traceback of the failure above", exc_info=True)
             self.close()
             return None
+        finally:
+            self.broker.metrics.request_done(h.name, header.api_version, started)
 
     async def _sasl(self, header: Any, body: Any) -> list[bytes | memoryview] | None:
         """SaslHandshake (v1) and SaslAuthenticate on a SASL listener, in order; again
@@ -852,6 +856,7 @@ class Broker:
         from headrace.broker.quotas import ClientQuotas
 
         self.client_quotas = ClientQuotas(self)  # client quotas from the metadata store
+        self.metrics = BrokerMetrics(self)  # issue 13: served if metrics.port is set
 
     def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
         """The user's stored SCRAM credential for the mechanism ("SCRAM-SHA-256" or
@@ -1099,7 +1104,26 @@ class Broker:
         self._server = self._servers[self.inter_broker.listener]
 
     async def start(self) -> None:
-        """Recover logs, then listen. Raises StartupError with a clear message."""
+        """Serve metrics (if ``metrics.port`` is set: /health answers during recovery),
+        recover logs, then listen. Raises StartupError with a clear message."""
+        metrics_port = int(self.config["metrics.port"])
+        if metrics_port:
+            host = str(self.config["metrics.host"]) or self.host
+            try:
+                await self.metrics.start(host, metrics_port)
+            except OSError as e:
+                self.replicas.close()
+                self.metadata.close()
+                self._dir_lock.release()
+                raise StartupError(f"cannot serve metrics on {host}:{metrics_port} "
+                                   f"(metrics.port): {e.strerror}") from None
+        try:
+            await self._start()
+        except BaseException:
+            await self.metrics.stop()
+            raise
+
+    async def _start(self) -> None:
         loop = asyncio.get_running_loop()
         self._previous_exception_handler = loop.get_exception_handler()
         loop.set_exception_handler(self._loop_exception)
@@ -1260,6 +1284,7 @@ class Broker:
         self.metadata.close()
         self._dir_lock.release()
         asyncio.get_running_loop().set_exception_handler(self._previous_exception_handler)
+        await self.metrics.stop()
         log.info("headrace broker %d stopped", self.node_id)
 
     async def serve_forever(self, stop: asyncio.Event) -> None:

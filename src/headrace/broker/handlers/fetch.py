@@ -314,6 +314,12 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 plan = _session_plan(broker, session, set(), replica_id, by_id, False)
             topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id,
                                                  replica_id, first=False)
+    if replica_id < 0:  # BytesOutPerSec: consumers' reads, per topic (not per record)
+        for (_, asked), (_, out) in zip(plan.entries, topics, strict=True):
+            size = sum(fp.records_size for fp in out)
+            if size:
+                name = next(tp.topic for tp, _, _ in asked if tp is not None)
+                broker.metrics.fetched(name, size)
     if session is None:
         return encode_fetch_body(ctx.api_version, 0, 0, 0, topics)
     # what this response tells the follower becomes the session's memory; an incremental

@@ -147,6 +147,8 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 )
                 continue
             broker.replicas.wake(tp)
+            broker.metrics.produced(topic.name, len(records),
+                                    res.last_offset - res.first_offset + 1)
             entry = _partition_result(
                 index, ErrorCode.none, res.first_offset, res.log_append_time_ms,
                 res.log_start_offset,
@@ -158,7 +160,11 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     if acks == 0:
         return None
     if waits:
-        await _await_replication(waits, timeout_ms)
+        broker.metrics.delayed_produce += 1  # kafka's produce purgatory size
+        try:
+            await _await_replication(waits, timeout_ms)
+        finally:
+            broker.metrics.delayed_produce -= 1
     return ctx.response(
         {
             "responses": [

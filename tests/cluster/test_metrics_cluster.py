@@ -1,0 +1,114 @@
+"""Metrics of a 3-broker cluster (issue 13): exactly one broker reports an active
+controller, every broker is ready, and a killed follower shows on its leader as an
+under-replicated partition and an ISR shrink, then an ISR expansion when it is back.
+
+The module's own cluster: each broker serves metrics on a port of its own.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.brokerproc import wait_until
+from tests.clusterproc import Cluster, free_port
+from tests.zk import zookeeper  # noqa: F401  (the module's ZooKeeper server)
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
+            ) -> Iterator[Cluster]:
+    root: Path = tmp_path_factory.mktemp("cluster")
+    chroot = f"/headrace-{uuid.uuid4().hex[:8]}"
+    c = Cluster(root, zookeeper.connect_string + chroot, 3,
+                {"auto.leader.rebalance.enable": "false"})
+    for b in c.brokers.values():
+        b.overrides["metrics.port"] = str(free_port())
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+    for b in c.brokers.values():
+        (root / f"broker-{b.broker_id}.log").write_text("".join(b.log))
+        assert not any("Traceback" in line for line in b.log), "".join(b.log)[-5000:]
+
+
+def _get(broker_port: str, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{broker_port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def metric(cluster: Cluster, broker_id: int, name: str) -> float:
+    """The value of a label-less sample of broker ``broker_id``."""
+    status, text = _get(cluster.brokers[broker_id].overrides["metrics.port"], "/metrics")
+    assert status == 200, text
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and not s.labels:
+                return float(s.value)
+    raise AssertionError(f"{name} not scraped from broker {broker_id}")
+
+
+def _one_active_controller(cluster: Cluster) -> list[int] | None:
+    live = [i for i, b in cluster.brokers.items() if b.alive]
+    active = [i for i in live
+              if metric(cluster, i, "kafka_controller_kafkacontroller_activecontrollercount")]
+    return active if len(active) == 1 else None
+
+
+def test_one_active_controller_and_every_broker_ready(cluster: Cluster) -> None:
+    wait_until(lambda: _one_active_controller(cluster), 30, 0.2, "one active controller")
+    for b in cluster.brokers.values():
+        wait_until(lambda b=b: _get(b.overrides["metrics.port"], "/ready")[0] == 200, 30,
+                   0.2, f"broker {b.broker_id} ready")
+        assert _get(b.overrides["metrics.port"], "/health")[0] == 200
+
+
+def test_killed_follower_is_under_replicated_and_shrinks_the_isr(cluster: Cluster) -> None:
+    topic = f"mc-{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, 1, 3)
+    cluster.wait_isr(topic, 0, lambda isr: len(isr) == 3)
+    leader = cluster.wait_leader(topic, 0)
+    p = Producer({"bootstrap.servers": cluster.live_bootstrap(), "acks": "all"})
+    for i in range(50):
+        p.produce(topic, value=b"%d" % i)
+    assert p.flush(20) == 0
+    follower = next(i for i in cluster.brokers if i != leader)
+    wait_until(lambda: metric(cluster, leader,
+                              "kafka_server_replicamanager_underreplicatedpartitions") == 0,
+               30, 0.2, "nothing under-replicated")
+    shrinks = metric(cluster, leader, "kafka_server_replicamanager_isrshrinks_total")
+    expands = metric(cluster, leader, "kafka_server_replicamanager_isrexpands_total")
+
+    cluster.brokers[follower].kill()
+    wait_until(lambda: metric(cluster, leader,
+                              "kafka_server_replicamanager_underreplicatedpartitions") >= 1,
+               60, 0.2, "an under-replicated partition on the leader")
+    assert metric(cluster, leader, "kafka_server_replicamanager_isrshrinks_total") > shrinks
+    wait_until(lambda: _one_active_controller(cluster), 30, 0.2, "one active controller")
+    active = _one_active_controller(cluster)
+    assert active is not None
+    # a follower down takes no partition offline
+    assert metric(cluster, active[0],
+                  "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+
+    cluster.brokers[follower].start()
+    wait_until(lambda: metric(cluster, leader,
+                              "kafka_server_replicamanager_underreplicatedpartitions") == 0,
+               60, 0.2, "the follower back in the ISR")
+    assert metric(cluster, leader, "kafka_server_replicamanager_isrexpands_total") > expands
+    wait_until(lambda: _get(cluster.brokers[follower].overrides["metrics.port"],
+                            "/ready")[0] == 200, 30, 0.2, "the restarted follower ready")
