@@ -363,3 +363,24 @@ def test_a_million_small_records_each_way_within_a_minute(broker: BrokerProcess,
     print(f"\nproduce: {n} records in {produce_s:.1f} s ({n / produce_s:,.0f}/s); "
           f"consume: {consume_s:.1f} s ({n / consume_s:,.0f}/s) (each with process start)")
     assert produce_s < 60 and consume_s < 60
+
+
+def test_readme_examples(broker: BrokerProcess) -> None:
+    """The README's console section's commands, as written (HEADRACE_BOOTSTRAP set)."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("### Producing and consuming from the shell", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line for line in block.splitlines() if line.strip()]
+    assert len(commands) == 3
+    env = {**os.environ, "HEADRACE_BOOTSTRAP": broker.bootstrap,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    outs = []
+    for command in commands:
+        r = subprocess.run(["bash", "-c", f"set -o pipefail; {command}"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (command, r.stderr)
+        outs.append(r.stdout)
+    assert outs[1].splitlines() == ["0:0 user1=hello [source:shell]",
+                                    "0:1 user2=world [source:shell]"]
+    rows = [json.loads(x) for x in outs[2].splitlines()]
+    assert [(r["key"], r["value"]) for r in rows] == [("user1", "hello"), ("user2", "world")]
