@@ -547,11 +547,17 @@ def _consume(topic: str, bootstrap: str, conf: dict[str, Any], group: str | None
         at_end: set[int] = set()
         assigned: set[int] = set()
         if group is not None and not partitions:
+            overridden: set[int] = set()
+
             def on_assign(c: Any, tps: list[Any]) -> None:
                 assigned.update(tp.partition for tp in tps)
-                if kind != "default":  # --offset overrides the committed offsets
-                    c.assign(_start_offsets(c, topic, [tp.partition for tp in tps], kind,
-                                            value))
+                # --offset overrides the committed offsets once per partition: after a
+                # rebalance the group resumes from what this run committed
+                fresh = [tp.partition for tp in tps if tp.partition not in overridden]
+                if kind != "default" and fresh:
+                    overridden.update(fresh)
+                    c.assign([tp for tp in tps if tp.partition not in fresh]
+                             + _start_offsets(c, topic, fresh, kind, value))
 
             def on_revoke(_c: Any, tps: list[Any]) -> None:
                 assigned.difference_update(tp.partition for tp in tps)
