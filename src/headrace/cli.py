@@ -227,6 +227,10 @@ def _register_subcommands() -> None:
 
     main.add_command(demo_command)
     main.add_command(audit_command)
+    from headrace.console import consume_command, produce_command
+
+    main.add_command(produce_command)
+    main.add_command(consume_command)
 
 
 _register_subcommands()
