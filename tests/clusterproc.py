@@ -159,6 +159,16 @@ class Cluster:
             except RuntimeError:
                 b.kill()
 
+    def keep_logs(self, root: Path) -> None:
+        """Every broker's whole log kept beside its data (read it after a failure); then a
+        traceback in a broker's log fails the test (a bug, whatever the faults were)."""
+        for b in self.brokers.values():
+            (root / f"broker-{b.broker_id}.log").write_text("".join(b.log))
+        for b in self.brokers.values():
+            bad = [i for i, line in enumerate(b.log) if "Traceback" in line]
+            assert not bad, f"broker {b.broker_id} logged a traceback:\n" + "".join(
+                b.log[max(bad[0] - 10, 0):bad[0] + 50])
+
     def kill_all(self) -> None:
         for b in self.brokers.values():
             b.kill()

@@ -28,14 +28,7 @@ def cluster(zookeeper, tmp_path_factory: pytest.TempPathFactory,  # noqa: F811
         yield c
     finally:
         c.stop()
-    # every broker's whole log kept beside its data (read it after a failure)
-    for b in c.brokers.values():
-        (root / f"broker-{b.broker_id}.log").write_text("".join(b.log))
-    # a traceback in a broker's log is a bug, whatever the faults were
-    for b in c.brokers.values():
-        bad = [i for i, line in enumerate(b.log) if "Traceback" in line]
-        assert not bad, f"broker {b.broker_id} logged a traceback:\n" + "".join(
-            b.log[max(bad[0] - 10, 0):bad[0] + 50])
+    c.keep_logs(root)
 
 
 @pytest.fixture

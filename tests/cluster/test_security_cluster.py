@@ -25,16 +25,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AclBinding,
     AclOperation,
-    AclPermissionType,
     AdminClient,
     NewTopic,
-    ResourcePatternType,
     ResourceType,
-    ScramCredentialInfo,
-    ScramMechanism,
-    UserScramCredentialUpsertion,
 )
 from kazoo.client import KazooClient
 
@@ -43,6 +37,16 @@ from headrace.security.devcerts import write_dev_certs
 from headrace.security.scram import format_credential, from_password
 from tests.brokerproc import wait_until
 from tests.clusterproc import Cluster, free_port
+from tests.security_helpers import (
+    ACL_AUTHORIZER,
+    DENY,
+    PRE,
+    acl,
+    ok,
+    pem_keystore,
+    sasl_conf,
+    scram_user,
+)
 from tests.zk import zookeeper  # noqa: F401  (the module's ZooKeeper server)
 
 pytestmark = pytest.mark.timeout(180)
@@ -60,11 +64,9 @@ class Secured:
 
     def conf(self, broker_ids: tuple[int, ...], user: str, password: str,
              **extra: Any) -> dict[str, Any]:
-        return {"bootstrap.servers": ",".join(f"127.0.0.1:{self.client_ports[i]}"
-                                              for i in broker_ids),
-                "security.protocol": "SASL_SSL", "sasl.mechanism": MECH,
-                "sasl.username": user, "sasl.password": password,
-                "ssl.ca.location": str(self.ca), **extra}
+        return sasl_conf(",".join(f"127.0.0.1:{self.client_ports[i]}" for i in broker_ids),
+                         user, password, mechanism=MECH, protocol="SASL_SSL",
+                         **{"ssl.ca.location": str(self.ca)}, **extra)
 
     def admin(self, *broker_ids: int, user: str = "admin",
               password: str = SEEDED["admin"]) -> AdminClient:
@@ -104,10 +106,8 @@ def secured(zookeeper, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
         "sasl.mechanism.inter.broker.protocol": MECH,
         "sasl.enabled.mechanisms": MECH,
         "listener.name.internal.scram-sha-512.sasl.jaas.config": scram_jaas,
-        "ssl.keystore.type": "PEM",
-        "ssl.keystore.location": str(certs["broker.pem"]),
-        "ssl.truststore.location": str(certs["ca.pem"]),
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        **pem_keystore(certs),
+        **ACL_AUTHORIZER,
         "super.users": "User:broker;User:admin",
         "auto.create.topics.enable": "false",
     }
@@ -122,12 +122,7 @@ def secured(zookeeper, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
         yield Secured(c, client_ports, certs["ca.pem"])
     finally:
         c.stop()
-        for b in c.brokers.values():
-            (root / f"broker-{b.broker_id}.log").write_text("".join(b.log))
-        for b in c.brokers.values():
-            bad = [i for i, line in enumerate(b.log) if "Traceback" in line]
-            assert not bad, f"broker {b.broker_id} logged a traceback:\n" + "".join(
-                b.log[max(bad[0] - 10, 0):bad[0] + 50])
+        c.keep_logs(root)
 
 
 def leader_of(s: Secured, topic: str, not_: int = -1) -> int:
@@ -189,9 +184,7 @@ def test_acls_answer_alike_on_every_broker(secured: Secured) -> None:
             b.start()
     a = s.admin(1)
     # alice, a SCRAM user, created through broker 1
-    up = UserScramCredentialUpsertion("alice", ScramCredentialInfo(
-        ScramMechanism.SCRAM_SHA_512, 4096), b"alice-secret")
-    a.alter_user_scram_credentials([up])["alice"].result(15)
+    ok(a.alter_user_scram_credentials([scram_user("alice", "alice-secret")])["alice"])
     ok_topics = {i: f"{P}-ok-{i}" for i in (1, 2, 3)}
     no_topics = {i: f"{P}-no-{i}" for i in (1, 2, 3)}
     new = [NewTopic(t, num_partitions=1, replica_assignment=[[i]]) for d in (ok_topics, no_topics)
@@ -202,14 +195,12 @@ def test_acls_answer_alike_on_every_broker(secured: Secured) -> None:
     for t in (*ok_topics.values(), *no_topics.values()):
         seed.produce(t, b"v")
     assert seed.flush(30) == 0
-    acls = [AclBinding(ResourceType.TOPIC, f"{P}-", ResourcePatternType.PREFIXED,
-                       "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW),
-            AclBinding(ResourceType.TOPIC, f"{P}-no-", ResourcePatternType.PREFIXED,
-                       "User:alice", "*", AclOperation.READ, AclPermissionType.DENY),
-            AclBinding(ResourceType.GROUP, f"{P}-alice", ResourcePatternType.LITERAL,
-                       "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)]
+    alice = "User:alice"
+    acls = [acl(ResourceType.TOPIC, f"{P}-", AclOperation.READ, pattern=PRE, principal=alice),
+            acl(ResourceType.TOPIC, f"{P}-no-", AclOperation.READ, DENY, PRE, principal=alice),
+            acl(ResourceType.GROUP, f"{P}-alice", AclOperation.READ, principal=alice)]
     for f in a.create_acls(acls).values():
-        f.result(15)
+        ok(f)
 
     def read(i: int, topic: str) -> int | None:
         """alice, bootstrapped to broker ``i`` only, reads ``topic`` (led by ``i``): 0 for
@@ -240,10 +231,8 @@ def test_scram_user_created_on_one_broker_authenticates_on_every_broker(
     for b in s.cluster.brokers.values():
         if not b.alive:
             b.start()
-    up = UserScramCredentialUpsertion("carol", ScramCredentialInfo(
-        ScramMechanism.SCRAM_SHA_512, 4096), b"carol-secret")
     a = s.admin(2)  # created through broker 2 (kept referenced until the answer)
-    a.alter_user_scram_credentials([up])["carol"].result(15)
+    ok(a.alter_user_scram_credentials([scram_user("carol", "carol-secret")])["carol"])
 
     def authenticates(i: int, password: str) -> bool:
         a = AdminClient(s.conf((i,), "carol", password))

@@ -15,7 +15,6 @@ closed to ordinary principals. Everything is set up by the super user.
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,24 +32,32 @@ from confluent_kafka import (  # type: ignore[attr-defined]
     TopicPartition,
 )
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AclBinding,
     AclOperation,
-    AclPermissionType,
     AdminClient,
     NewTopic,
-    ResourcePatternType,
     ResourceType,
 )
 
 from headrace.security.devcerts import write_dev_certs
 from tests.brokerproc import BrokerProcess
+from tests.security_helpers import (
+    ACL_AUTHORIZER,
+    DENY,
+    PRE,
+    acl,
+    code_of,
+    commit,
+    listener_ports,
+    ok,
+    pem_keystore,
+    plain_jaas,
+    sasl_conf,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
-JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-        'username="admin" password="admin-secret" '
-        + " ".join(f'user_{u}="{p}"' for u, p in USERS.items()) + ";")
+JAAS = plain_jaas(USERS)
 DAVE = "User:CN=dave,OU=clients,O=headrace"
 P = f"aa-{uuid.uuid4().hex[:6]}"
 A, B = f"{P}-a", f"{P}-b"
@@ -58,29 +65,21 @@ PRE_X, PRE_Y = f"{P}-pre-x", f"{P}-pre-y"
 G_ALICE, G_BOB, G_CAROL = f"{P}-g-alice", f"{P}-g-bob", f"{P}-carol-1"
 G_DAVE = f"{P}-g-dave"
 ALL_TOPICS = (A, B, PRE_X, PRE_Y)
-LIT, PRE = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
-ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
-_ENDPOINT = re.compile(r"127\.0\.0\.1:(\d+) \((\w+)")
-
-
-def acl(principal: str, rt: ResourceType, name: str, op: AclOperation,
-        perm: AclPermissionType = ALLOW, pattern: ResourcePatternType = LIT) -> AclBinding:
-    return AclBinding(rt, name, pattern, principal, "*", op, perm)
-
+ALICE, BOB, CAROL = "User:alice", "User:bob", "User:carol"
 
 GRANTS = [
-    acl("User:alice", ResourceType.TOPIC, A, AclOperation.READ),
-    acl("User:alice", ResourceType.GROUP, G_ALICE, AclOperation.READ),
+    acl(ResourceType.TOPIC, A, AclOperation.READ, principal=ALICE),
+    acl(ResourceType.GROUP, G_ALICE, AclOperation.READ, principal=ALICE),
     # DESCRIBE on bob's group (FindCoordinator answers) is not READ
-    acl("User:alice", ResourceType.GROUP, G_BOB, AclOperation.DESCRIBE),
-    acl("User:alice", ResourceType.TOPIC, f"{P}-pre-", AclOperation.READ, pattern=PRE),
-    acl("User:alice", ResourceType.TOPIC, PRE_X, AclOperation.READ, DENY),  # deny beats allow
-    acl("User:bob", ResourceType.TOPIC, B, AclOperation.READ),
-    acl("User:bob", ResourceType.GROUP, G_BOB, AclOperation.READ),
-    acl("User:carol", ResourceType.TOPIC, f"{P}-pre-", AclOperation.ALL, pattern=PRE),
-    acl("User:carol", ResourceType.GROUP, f"{P}-carol-", AclOperation.READ, pattern=PRE),
-    acl(DAVE, ResourceType.TOPIC, A, AclOperation.READ),
-    acl(DAVE, ResourceType.GROUP, G_DAVE, AclOperation.READ),
+    acl(ResourceType.GROUP, G_BOB, AclOperation.DESCRIBE, principal=ALICE),
+    acl(ResourceType.TOPIC, f"{P}-pre-", AclOperation.READ, pattern=PRE, principal=ALICE),
+    acl(ResourceType.TOPIC, PRE_X, AclOperation.READ, DENY, principal=ALICE),  # deny beats allow
+    acl(ResourceType.TOPIC, B, AclOperation.READ, principal=BOB),
+    acl(ResourceType.GROUP, G_BOB, AclOperation.READ, principal=BOB),
+    acl(ResourceType.TOPIC, f"{P}-pre-", AclOperation.ALL, pattern=PRE, principal=CAROL),
+    acl(ResourceType.GROUP, f"{P}-carol-", AclOperation.READ, pattern=PRE, principal=CAROL),
+    acl(ResourceType.TOPIC, A, AclOperation.READ, principal=DAVE),
+    acl(ResourceType.GROUP, G_DAVE, AclOperation.READ, principal=DAVE),
 ]
 
 
@@ -93,9 +92,7 @@ class Env:
     def conf(self, who: str, **extra: Any) -> dict[str, Any]:
         c: dict[str, Any]
         if who in USERS:
-            c = {"bootstrap.servers": f"127.0.0.1:{self.ports['SASL_PLAINTEXT']}",
-                 "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-                 "sasl.username": who, "sasl.password": USERS[who]}
+            c = sasl_conf(f"127.0.0.1:{self.ports['SASL_PLAINTEXT']}", who, USERS[who])
         else:
             listener = "MTLS" if who == "carol" else "MTLSDN"
             c = {"bootstrap.servers": f"127.0.0.1:{self.ports[listener]}",
@@ -107,16 +104,6 @@ class Env:
 
     def admin(self, who: str) -> AdminClient:
         return AdminClient(self.conf(who))
-
-
-def ok(fut: Any) -> Any:
-    return fut.result(timeout=15)
-
-
-def code_of(fut: Any) -> int:
-    with pytest.raises(KafkaException) as e:
-        ok(fut)
-    return int(e.value.args[0].code())
 
 
 def group_result_codes(fut: Any) -> set[int]:
@@ -138,22 +125,18 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         "inter.broker.listener.name": "SASL_PLAINTEXT",
         "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-        "ssl.keystore.type": "PEM",
-        "ssl.keystore.location": str(certs["broker.pem"]),
-        "ssl.truststore.location": str(certs["ca.pem"]),
+        **pem_keystore(certs),
         "listener.name.mtls.ssl.client.auth": "required",
         "listener.name.mtls.ssl.principal.mapping.rules":
             "RULE:^CN=([^,]+),OU=clients,O=headrace$/$1/L,DEFAULT",
         "listener.name.mtlsdn.ssl.client.auth": "required",
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        **ACL_AUTHORIZER,
         "super.users": "User:admin",
         "auto.create.topics.enable": "false",
         "group.initial.rebalance.delay.ms": "0",
     }
     with BrokerProcess(base / "data", overrides) as b:
-        line = next(x for x in b.stderr_lines if "listening on" in x)
-        ports = {name: int(port) for port, name in _ENDPOINT.findall(line)}
-        e = Env(b, ports, certs)
+        e = Env(b, listener_ports(b), certs)
         a = e.admin("admin")
         for f in a.create_topics([NewTopic(t, 1, 1) for t in ALL_TOPICS]).values():
             ok(f)
@@ -221,26 +204,11 @@ def test_mtls_principals_from_rules_and_from_the_dn(env: Env) -> None:
 
 
 def test_commit_needs_read_on_the_group(env: Env) -> None:
-    c = Consumer(env.conf("alice", **{"group.id": G_BOB, "enable.auto.commit": False}))
-    try:
-        with pytest.raises(KafkaException) as e:
-            c.commit(offsets=[TopicPartition(A, 0, 1)], asynchronous=False)
-        assert e.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
-    finally:
-        c.close()
-    c = Consumer(env.conf("alice", **{"group.id": G_ALICE, "enable.auto.commit": False}))
-    try:
-        c.commit(offsets=[TopicPartition(A, 0, 1)], asynchronous=False)
-        assert c.committed([TopicPartition(A, 0)], timeout=10)[0].offset == 1
-    finally:
-        c.close()
+    assert commit(env.conf("alice", **{"group.id": G_BOB}), TopicPartition(A, 0, 1)) == \
+        KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert commit(env.conf("alice", **{"group.id": G_ALICE}), TopicPartition(A, 0, 1)) == 0
     # carol: a group matching her prefixed group ACL
-    c = Consumer(env.conf("carol", **{"group.id": G_CAROL, "enable.auto.commit": False}))
-    try:
-        c.commit(offsets=[TopicPartition(PRE_Y, 0, 2)], asynchronous=False)
-        assert c.committed([TopicPartition(PRE_Y, 0)], timeout=10)[0].offset == 2
-    finally:
-        c.close()
+    assert commit(env.conf("carol", **{"group.id": G_CAROL}), TopicPartition(PRE_Y, 0, 2)) == 0
 
 
 def test_no_create_no_delete(env: Env) -> None:

@@ -10,7 +10,6 @@ User:admin is a super user (it sets everything up) and User:ops holds only CLUST
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,12 +18,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AclBinding,
     AclOperation,
-    AclPermissionType,
     AdminClient,
     NewTopic,
-    ResourcePatternType,
     ResourceType,
 )
 from kio.schema.errors import ErrorCode
@@ -35,25 +31,22 @@ from headrace.security.acl import ResourceType as RT
 from tests.brokerproc import BrokerProcess
 from tests.integration.test_old_clients import list_offsets_v0
 from tests.kafka_wire import WireClient
+from tests.security_helpers import (
+    ACL_AUTHORIZER,
+    acl,
+    listener_ports,
+    plain_jaas,
+    sasl_conf,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
-ANON = "User:ANONYMOUS"
 USERS = {"admin": "admin-secret", "ops": "ops-secret"}
-JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-        'username="admin" password="admin-secret" '
-        + " ".join(f'user_{u}="{p}"' for u, p in USERS.items()) + ";")
+JAAS = plain_jaas(USERS)
 P = f"ah-{uuid.uuid4().hex[:6]}"
 A, B, C = f"{P}-a", f"{P}-b", f"{P}-c"  # A: READ; B: nothing; C: DESCRIBE only
 TXN_OK, TXN_NO = f"{P}-txn-ok", f"{P}-txn-no"
 CG_HB, CG_A, CG_AB, CG_NO = f"{P}-cg-hb", f"{P}-cg-a", f"{P}-cg-ab", f"{P}-cg-no"
-_ENDPOINT = re.compile(r"127\.0\.0\.1:(\d+) \((\w+)")
-
-
-def acl(rt: ResourceType, name: str, op: AclOperation, principal: str = ANON) -> AclBinding:
-    return AclBinding(rt, name, ResourcePatternType.LITERAL, principal, "*", op,
-                      AclPermissionType.ALLOW)
-
 
 GRANTS = [
     acl(ResourceType.TOPIC, A, AclOperation.READ),
@@ -62,7 +55,8 @@ GRANTS = [
     acl(ResourceType.GROUP, CG_HB, AclOperation.READ),
     acl(ResourceType.GROUP, CG_A, AclOperation.DESCRIBE),
     acl(ResourceType.GROUP, CG_AB, AclOperation.DESCRIBE),
-    acl(ResourceType.BROKER, "kafka-cluster", AclOperation.CLUSTER_ACTION, "User:ops"),
+    acl(ResourceType.BROKER, "kafka-cluster", AclOperation.CLUSTER_ACTION,
+        principal="User:ops"),
 ]
 
 
@@ -84,9 +78,7 @@ class Env:
             name, USERS[name])
 
     def admin_conf(self) -> dict[str, Any]:
-        return {"bootstrap.servers": f"127.0.0.1:{self.ports['SASL_PLAINTEXT']}",
-                "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-                "sasl.username": "admin", "sasl.password": "admin-secret"}
+        return sasl_conf(f"127.0.0.1:{self.ports['SASL_PLAINTEXT']}", "admin", USERS["admin"])
 
 
 def heartbeat(wc: WireClient, group: str, topics: list[str]) -> Any:
@@ -104,7 +96,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        **ACL_AUTHORIZER,
         "super.users": "User:admin",
         "auto.create.topics.enable": "false",
         "num.partitions": "1",
@@ -112,9 +104,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         "transaction.state.log.min.isr": "1",
     }
     with BrokerProcess(base / "data", overrides) as b:
-        line = next(x for x in b.stderr_lines if "listening on" in x)
-        ports = {name: int(port) for port, name in _ENDPOINT.findall(line)}
-        e = Env(b, ports, [])
+        e = Env(b, listener_ports(b), [])
         a = AdminClient(e.admin_conf())
         for f in a.create_topics([NewTopic(t, 1, 1) for t in (A, B, C)]).values():
             f.result(15)

@@ -19,7 +19,6 @@ import asyncio
 import functools
 import http.server
 import json
-import re
 import shutil
 import ssl
 import subprocess
@@ -41,13 +40,12 @@ from kio.schema.errors import ErrorCode
 from headrace.security.devcerts import write_dev_certs
 from tests.brokerproc import BrokerProcess, wait_until
 from tests.kafka_wire import WireClient
+from tests.security_helpers import listener_ports, pem_keystore, plain_jaas, scram_user
 
 pytestmark = pytest.mark.timeout(180)
 
 PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
-JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-        'username="admin" password="admin-secret" '
-        + " ".join(f'user_{u}="{p}"' for u, p in PLAIN_USERS.items()) + ";")
+JAAS = plain_jaas(PLAIN_USERS)
 ISSUER, AUDIENCE = "https://issuer.test", "headrace"
 META = {"topics": None, "allow_auto_topic_creation": False,
         "include_topic_authorized_operations": False}
@@ -76,9 +74,6 @@ class Env:
 def lifetime_ms(r: Any) -> int:
     """SaslAuthenticate's session_lifetime_ms (kio gives it as a timedelta)."""
     return int(r.session_lifetime.total_seconds() * 1000)
-
-
-_ENDPOINT = re.compile(r"127\.0\.0\.1:(\d+) \((\w+)")
 
 
 @pytest.fixture(scope="module")
@@ -112,9 +107,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                                           "OAUTH:SASL_SSL,OAUTHURL:SASL_SSL,"
                                           "OAUTHDEV:SASL_PLAINTEXT",
         "inter.broker.listener.name": "PLAINTEXT",
-        "ssl.keystore.type": "PEM",
-        "ssl.keystore.location": str(certs["broker.pem"]),
-        "ssl.truststore.location": str(certs["ca.pem"]),
+        **pem_keystore(certs),
         "listener.name.mtls.ssl.client.auth": "required",
         "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
@@ -135,19 +128,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         "num.partitions": "1",
     }
     with BrokerProcess(base / "data", overrides) as b:
-        line = next(x for x in b.stderr_lines if "listening on" in x)
-        ports = {name: int(port) for port, name in _ENDPOINT.findall(line)}
-        assert set(ports) == set(listeners), line
+        ports = listener_ports(b)
+        assert set(ports) == set(listeners), ports
         # a SCRAM-SHA-512 user for the client matrix
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{ports['PLAINTEXT']}"})
-        from confluent_kafka.admin import (
-            ScramCredentialInfo,
-            ScramMechanism,
-            UserScramCredentialUpsertion,
-        )
-        for fut in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
-                "matrix", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
-                b"matrix-pw")]).values():
+        for fut in admin.alter_user_scram_credentials(
+                [scram_user("matrix", "matrix-pw")]).values():
             fut.result(15)
         yield Env(b, ports, certs, stranger, key, other)
         text = "".join(b.stderr_lines)
@@ -277,7 +263,6 @@ def test_kafka_python_over_ssl_mtls_and_sasl(env: Env) -> None:
 
 
 def test_aiokafka_over_sasl_ssl_and_oauthbearer(env: Env) -> None:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.abc import AbstractTokenProvider
     from aiokafka.helpers import create_ssl_context
 
@@ -286,28 +271,10 @@ def test_aiokafka_over_sasl_ssl_and_oauthbearer(env: Env) -> None:
             return env.token("svc-aio")
 
     async def run(listener: str, extra: dict[str, Any]) -> list[bytes]:
-        topic = f"aio-{uuid.uuid4().hex[:8]}"
         ctx = create_ssl_context(cafile=str(env.certs["ca.pem"]))
-        p = AIOKafkaProducer(bootstrap_servers=env.bootstrap(listener), ssl_context=ctx,
-                             security_protocol="SASL_SSL", **extra)
-        await p.start()
-        try:
-            for i in range(5):
-                await p.send_and_wait(topic, b"a%d" % i)
-        finally:
-            await p.stop()
-        cons = AIOKafkaConsumer(topic, bootstrap_servers=env.bootstrap(listener),
-                                ssl_context=ctx, security_protocol="SASL_SSL",
-                                auto_offset_reset="earliest", group_id=f"g-{topic}", **extra)
-        await cons.start()
-        got: list[bytes] = []
-        try:
-            while len(got) < 5:
-                batch = await asyncio.wait_for(cons.getmany(timeout_ms=1000), 30)
-                got += [m.value for msgs in batch.values() for m in msgs if m.value]
-        finally:
-            await cons.stop()
-        return got
+        return await aio_roundtrip(f"aio-{uuid.uuid4().hex[:8]}", [b"a%d" % i for i in range(5)],
+                                   bootstrap_servers=env.bootstrap(listener), ssl_context=ctx,
+                                   security_protocol="SASL_SSL", **extra)
 
     assert sorted(asyncio.run(run("SASL_SSL", {
         "sasl_mechanism": "PLAIN", "sasl_plain_username": "alice",
@@ -450,30 +417,31 @@ def roundtrip(env: Env, client: str, mode: str) -> list[bytes]:
         cons.close()
         return got
 
-    async def aio() -> list[bytes]:
-        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    return asyncio.run(aio_roundtrip(topic, want, **python_kwargs(env, mode, aio=True)))
 
-        kw = python_kwargs(env, mode, aio=True)
-        prod = AIOKafkaProducer(**kw)
-        await prod.start()
-        try:
-            for v in want:
-                await prod.send_and_wait(topic, v)
-        finally:
-            await prod.stop()
-        cons = AIOKafkaConsumer(topic, auto_offset_reset="earliest", group_id=f"g-{topic}",
-                                **python_kwargs(env, mode, aio=True))
-        await cons.start()
-        got: list[bytes] = []
-        try:
-            while len(got) < 3:
-                batch = await asyncio.wait_for(cons.getmany(timeout_ms=1000), 30)
-                got += [m.value for msgs in batch.values() for m in msgs if m.value]
-        finally:
-            await cons.stop()
-        return got
 
-    return asyncio.run(aio())
+async def aio_roundtrip(topic: str, values: list[bytes], **kw: Any) -> list[bytes]:
+    """Produce ``values`` to ``topic`` with aiokafka and consume them back (group
+    ``g-<topic>``), both with the settings ``kw``."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    prod = AIOKafkaProducer(**kw)
+    await prod.start()
+    try:
+        for v in values:
+            await prod.send_and_wait(topic, v)
+    finally:
+        await prod.stop()
+    cons = AIOKafkaConsumer(topic, auto_offset_reset="earliest", group_id=f"g-{topic}", **kw)
+    await cons.start()
+    got: list[bytes] = []
+    try:
+        while len(got) < len(values):
+            batch = await asyncio.wait_for(cons.getmany(timeout_ms=1000), 30)
+            got += [m.value for msgs in batch.values() for m in msgs if m.value]
+    finally:
+        await cons.stop()
+    return got
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -25,7 +25,6 @@ over its quota closes the new connection at once.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime
 import time
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.static.primitive import i32Timedelta
 
+from headrace.broker.security import store_change
 from headrace.protocol.codec import EncodedBody, encode_fetch_body
 from headrace.security.quotas import (
     CONSUMER_BYTE_RATE,
@@ -181,10 +181,8 @@ class ClientQuotas:
     async def change(self, entity: QuotaEntity, upsert: Mapping[str, float],
                      remove: set[str]) -> dict[str, float]:
         store = self._store
-        if self._broker.config.clustered:
-            after = await asyncio.to_thread(store.change_client_quotas, entity, upsert, remove)
-        else:
-            after = store.change_client_quotas(entity, upsert, remove)
+        after = await store_change(self._broker.config.clustered, store.change_client_quotas,
+                                   entity, upsert, remove)
         store.install_client_quotas(entity, after)
         return after
 

@@ -14,8 +14,8 @@ sees them; the other brokers of a cluster re-read on the change notification.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from headrace.config import ConfigError
 from headrace.metadata.store import AclEntries, UserCredentials
@@ -51,6 +51,19 @@ CLUSTER_ACTION = AclOperation.CLUSTER_ACTION
 DESCRIBE_CONFIGS = AclOperation.DESCRIBE_CONFIGS
 ALTER_CONFIGS = AclOperation.ALTER_CONFIGS
 IDEMPOTENT_WRITE = AclOperation.IDEMPOTENT_WRITE
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+async def store_change(clustered: bool, change: Callable[_P, _T], *args: _P.args,
+                       **kwargs: _P.kwargs) -> _T:
+    """A write to the metadata store: in a worker thread in a cluster (ZooKeeper's calls
+    block), on the loop otherwise (SQLite)."""
+    if clustered:
+        return await asyncio.to_thread(change, *args, **kwargs)
+    return change(*args, **kwargs)
 
 
 class Security:
@@ -113,20 +126,16 @@ class Security:
     async def change_acls(self, pattern: ResourcePattern, add: AclEntries,
                           remove: AclEntries) -> AclEntries:
         store = self._store
-        if self._broker.config.clustered:
-            after = await asyncio.to_thread(store.change_acls, pattern, add, remove)
-        else:
-            after = store.change_acls(pattern, add, remove)
+        after = await store_change(self._broker.config.clustered, store.change_acls,
+                                   pattern, add, remove)
         store.install_acls(pattern, after)
         return after
 
     async def change_credentials(self, user: str, upsert: Mapping[str, ScramCredential],
                                  delete: set[str]) -> UserCredentials:
         store = self._store
-        if self._broker.config.clustered:
-            after = await asyncio.to_thread(store.change_credentials, user, upsert, delete)
-        else:
-            after = store.change_credentials(user, upsert, delete)
+        after = await store_change(self._broker.config.clustered, store.change_credentials,
+                                   user, upsert, delete)
         store.install_credentials(user, after)
         return after
 

@@ -1114,7 +1114,6 @@ class ZkMetadataStore:
                            delete: set[str]) -> UserCredentials:
         """Blocking (worker thread): ``/config/users/<user>`` rewritten (its other configs
         kept), conditional on its version; then ``/config/changes`` is told."""
-        c = self._c()
         path = L.user_path(user)
         while True:
             creds, config, version = self._read_user(user)
@@ -1124,14 +1123,8 @@ class ZkMetadataStore:
             new.update(upsert)
             if new_config == config and version >= 0:
                 return new
-            try:
-                if version < 0:
-                    c.create(path, L.encode_config(new_config), makepath=True)
-                else:
-                    c.set(path, L.encode_config(new_config), version=version)
-            except (BadVersionError, NodeExistsError, NoNodeError):
-                continue
-            break
+            if self._write_config(path, new_config, version):
+                break
         self._announce(L.CONFIG_CHANGES, L.CONFIG_CHANGE_PREFIX, L.encode_user_change(user))
         return new
 
@@ -1149,7 +1142,6 @@ class ZkMetadataStore:
         """Blocking (worker thread): the entity's znode rewritten with its other keys kept
         (a user's SCRAM credentials), conditional on its version (re-read on a conflict);
         then ``/config/changes`` names the entity path."""
-        c = self._c()
         path = L.quota_path(entity.path)
         while True:
             current, config, version = self._read_quota(entity)
@@ -1160,17 +1152,24 @@ class ZkMetadataStore:
             new_config.update({k: format_value(entity, k, v) for k, v in upsert.items()})
             if new_config == config and version >= 0:
                 return new
-            try:
-                if version < 0:
-                    c.create(path, L.encode_config(new_config), makepath=True)
-                else:
-                    c.set(path, L.encode_config(new_config), version=version)
-            except (BadVersionError, NodeExistsError, NoNodeError):
-                continue
-            break
+            if self._write_config(path, new_config, version):
+                break
         self._announce(L.CONFIG_CHANGES, L.CONFIG_CHANGE_PREFIX,
                        L.encode_entity_change(entity.path))
         return new
+
+    def _write_config(self, path: str, config: dict[str, str], version: int) -> bool:
+        """``config`` written to the config znode ``path`` if it is still at ``version``
+        (created if -1); False if someone else changed it meanwhile (read it again)."""
+        c = self._c()
+        try:
+            if version < 0:
+                c.create(path, L.encode_config(config), makepath=True)
+            else:
+                c.set(path, L.encode_config(config), version=version)
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            return False
+        return True
 
     def _announce(self, root: str, prefix: str, data: bytes) -> None:
         """A sequential change notification; notifications older than the newest

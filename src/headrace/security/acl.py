@@ -153,6 +153,20 @@ class ResourcePattern:
                 f"patternType={self.pattern_type.name})")
 
 
+def _known(resource_type: int, pattern_type: int, operation: int, permission_type: int,
+           unknown: str) -> tuple[ResourceType, PatternType, AclOperation, AclPermissionType]:
+    """A binding's or filter's four enums from wire codes; AclError(``unknown``) if any of
+    them is UNKNOWN (a code Kafka does not know, or 0)."""
+    rt = ResourceType(_enum(ResourceType, resource_type))
+    pt = PatternType(_enum(PatternType, pattern_type))
+    op = AclOperation(_enum(AclOperation, operation))
+    perm = AclPermissionType(_enum(AclPermissionType, permission_type))
+    if rt is ResourceType.UNKNOWN or pt is PatternType.UNKNOWN or op is AclOperation.UNKNOWN \
+            or perm is AclPermissionType.UNKNOWN:
+        raise AclError(unknown)
+    return rt, pt, op, perm
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class AccessControlEntry:
     principal: str
@@ -170,13 +184,8 @@ class AclBinding:
 def binding(resource_type: int, name: str, pattern_type: int, principal: str, host: str,
             operation: int, permission_type: int) -> AclBinding:
     """A binding from wire codes, validated as Kafka validates a creatable ACL; AclError."""
-    rt = ResourceType(_enum(ResourceType, resource_type))
-    pt = PatternType(_enum(PatternType, pattern_type))
-    op = AclOperation(_enum(AclOperation, operation))
-    perm = AclPermissionType(_enum(AclPermissionType, permission_type))
-    if rt is ResourceType.UNKNOWN or pt is PatternType.UNKNOWN or op is AclOperation.UNKNOWN \
-            or perm is AclPermissionType.UNKNOWN:
-        raise AclError("ACL binding contains unknown elements")
+    rt, pt, op, perm = _known(resource_type, pattern_type, operation, permission_type,
+                              "ACL binding contains unknown elements")
     if rt is ResourceType.ANY or pt in (PatternType.ANY, PatternType.MATCH) \
             or op is AclOperation.ANY or perm is AclPermissionType.ANY:
         raise AclError("ACL binding contains non-specific elements (ANY or MATCH)")
@@ -250,13 +259,8 @@ def binding_filter(resource_type: int, name: str | None, pattern_type: int,
                    permission_type: int) -> AclBindingFilter:
     """A filter from wire codes; AclError if it has UNKNOWN elements (Kafka's
     ``AclBindingFilter.isUnknown``: such a filter is refused)."""
-    rt = ResourceType(_enum(ResourceType, resource_type))
-    pt = PatternType(_enum(PatternType, pattern_type))
-    op = AclOperation(_enum(AclOperation, operation))
-    perm = AclPermissionType(_enum(AclPermissionType, permission_type))
-    if rt is ResourceType.UNKNOWN or pt is PatternType.UNKNOWN or op is AclOperation.UNKNOWN \
-            or perm is AclPermissionType.UNKNOWN:
-        raise AclError("The filter contains UNKNOWN elements")
+    rt, pt, op, perm = _known(resource_type, pattern_type, operation, permission_type,
+                              "The filter contains UNKNOWN elements")
     return AclBindingFilter(ResourcePatternFilter(rt, name, pt),
                             AccessControlEntryFilter(principal, host, op, perm))
 

@@ -41,8 +41,9 @@ from __future__ import annotations
 import enum
 import math
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
@@ -375,6 +376,9 @@ class QuotaTable:
 
 
 # ---------------------------------------------------------------------- managers
+_Sensor = TypeVar("_Sensor", Rate, TokenBucket)
+
+
 class QuotaManager:
     """One quota type (Kafka's ClientQuotaManager for produce/fetch, or
     ClientRequestQuotaManager with ``max_throttle_ms`` one window): a rate per tags."""
@@ -398,24 +402,24 @@ class QuotaManager:
         return self.table.has_key(self.key)
 
     def _rate(self, tags: Tags, now_ms: int) -> Rate:
-        rate = self._rates.get(tags)
-        if rate is None:
-            if now_ms - self._last_expiry_ms >= INACTIVE_SENSOR_EXPIRATION_MS // 10:
-                self._last_expiry_ms = now_ms
-                self._rates = {t: r for t, r in self._rates.items()
-                               if now_ms - r.last_record_ms < INACTIVE_SENSOR_EXPIRATION_MS}
-            rate = self._rates[tags] = Rate(self.samples, self.window_ms)
-        return rate
+        return self._sensor(self._rates, tags, now_ms, Rate)
 
     def _bucket(self, tags: Tags, now_ms: int) -> TokenBucket:
-        bucket = self._buckets.get(tags)
-        if bucket is None:
+        return self._sensor(self._buckets, tags, now_ms, TokenBucket)
+
+    def _sensor(self, sensors: dict[Tags, _Sensor], tags: Tags, now_ms: int,
+                new: Callable[[int, int], _Sensor]) -> _Sensor:
+        """The sensor of ``tags`` in ``sensors``, created if missing; when one is created,
+        now and then, the ones unused for INACTIVE_SENSOR_EXPIRATION_MS are dropped."""
+        sensor = sensors.get(tags)
+        if sensor is None:
             if now_ms - self._last_expiry_ms >= INACTIVE_SENSOR_EXPIRATION_MS // 10:
                 self._last_expiry_ms = now_ms
-                self._buckets = {t: b for t, b in self._buckets.items()
-                                 if now_ms - b.last_record_ms < INACTIVE_SENSOR_EXPIRATION_MS}
-            bucket = self._buckets[tags] = TokenBucket(self.samples, self.window_ms)
-        return bucket
+                for t in [t for t, s in sensors.items()
+                          if now_ms - s.last_record_ms >= INACTIVE_SENSOR_EXPIRATION_MS]:
+                    del sensors[t]
+            sensor = sensors[tags] = new(self.samples, self.window_ms)
+        return sensor
 
     def record(self, user: str, client_id: str, value: float, now_ms: int) -> int:
         """Record ``value``; the throttle time in ms (0: within the quota or no quota)."""
