@@ -7,9 +7,13 @@ extras="${1:-}"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
+echo "setup: installing headrace${extras:+[$extras]} into .venv (the first time takes a" \
+  "minute or so${extras:+; the spark extra downloads pyspark, ~300 MB}) ..." >&2
+t0=$SECONDS
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 if [ -n "$extras" ]; then
   .venv/bin/python -m pip install -q -e ".[$extras]"
 else
   .venv/bin/python -m pip install -q -e .
 fi
+echo "setup: done in $((SECONDS - t0)) s" >&2

@@ -7,6 +7,7 @@ if [ -z "${JAVA_HOME:-}" ]; then
 fi
 if [ -z "${JAVA_HOME:-}" ] && ! command -v java >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  echo "spark-env: installing Java 17 (openjdk-17-jre-headless) with apt-get ..." >&2
   $SUDO apt-get update -qq >/dev/null 2>&1 || true
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless \
     >/dev/null 2>&1 || echo "warning: could not install Java 17; Spark needs it" >&2

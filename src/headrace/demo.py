@@ -40,12 +40,21 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from headrace.fsutil import write_atomically
-from headrace.spark.audit import AUDIT_TOPIC, HOST_HEADER, ID_HEADER, TIME_HEADER, audit_record
+from headrace.spark.audit import (
+    AUDIT_TOPIC,
+    DEMO_TOPICS,
+    HOST_HEADER,
+    ID_HEADER,
+    TIME_HEADER,
+    audit_record,
+)
 
-ACTIVITY_TOPIC = "activity"
-SENTENCES_TOPIC = "sentences"
-ACTIVITY_RESULTS = "activity-counts"
-WORD_RESULTS = "word-counts"
+# topics of the demo's own: the README's other examples (the word count's ``sentences``)
+# never collide with them. Records in them that the demo's producers did not write (no
+# audit headers) are skipped by every query and counted by the audit.
+ACTIVITY_TOPIC, SENTENCES_TOPIC = DEMO_TOPICS
+ACTIVITY_RESULTS = "headrace-demo-activity-counts"
+WORD_RESULTS = "headrace-demo-word-counts"
 WEB_HOSTS = ("web-1", "web-2", "web-3")
 WRITER_HOST = "writer-1"
 PAGES = ("/", "/search", "/products", "/products/42", "/cart", "/checkout", "/help")
@@ -210,8 +219,14 @@ def start_queries(spark: Any, bootstrap: str, work: Path, trigger_s: float) -> d
     ckpt = work / "checkpoints"
     trigger = f"{trigger_s} seconds"
 
-    landing = header_columns(_source(spark, bootstrap, f"{ACTIVITY_TOPIC},{SENTENCES_TOPIC}",
-                                     "headrace-demo-landing", headers=True)).select(
+    def demo_records(df: Any) -> Any:
+        """The records the demo's producers wrote: every audit header present."""
+        return header_columns(df).where(F.col("host").isNotNull()
+                                        & F.col("produce_ms").isNotNull()
+                                        & F.col("event_id").isNotNull())
+
+    landing = demo_records(_source(spark, bootstrap, f"{ACTIVITY_TOPIC},{SENTENCES_TOPIC}",
+                                   "headrace-demo-landing", headers=True)).select(
         "topic", "partition", "offset", "timestamp", F.col("key").cast("string").alias("key"),
         F.col("value").cast("string").alias("value"), "host", "produce_ms", "event_id")
 
@@ -219,18 +234,21 @@ def start_queries(spark: Any, bootstrap: str, work: Path, trigger_s: float) -> d
         warehouse.write_batch(df, batch_id, wh / "landing")
 
     activity = (
-        _source(spark, bootstrap, ACTIVITY_TOPIC, "headrace-demo-activity")
+        demo_records(_source(spark, bootstrap, ACTIVITY_TOPIC, "headrace-demo-activity",
+                             headers=True))
         .select(F.from_json(F.col("value").cast("string"),
                             "event_id string, host string, user string, type string, "
                             "page string, query string, ts long").alias("e"))
-        .select("e.*").withColumn("event_time", F.timestamp_millis("ts"))
+        .select("e.*").where(F.col("ts").isNotNull())
+        .withColumn("event_time", F.timestamp_millis("ts"))
         .withWatermark("event_time", "10 seconds")
         .groupBy(F.window("event_time", "10 seconds"), "type", "page").count()
         .select(F.col("window.start").alias("window_start"),
                 F.col("window.end").alias("window_end"), "type", "page", "count")
     )
     words = (
-        _source(spark, bootstrap, SENTENCES_TOPIC, "headrace-demo-wordcount")
+        demo_records(_source(spark, bootstrap, SENTENCES_TOPIC, "headrace-demo-wordcount",
+                             headers=True))
         .select(F.explode(F.split(F.lower(F.col("value").cast("string")), "[^a-z']+"))
                 .alias("word"))
         .where(F.col("word") != "").groupBy("word").count()
@@ -498,9 +516,83 @@ class BrokerFault(threading.Thread):
         self._stop_event.set()
 
 
+class DemoInterrupted(Exception):
+    """Ctrl-C (SIGINT) during the demo: raised at the next safe point of the main loop, not
+    in the middle of a call into Spark's JVM."""
+
+
+@contextlib.contextmanager
+def _sigint_as_flag(flag: threading.Event) -> Any:
+    """While inside: the first SIGINT sets ``flag`` (the demo stops at its next check); a
+    second one raises KeyboardInterrupt at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(_signum: int, _frame: Any) -> None:
+        if flag.is_set():
+            raise KeyboardInterrupt
+        flag.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _quiet_py4j() -> None:
+    """After an interrupt: Spark's Python bridge logs every broken call with a traceback."""
+    import logging
+
+    for name in ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def _shell_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def query_hints(python: str, wh: Path) -> list[str]:
+    """Commands that read the warehouse tables with pandas (in the spark extra), as printed
+    at the end of the demo; each works as written in a POSIX shell."""
+    def one(code: str) -> str:
+        return f"{_shell_quote(python)} -c {_shell_quote(code)}"
+
+    def path(table: str) -> str:
+        return json.dumps(str(wh / table))  # a Python string literal in double quotes
+
+    return [
+        one(f"import pandas as pd; t = pd.read_parquet({path('word_counts')}); "
+            'print(t.groupby("word")["count"].max().sort_values(ascending=False).head(10))'),
+        one(f"import pandas as pd; t = pd.read_parquet({path('activity_counts')}); "
+            'print(t.groupby(["window_start", "type", "page"])["count"].max()'
+            '.groupby(["type", "page"]).sum().sort_values(ascending=False).head(10))'),
+        one(f"import pandas as pd; t = pd.read_parquet({path('landing')}); "
+            'print(len(t), "rows"); print(t[["topic", "host", "event_id", "value"]].head())'),
+    ]
+
+
 def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path | None,
              as_json: bool, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
              cluster: bool = False) -> dict[str, Any]:
+    """Run the demo; raises ``DemoInterrupted`` after a clean stop on SIGINT."""
+    interrupted = threading.Event()
+    with _sigint_as_flag(interrupted):
+        try:
+            return _run_demo(duration_s, rate, bootstrap, workdir, as_json, out, err, cluster,
+                             interrupted)
+        except Exception:
+            if interrupted.is_set():  # a call broken by the interrupt: not an error
+                raise DemoInterrupted() from None
+            raise
+
+
+def _run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path | None,
+              as_json: bool, out: TextIO, err: TextIO, cluster: bool,
+              interrupted: threading.Event) -> dict[str, Any]:
     from headrace.broker.embedded import EmbeddedBroker
     from headrace.spark import local_session, warehouse
     from headrace.spark.audit import format_report, run_audit
@@ -508,14 +600,23 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
     t_start = time.monotonic()
     work = workdir or Path(tempfile.mkdtemp(prefix="headrace-demo-"))
     work.mkdir(parents=True, exist_ok=True)
+    wh = work / "warehouse"
     info = err if as_json else out
 
     def say(msg: str) -> None:
         print(msg, file=info, flush=True)
 
+    def check() -> None:
+        if interrupted.is_set():
+            raise DemoInterrupted()
+
+    say(f"workdir: {work} (warehouse, checkpoints, embedded broker; "
+        + ("kept after the run: a new temporary directory, delete it when done)"
+           if workdir is None else "kept after the run)"))
     broker = None
     local_cluster = None
     fault: BrokerFault | None = None
+    producer: EventProducer | None = None
     if cluster:
         from headrace.cluster.local import LocalCluster
 
@@ -534,25 +635,41 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
     spark = None
     try:
         _create_topics(bootstrap, 3 if cluster else 1)
-        say("spark: starting a local[2] session ...")
+        check()
+        say("spark: starting (first start takes ~20 s) ...")
+        t_spark = time.monotonic()
         spark = local_session("headrace-demo")
+        check()
         start_offsets = results_start(work, bootstrap)
         queries = start_queries(spark, bootstrap, work, trigger_s=2.0)
+        spark_start_s = time.monotonic() - t_spark
+        say(f"spark: session up in {spark_start_s:.1f} s; 3 streaming queries (landing, "
+            "activity, wordcount) starting")
+        check()
         producer = EventProducer(bootstrap, rate, duration_s)
         t_produce = time.monotonic()
         producer.start()
         if local_cluster is not None:
             fault = BrokerFault(local_cluster, bootstrap, duration_s, say)
             fault.start()
-        say(f"producing ~{rate} events/s for {duration_s:.0f} s from {', '.join(WEB_HOSTS)} "
-            f"and {WRITER_HOST}; warehouse in {work / 'warehouse'}")
+        say(f"producing ~{rate} events/s for {duration_s:g} s from {', '.join(WEB_HOSTS)} "
+            f"and {WRITER_HOST} to {ACTIVITY_TOPIC}, {SENTENCES_TOPIC}; warehouse in {wh}")
         topics = (ACTIVITY_TOPIC, SENTENCES_TOPIC)
+        t_first_rows: float | None = None  # Spark's first rows landed: start-up is over
+
+        def note_first_rows() -> None:
+            nonlocal t_first_rows
+            if t_first_rows is None and _input_rows(queries["landing"]) > 0:
+                t_first_rows = time.monotonic()
+
         next_report = time.monotonic() + 5
         while producer.is_alive():
             producer.join(timeout=0.5)
+            check()
             for name, q in queries.items():
                 if q.exception() is not None:
                     raise RuntimeError(f"query {name} failed: {q.exception()}")
+            note_first_rows()
             if time.monotonic() >= next_report:
                 next_report += 5
                 try:
@@ -564,8 +681,11 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
                     continue
                 behind = sum(max(0, off - _processed(queries["landing"]).get(tp, 0))
                              for tp, off in latest.items())
+                landed = _input_rows(queries["landing"])
+                note = ("  (Spark is starting its queries: the first micro-batch takes a "
+                        "while)" if t_first_rows is None else "")
                 say(f"  {time.monotonic() - t_produce:5.1f} s  produced {producer.stats.acked:7d}"
-                    f"  landed {_input_rows(queries['landing']):7d}  lag {behind:6d}")
+                    f"  landed {landed:7d}  lag {behind:6d}{note}")
         if producer.error is not None:
             raise RuntimeError(f"producer failed: {producer.error}")
         t_produced = time.monotonic()
@@ -575,6 +695,8 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
         for name, q in queries.items():
             want = {tp: o for tp, o in final.items() if tp[0] in QUERY_TOPICS[name]}
             while not _caught_up(q, want):
+                check()
+                note_first_rows()
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"query {name} did not catch up within 120 s")
                 time.sleep(0.2)
@@ -590,35 +712,52 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
         lags = group_lags()
         lag_deadline = time.monotonic() + 15
         while any(lags.values()) and time.monotonic() < lag_deadline:
+            check()
             time.sleep(0.5)
             lags = group_lags()
         for q in queries.values():
             stop_when_idle(q)
         queries = {}
-        say("audit: comparing the landing table with __audit ...")
-        report = run_audit(spark, bootstrap, work / "warehouse" / "landing")
+        check()
+        say(f"audit: comparing the landing table with {AUDIT_TOPIC} ...")
+        report = run_audit(spark, bootstrap, wh / "landing", topics)
+        check()
         landing_rows = report.consumed
         tables = {}
         for table in ("landing", "activity_counts", "word_counts"):
-            df = warehouse.read_table(spark, work / "warehouse" / table)
+            df = warehouse.read_table(spark, wh / table)
             tables[table] = 0 if df is None else df.count()
         results = _latest(bootstrap, (ACTIVITY_RESULTS, WORD_RESULTS))
         records_out = tables["landing"] + sum(results.values())
-        top_words = []
-        wc = warehouse.read_table(spark, work / "warehouse" / "word_counts")
-        if wc is not None:
-            from pyspark.sql import functions as F
+        from pyspark.sql import functions as F
 
+        # update mode: one row per key per batch, each with the key's count so far (counts
+        # only grow): a key's latest row is its largest count
+        top_words: list[tuple[str, int]] = []
+        wc = warehouse.read_table(spark, wh / "word_counts")
+        if wc is not None:
             latest_counts = wc.groupBy("word").agg(F.max("count").alias("count"))
             top_words = [(r["word"], int(r["count"])) for r in
                          latest_counts.orderBy(F.desc("count"), "word").limit(5).collect()]
-        pipeline_s = t_caught_up - t_produce
-        results_audit = audit_results(spark, bootstrap, work / "warehouse", start_offsets)
+        top_pages: list[tuple[str, str, int]] = []
+        ac = warehouse.read_table(spark, wh / "activity_counts")
+        if ac is not None:
+            per_window = (ac.groupBy("window_start", "type", "page")
+                          .agg(F.max("count").alias("count")))
+            top_pages = [(r["type"], r["page"], int(r["n"])) for r in
+                         per_window.groupBy("type", "page").agg(F.sum("count").alias("n"))
+                         .orderBy(F.desc("n"), "type", "page").limit(5).collect()]
+        check()
+        results_audit = audit_results(spark, bootstrap, wh, start_offsets)
+        # throughput from Spark's first landed rows to caught up: its start-up excluded
+        busy_s = max(0.001, t_caught_up - (t_first_rows or t_produce))
         summary: dict[str, Any] = {
             "produced": report.produced,
             "consumed": report.consumed,
             "lost": report.lost,
             "duplicated": report.duplicated,
+            "skipped": report.skipped,
+            "skipped_announcements": report.skipped_announcements,
             "warehouse_rows": landing_rows,
             "warehouse_tables": tables,
             "results_topics": {f"{t}-{p}": o for (t, p), o in sorted(results.items())},
@@ -630,48 +769,136 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
             "records_out": records_out,
             "producer_failures": producer.stats.failed,
             "group_lag": lags,
-            "throughput_rows_per_s": round(report.consumed / pipeline_s, 1),
+            "throughput_rows_per_s": round(report.consumed / busy_s, 1),
+            "spark_start_s": round(spark_start_s + ((t_first_rows or t_produce) - t_produce),
+                                   1),
             "catch_up_s": round(t_caught_up - t_produced, 2),
             "top_words": top_words,
+            "top_pages": top_pages,
             "audit_windows": len(report.windows),
             "runtime_s": round(time.monotonic() - t_start, 1),
             "workdir": str(work),
+            "warehouse": str(wh),
         }
         if fault is not None:
             summary["cluster"] = {"brokers": 3, "replication_factor": 3,
                                   "broker_killed": fault.killed, "fault_error": fault.error}
         say(format_report(report))
-        say(f"records in {summary['records_in']} (topics {ACTIVITY_TOPIC}, {SENTENCES_TOPIC}), "
-            f"records out {records_out} (warehouse {tables}, results topics "
-            f"{sum(results.values())})")
-        say(f"throughput {summary['throughput_rows_per_s']} rows/s; caught up "
-            f"{summary['catch_up_s']} s after the producers stopped; lag per consumer group "
-            f"{lags}; top words {top_words}")
-        say("result topics (read_committed) against their warehouse tables: " + "; ".join(
-            f"{t}: {a['topic_records']} records for {a['table_rows']} rows, lost {a['lost']}, "
-            f"duplicated {a['duplicated']}" for t, a in results_audit.items()))
-        say(f"runtime {summary['runtime_s']} s")
+        say(format_summary(summary, results_audit))
         if as_json:
             print(json.dumps(summary), file=out, flush=True)
         return summary
     finally:
-        for q in queries.values():
-            with contextlib.suppress(Exception):
-                q.stop()
-        if spark is not None:
-            spark.stop()
-        # the driver's cached clients (metadata, offsets) close before the broker goes, or
-        # librdkafka logs "connection refused" as it tries to reconnect
-        from headrace.spark import kafka_io
+        quiet = _Silenced() if interrupted.is_set() else None
+        if quiet is not None:
+            _quiet_py4j()
+            quiet.__enter__()
+        try:
+            _stop_all(producer, queries, spark, fault, broker, local_cluster,
+                      interrupted.is_set())
+        finally:
+            if quiet is not None:
+                quiet.__exit__()
 
-        kafka_io.close_all()
-        if fault is not None:
-            fault.stop()
-            fault.join(70)
-        if broker is not None:
-            broker.stop()
-        if local_cluster is not None:
-            local_cluster.stop()
+
+class _Silenced:
+    """After Ctrl-C: this process's stderr (Python's and file descriptor 2) goes to
+    /dev/null while Spark stops; its threads (the accumulator server, py4j) print a
+    traceback for every connection the stop breaks."""
+
+    def __enter__(self) -> None:
+        sys.stderr.flush()
+        self._saved_fd = os.dup(2)
+        self._saved = sys.stderr
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)
+        os.close(null)
+        sys.stderr = open(os.devnull, "w")
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stderr.close()
+        sys.stderr = self._saved
+        os.dup2(self._saved_fd, 2)
+        os.close(self._saved_fd)
+
+
+def _stop_all(producer: EventProducer | None, queries: dict[str, Any], spark: Any,
+              fault: BrokerFault | None, broker: Any, local_cluster: Any,
+              interrupted: bool) -> None:
+    if producer is not None:
+        producer.stop_requested.set()
+    for q in queries.values():
+        with contextlib.suppress(Exception):
+            stop_when_idle(q, 5.0) if interrupted else q.stop()
+    if spark is not None:
+        with contextlib.suppress(Exception):
+            spark.stop()
+    # the driver's cached clients (metadata, offsets) close before the broker goes, or
+    # librdkafka logs "connection refused" as it tries to reconnect
+    from headrace.spark import kafka_io
+
+    kafka_io.close_all()
+    if producer is not None and producer.is_alive():
+        producer.join(70)
+    if fault is not None:
+        fault.stop()
+        fault.join(70)
+    if broker is not None:
+        broker.stop()
+    if local_cluster is not None:
+        local_cluster.stop()
+
+
+def format_summary(summary: dict[str, Any], results_audit: dict[str, dict[str, int]]) -> str:
+    """The demo's closing summary for people: plain lines and one table, no reprs."""
+    wh = Path(summary["warehouse"])
+    tables = summary["warehouse_tables"]
+    lines = [
+        "",
+        "summary",
+        f"  records in        {summary['records_in']:>8}  (topics {ACTIVITY_TOPIC}, "
+        f"{SENTENCES_TOPIC})",
+        f"  skipped           {summary['skipped']:>8}  (records without the demo's headers: "
+        "not written by its producers, not counted)",
+        f"  throughput        {summary['throughput_rows_per_s']:>8}  rows/s (from Spark's "
+        f"first batch to caught up; its start-up, {summary['spark_start_s']} s, excluded)",
+        f"  caught up         {summary['catch_up_s']:>8}  s after the producers stopped",
+        "  consumer lag      " + ", ".join(
+            f"headrace-demo-{q} {'?' if n is None else n}"
+            for q, n in summary["group_lag"].items()),
+        "",
+        f"  {'result':<42} {'rows':>7}  where",
+    ]
+    notes = {"landing": "one row per record, exactly once",
+             "activity_counts": "update mode: one row per key per batch",
+             "word_counts": "update mode: one row per key per batch"}
+    for table, n in tables.items():
+        lines.append(f"  {'table ' + table:<42} {n:>7}  {wh / table}  ({notes[table]})")
+    for topic, a in results_audit.items():
+        lines.append(f"  {'topic ' + topic:<42} {a['topic_records']:>7}  read_committed: "
+                     f"lost {a['lost']}, duplicated {a['duplicated']} against its table")
+    lines += [
+        "",
+        "The result tables are written in update mode: they hold one row per key per "
+        "micro-batch, with the",
+        "key's count so far. A key's latest (largest) count is its result; summing the rows "
+        "over-counts.",
+        "  top words (latest count per word): " + ", ".join(
+            f"{w} {n}" for w, n in summary["top_words"]),
+        "  top pages (latest count per 10 s window, summed): " + ", ".join(
+            f"{t} {p} {n}" for t, p, n in summary["top_pages"]),
+        "",
+        "Query the warehouse with pandas (Parquet; in the spark extra):",
+        *(f"  {hint}" for hint in query_hints(sys.executable, wh)),
+        "",
+        f"warehouse: {wh}",
+        f"runtime {summary['runtime_s']} s",
+    ]
+    return "\n".join(lines)
+
+
+EXIT_AUDIT_ERROR = 5
+"""``headrace audit`` could not run (not a verdict): exit 1 is kept for loss found."""
 
 
 def run_audit_command(bootstrap: str, warehouse_dir: Path | None, topics: tuple[str, ...],
@@ -679,6 +906,8 @@ def run_audit_command(bootstrap: str, warehouse_dir: Path | None, topics: tuple[
     from headrace.spark import local_session
     from headrace.spark.audit import format_report, run_audit
 
+    err = sys.stderr
+    print("audit: starting Spark (first start takes ~20 s) ...", file=err, flush=True)
     spark = local_session("headrace-audit")
     results: dict[str, dict[str, int]] = {}
     try:
@@ -713,19 +942,45 @@ def run_audit_command(bootstrap: str, warehouse_dir: Path | None, topics: tuple[
 
 import click  # noqa: E402
 
-from headrace.cli_support import bootstrap_option  # noqa: E402
+from headrace.cli_support import (  # noqa: E402
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    bootstrap_option,
+    check_reachable,
+    fail,
+    verbose,
+)
+
+
+def require_spark(command: str) -> None:
+    """One line and exit 2 when the spark extra or Java is missing, before anything starts."""
+    import importlib
+    import shutil
+
+    try:
+        for module in ("pyspark", "pyarrow", "pandas"):
+            importlib.import_module(module)
+    except ImportError as e:
+        fail(f"{command} needs the spark extra ({e.name or e} is not installed): install it "
+             "with bash scripts/setup.sh spark, or pip install -e '.[spark]' in the headrace "
+             "clone", EXIT_USAGE)
+    java_home = os.environ.get("JAVA_HOME")
+    if not (java_home and Path(java_home, "bin", "java").exists()) and not shutil.which("java"):
+        fail(f"{command} needs Java 17+ for Spark (no java on PATH, no JAVA_HOME): e.g. "
+             "apt-get install openjdk-17-jre-headless, or . scripts/spark-env.sh", EXIT_USAGE)
 
 
 @click.command("demo")
-@click.option("--duration", "duration_s", type=float, default=30.0, show_default=True,
-              help="Seconds the producers run.")
+@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True),
+              default=30.0, show_default=True, help="Seconds the producers run.")
 @click.option("--rate", type=click.IntRange(min=1), default=200, show_default=True,
               help="Records per second produced (activity events; sentences are a tenth).")
 @bootstrap_option(default=None,
                   help="Use this broker instead of starting an embedded one.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the warehouse, checkpoints and embedded broker go (default: a new "
-                   "temporary directory, kept).")
+                   "temporary directory headrace-demo-* under $TMPDIR or /tmp, kept after "
+                   "the run and printed at its start and end).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print progress to stderr and, as the last line of stdout, one JSON object.")
 @click.option("--cluster", is_flag=True,
@@ -734,15 +989,25 @@ from headrace.cli_support import bootstrap_option  # noqa: E402
                    "later.")
 def demo_command(duration_s: float, rate: int, bootstrap: str | None, workdir: Path | None,
                  as_json: bool, cluster: bool) -> None:
-    """Run the demo pipeline: producers -> headrace -> Spark -> warehouse, then the audit."""
+    """Run the demo pipeline: producers -> headrace -> Spark -> warehouse, then the audit.
+
+    Its topics are headrace-demo-activity and headrace-demo-sentences (results in
+    headrace-demo-activity-counts and headrace-demo-word-counts, produced counts in
+    __audit); records in them that the demo did not write are skipped and counted."""
     if cluster and bootstrap is not None:
         raise click.UsageError("--cluster starts its own brokers: drop --bootstrap-server")
+    require_spark("demo")
+    if bootstrap is not None:
+        check_reachable(bootstrap)
     try:
         summary = run_demo(duration_s, rate, bootstrap, workdir, as_json, cluster=cluster)
-    except ImportError as e:
-        click.echo(f"headrace demo: the Spark extra is missing ({e}); install it with "
-                   "pip install 'headrace[spark]' (and Java 17+)", err=True)
-        sys.exit(2)
+    except (DemoInterrupted, KeyboardInterrupt):
+        where = f"; work directory kept: {workdir}" if workdir is not None else ""
+        click.echo(f"headrace demo: interrupted: stopped the producers, Spark and the "
+                   f"broker{where}", err=True)
+        sys.stderr.flush()
+        # Spark's JVM and its Python workers are gone; nothing left to wait for
+        os._exit(EXIT_INTERRUPTED)
     sys.exit(0 if summary["lost"] == summary["duplicated"] == summary["results_lost"]
              == summary["results_duplicated"] == 0 else 1)
 
@@ -754,11 +1019,31 @@ def demo_command(duration_s: float, rate: int, bootstrap: str | None, workdir: P
                    "WORKDIR/warehouse), and check the demo's result topics, read with "
                    "read_committed, against its result tables; without it, count the "
                    "records in the topics.")
-@click.option("--topics", default=f"{ACTIVITY_TOPIC},{SENTENCES_TOPIC}", show_default=True,
-              help="Topics to read back when no --warehouse is given.")
+@click.option("--topics", default=",".join(DEMO_TOPICS), show_default=True,
+              help="The demo's topics: read back when no --warehouse is given; records in "
+                   "them without the demo's headers are skipped and counted.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON line.")
 def audit_command(bootstrap: str, warehouse_dir: Path | None, topics: str,
                   as_json: bool) -> None:
-    """Compare produced counts in __audit with consumed counts, per (host, minute)."""
+    """Compare produced counts in __audit with consumed counts, per (host, minute).
+
+    Exits 0 when nothing was lost or duplicated, 1 when something was, 5 when the audit
+    could not run (an error, not a verdict)."""
     names = tuple(t.strip() for t in topics.split(",") if t.strip())
-    sys.exit(run_audit_command(bootstrap, warehouse_dir, names, as_json))
+    if not names:
+        raise click.BadParameter("no topic given", param_hint="--topics")
+    require_spark("audit")
+    check_reachable(bootstrap)
+    try:
+        rc = run_audit_command(bootstrap, warehouse_dir, names, as_json)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:
+        if verbose():
+            import traceback
+
+            traceback.print_exc()
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        fail(f"audit could not run (no verdict): {type(e).__name__}: {msg}",
+             EXIT_AUDIT_ERROR)
+    sys.exit(rc)

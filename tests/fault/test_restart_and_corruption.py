@@ -19,6 +19,7 @@ tested by recording fsync calls in tests/unit/test_log.py
 from __future__ import annotations
 
 import os
+import re
 import struct
 import threading
 import time
@@ -38,12 +39,27 @@ def _segment_files(data_dir: Path, topic: str, suffix: str) -> list[Path]:
     return sorted((data_dir / f"{topic}-0").glob(f"*{suffix}"))
 
 
+def _assert_one_startup_summary(lines: list[str], truncated: int) -> None:
+    """Issue 13 item 8: the broker says in one INFO line how many partition logs it opened
+    and how long that took; the per-partition "opened log"/"created log" lines are DEBUG."""
+    summary = [ln for ln in lines if re.search(r"opened \d+ partition log\(s\)", ln)]
+    assert len(summary) == 1, lines
+    assert re.search(r"in [\d.]+ s", summary[0]), summary
+    if truncated:
+        assert f"recovery truncated {truncated} segment(s)" in summary[0], summary
+    else:
+        assert "no segment truncated" in summary[0], summary
+    assert not [ln for ln in lines if "opened log" in ln or "created log" in ln], lines
+
+
 def test_graceful_restart_keeps_everything(data_dir: Path) -> None:
     with BrokerProcess(data_dir) as b:
         create_topic("confluent", b.bootstrap, "keep", 1)
         produce("confluent", b.bootstrap, "keep", _values(500))
         assert b.stop() == 0
         b.start()
+        # issue 13 item 8: one summary line for what was opened, no line per partition
+        _assert_one_startup_summary(b.stderr_lines, truncated=0)
         got = consume("confluent", b.bootstrap, "keep", [0], 500)
         assert [r.value for r in got] == [r.value for r in _values(500)]
         assert [r.offset for r in got] == list(range(500))
@@ -151,6 +167,10 @@ def test_garbage_over_the_tail_of_the_active_segment(data_dir: Path) -> None:
             f.write(os.urandom(300))
             f.write(os.urandom(1000))
         b.start()
+        # the truncated segment is named in a warning; the summary line counts it
+        assert any("WARNING" in ln and active.name in ln and "truncated" in ln
+                   for ln in b.stderr_lines), b.stderr_lines
+        _assert_one_startup_summary(b.stderr_lines, truncated=1)
         got = consume("confluent", b.bootstrap, "garbage", [0], intact, timeout_s=30)
         assert [(r.offset, r.value) for r in got] == [
             (i, r.value) for i, r in enumerate(sent[:intact])]

@@ -74,3 +74,20 @@ def test_wordcount_reliable_counts_every_word_exactly_once(broker: BrokerProcess
     assert all(k.startswith(f"{topic}/") for k in keys)
     assert not [line for line in broker.stderr_lines if "Traceback" in line], \
         "".join(broker.stderr_lines)
+
+
+def test_wordcount_reliable_runs_twice_on_the_default_topic(broker: BrokerProcess,
+                                                            tmp_path: Path) -> None:
+    """Issue 13 item 3: the README's command as written (the default topic ``sentences``)
+    run twice on one broker: the second run counts only its own sentences and passes too."""
+    want = collections.Counter(w for s in SENTENCES for w in s.split())
+    for run in (1, 2):
+        r = subprocess.run(
+            [sys.executable, str(EXAMPLE), "--bootstrap", broker.bootstrap, "--repeat", "3",
+             "--db", str(tmp_path / f"words-{run}.sqlite"), "--timeout", "60"],
+            cwd=ROOT, capture_output=True, text=True, timeout=100, check=False)
+        assert r.returncode == 0, f"run {run}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+        assert "all words counted exactly once" in r.stdout, r.stdout
+        printed = {m.group(1): int(m.group(2))
+                   for m in re.finditer(r"^(\S+)\s+(\d+)$", r.stdout, re.M)}
+        assert printed == {w: n * 3 for w, n in want.items()}, (run, r.stdout)

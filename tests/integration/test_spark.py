@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -443,6 +444,44 @@ def test_fail_on_data_loss_both_ways(spark: Any, tmp_path: Path) -> None:
 # --- the demo ----------------------------------------------------------------------------
 
 
+# the demo's topics (issue 13 item 3: names of its own, not the word-count example's)
+DEMO_TOPICS = ("headrace-demo-activity", "headrace-demo-sentences")
+ACTIVITY_RESULTS, WORD_RESULTS = "headrace-demo-activity-counts", "headrace-demo-word-counts"
+
+
+def _assert_readable_summary(text: str, summary: dict[str, Any], wh: Path) -> None:
+    """Issue 13 item 5: progress says what is happening, the summary is a table of where
+    every result is (no Python reprs), says the update-mode tables hold one row per key per
+    batch, prints latest-per-key results, and ends with the warehouse's location; the pandas
+    one-liners it prints run as written."""
+    assert "spark: starting (first start takes ~20 s)" in text, text[-3000:]
+    lines = text.splitlines()
+    for line in lines:  # `landed 0` while Spark starts says so
+        if re.search(r"landed\s+0\s", line):
+            assert "Spark is starting" in line, line
+    start = lines.index("summary")
+    tail = lines[start:]
+    assert not [ln for ln in tail if re.search(r"[{(]'|\[\(", ln)], tail
+    for table in ("landing", "activity_counts", "word_counts"):
+        assert any(ln.split()[:2] == ["table", table] and str(wh / table) in ln
+                   for ln in tail), tail
+    for topic in (ACTIVITY_RESULTS, WORD_RESULTS):
+        assert any(ln.split()[:2] == ["topic", topic] for ln in tail), tail
+    assert "one row per key per batch" in text
+    top = summary["top_words"][0]
+    assert any(ln.strip().startswith("top words (latest count per word): "
+                                     f"{top[0]} {top[1]}") for ln in tail), tail
+    assert [ln for ln in tail if ln.strip()][-2] == f"warehouse: {wh}", tail
+    assert summary["warehouse"] == str(wh) and summary["spark_start_s"] > 0
+    hints = [ln.strip() for ln in tail if ln.strip().startswith(sys.executable)]
+    assert len(hints) == 3, tail
+    for hint in hints:
+        r = subprocess.run(hint, shell=True, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.strip(), (hint, r.stderr[-2000:])
+    words = subprocess.run(hints[0], shell=True, capture_output=True, text=True, timeout=60)
+    assert re.search(rf"^{re.escape(top[0])}\s+{top[1]}$", words.stdout, re.M), words.stdout
+
+
 def test_demo_runs_end_to_end_and_its_audit_finds_no_loss_or_duplicates(tmp_path: Path) -> None:
     """R-SPARK-3, R-SPARK-4: ``headrace demo --duration 20 --json``."""
     done = subprocess.run(
@@ -462,18 +501,20 @@ def test_demo_runs_end_to_end_and_its_audit_finds_no_loss_or_duplicates(tmp_path
     assert summary["warehouse_tables"]["activity_counts"] > 0
     assert summary["warehouse_tables"]["word_counts"] > 0
     assert summary["group_lag"] == {"landing": 0, "activity": 0, "wordcount": 0}
+    assert summary["skipped"] == 0
     # the demo closes its clients before its broker: librdkafka has nothing to reconnect to
     assert "Connection refused" not in done.stderr, done.stderr[-3000:]
+    _assert_readable_summary(done.stderr, summary, tmp_path / "demo" / "warehouse")
     # `headrace audit --warehouse` checks the result topics too (issue 10 item 4), from where
     # they stood before the work directory's first run: against the demo's own broker data,
     # reopened by a broker process, with one committed result record duplicated by hand
     work = tmp_path / "demo"
     assert (work / "results-start.json").is_file()
     with BrokerProcess(work / "broker") as b:
-        words = read_to_end(b.bootstrap, "word-counts", 1, "read_committed", 30)
-        assert len(words) == summary["results_audit"]["word-counts"]["topic_records"]
+        words = read_to_end(b.bootstrap, WORD_RESULTS, 1, "read_committed", 30)
+        assert len(words) == summary["results_audit"][WORD_RESULTS]["topic_records"]
         p = Producer({"bootstrap.servers": b.bootstrap})
-        p.produce("word-counts", words[0], partition=0)
+        p.produce(WORD_RESULTS, words[0], partition=0)
         assert p.flush(30) == 0
         audit = subprocess.run(
             [sys.executable, "-m", "headrace.cli", "audit", "--bootstrap", b.bootstrap,
@@ -482,8 +523,8 @@ def test_demo_runs_end_to_end_and_its_audit_finds_no_loss_or_duplicates(tmp_path
     doc = json.loads(audit.stdout.strip().splitlines()[-1])
     assert (doc["produced"], doc["lost"], doc["duplicated"]) == (summary["produced"], 0, 0)
     results = doc["results_audit"]
-    assert (results["word-counts"]["lost"], results["word-counts"]["duplicated"]) == (0, 1)
-    assert (results["activity-counts"]["lost"], results["activity-counts"]["duplicated"]) \
+    assert (results[WORD_RESULTS]["lost"], results[WORD_RESULTS]["duplicated"]) == (0, 1)
+    assert (results[ACTIVITY_RESULTS]["lost"], results[ACTIVITY_RESULTS]["duplicated"]) \
         == (0, 0)
     assert audit.returncode == 1, audit.stderr[-3000:]
     assert "Traceback" not in audit.stderr, audit.stderr[-3000:]
@@ -520,3 +561,86 @@ def test_demo_killed_9_mid_run_and_rerun_has_no_duplicate_results(tmp_path: Path
     assert all(a["topic_records"] == a["table_rows"] > 0
                for a in summary["results_audit"].values()), summary["results_audit"]
     assert summary["lost"] == 0 and summary["duplicated"] == 0, summary
+
+
+def test_demo_and_audit_on_a_broker_the_wordcount_example_used(tmp_path: Path) -> None:
+    """Issue 13 item 3: on one broker, the word-count example twice (its default topic
+    ``sentences``), records without the demo's headers in the demo's own topics and a
+    record of another format in ``__audit``; then ``headrace demo -b`` passes (lost 0,
+    duplicated 0) and skips and counts what it did not write, and ``headrace audit``
+    exits 0 (not 1: nothing was lost) and says what it skipped."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "wordcount_reliable.py"
+    with BrokerProcess(tmp_path / "data", {"group.initial.rebalance.delay.ms": "0"}) as b:
+        for _ in range(2):
+            r = subprocess.run([sys.executable, str(example), "--bootstrap", b.bootstrap,
+                                "--repeat", "2", "--timeout", "60"],
+                               capture_output=True, text=True, timeout=100)
+            assert r.returncode == 0, r.stdout + r.stderr
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        for topic in DEMO_TOPICS:
+            for i in range(5):
+                p.produce(topic, f"not the demo's {i}".encode())
+        p.produce("__audit", b"not an audit record")
+        assert p.flush(30) == 0
+        done = subprocess.run(
+            [sys.executable, "-m", "headrace.cli", "demo", "-b", b.bootstrap, "--duration", "5",
+             "--json", "--workdir", str(tmp_path / "demo")],
+            capture_output=True, text=True, timeout=400)
+        assert done.returncode == 0, done.stderr[-3000:]
+        summary = json.loads(done.stdout.strip().splitlines()[-1])
+        assert (summary["lost"], summary["duplicated"]) == (0, 0), summary
+        assert summary["produced"] == summary["consumed"] > 0
+        assert (summary["skipped"], summary["skipped_announcements"]) == (10, 1), summary
+        assert "skipped 10 record(s) without the demo's headers" in done.stderr
+        assert "Traceback" not in done.stderr, done.stderr[-3000:]
+        audit = subprocess.run(
+            [sys.executable, "-m", "headrace.cli", "audit", "-b", b.bootstrap, "--json"],
+            capture_output=True, text=True, timeout=300)
+        assert audit.returncode == 0, audit.stderr[-3000:]
+        doc = json.loads(audit.stdout.strip().splitlines()[-1])
+        assert (doc["lost"], doc["duplicated"], doc["skipped"]) == (0, 0, 10), doc
+        assert "Traceback" not in audit.stderr, audit.stderr[-3000:]
+
+
+def test_demo_ctrl_c_ends_with_one_line(tmp_path: Path) -> None:
+    """Issue 13 item 6: SIGINT (Ctrl-C) once the demo is producing: one line on stderr,
+    exit 130, no traceback from Python or py4j."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "headrace.cli", "demo", "--duration", "60",
+         "--workdir", str(tmp_path / "demo")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    before = []
+    for line in proc.stdout:
+        before.append(line)
+        if line.startswith("producing"):
+            break
+    assert before and before[-1].startswith("producing"), "".join(before)
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (out, err)
+    noise = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(
+        ("WARNING: Using incubator modules", "Setting default log level",
+         "To adjust logging level"))]  # Spark's start-up banner, before the interrupt
+    assert len(noise) == 1 and noise[0].startswith("headrace demo: interrupted"), err
+    assert "Traceback" not in out + err and "py4j" not in out + err, err
+    assert not [ln for ln in out.splitlines() if ln.strip() == "summary"], out
+
+
+def test_demo_rejects_invalid_input_and_a_missing_spark_extra_in_one_line() -> None:
+    """Issue 13 item 6: invalid options and a missing spark extra: one line, exit 2."""
+    cases = [
+        [sys.executable, "-m", "headrace.cli", "demo", "--duration", "-5"],
+        [sys.executable, "-m", "headrace.cli", "demo", "--rate", "0"],
+        [sys.executable, "-c", "import sys; sys.modules['pyspark'] = None; "
+         "from headrace.cli import main; main()", "demo"],
+        [sys.executable, "-c", "import sys; sys.modules['pyspark'] = None; "
+         "from headrace.cli import main; main()", "audit"],
+    ]
+    for args in cases:
+        r = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == 2 and len(lines) == 1, (args, r.stderr)
+        assert "Traceback" not in r.stderr
+    assert "spark extra" in lines[0]

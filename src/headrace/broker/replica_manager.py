@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -272,6 +273,8 @@ class ReplicaManager:
         topics = list(self.metadata.topics().values())
         self.remove_strays(topics)
         offline = 0
+        opened = truncated = 0
+        started = time.monotonic()
         for topic in topics:
             cfg = log_config(self.config, topic_overrides(topic))
             for i, state in enumerate(topic.partitions):
@@ -287,7 +290,16 @@ class ReplicaManager:
                     log.error("partition %s is offline: its log %s cannot be opened (%s)",
                               tp, d, reason)
                     plog = OfflineLog(d, cfg, self.clock, reason)
+                else:
+                    opened += 1
+                    truncated += plog.recovery_truncated
                 self.install_one(tp, plog, state)
+        # one line for the lot (each partition's own line is DEBUG; recovered or truncated
+        # segments and offline partitions are named above, one WARNING/ERROR each)
+        log.info("opened %d partition log(s) of %d topic(s) in %s in %.2f s%s", opened,
+                 len(topics), self.data_dir, time.monotonic() - started,
+                 f"; recovery truncated {truncated} segment(s)" if truncated else
+                 "; no segment truncated")
         if offline:
             log.error("%d partition(s) offline (KAFKA_STORAGE_ERROR until restart)", offline)
 

@@ -195,6 +195,8 @@ class PartitionLog:
         # why the log is offline (an I/O error it could not undo), None while it is online
         self.offline: str | None = None
         self.topic_id: uuid.UUID | None = None  # as recorded in partition.metadata
+        # segments whose recovery at open truncated something (each logged as a warning)
+        self.recovery_truncated = 0
         # bumped whenever segments are removed or replaced (retention, truncation,
         # compaction, config, close): a compaction job read in a worker thread is swapped
         # in only if nothing changed under it
@@ -241,7 +243,7 @@ class PartitionLog:
             if known_id is not None:
                 write_partition_metadata(dir, known_id)
                 plog.topic_id = known_id
-            log.info("created log %s", dir)
+            log.debug("created log %s", dir)
             return plog
         plog = cls._recover(dir, config, clock, now)
         plog.topic_id = read_partition_metadata(dir)
@@ -258,6 +260,7 @@ class PartitionLog:
         bases = sorted(int(p.stem) for p in dir.glob(f"*{LOG_SUFFIX}") if p.stem.isdigit())
         _remove_orphan_indexes(dir, set(bases))
         segments: list[LogSegment] = []
+        truncated_segments = 0
         interval, max_index = config.index_interval_bytes, config.segment_index_bytes
         for i, base in enumerate(bases):
             last = i == len(bases) - 1
@@ -276,6 +279,8 @@ class PartitionLog:
             if not last:
                 log.warning("recovering segment %s", seg.log_path)
             truncated = seg.recover()
+            if truncated:
+                truncated_segments += 1
             segments.append(seg)
             if seg.size and seg.created_ms == now:
                 first = next(seg.headers(0))
@@ -296,7 +301,8 @@ class PartitionLog:
         # indexes' feet only in ways they tolerate (entries deduplicated), so they stay
         plog._load_state(_read_checkpoint(dir / LEADER_EPOCH_CHECKPOINT))
         plog._apply_stored_log_start()
-        log.info("opened log %s: offsets [%d, %d), %d segment(s)", dir,
+        plog.recovery_truncated = truncated_segments
+        log.debug("opened log %s: offsets [%d, %d), %d segment(s)", dir,
                  plog.log_start_offset, plog.log_end_offset, len(segments))
         return plog
 
