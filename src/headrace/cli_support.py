@@ -26,6 +26,7 @@ EXIT_FAILED = 1  # the operation failed: the broker refused it, not found, loss 
 EXIT_USAGE = 2  # invalid usage or input (click's own code for usage errors)
 EXIT_UNREACHABLE = 3  # no broker answered at the bootstrap address(es)
 EXIT_AUTH = 4  # TLS or SASL failed (bad certificate, wrong password, unsupported mechanism)
+EXIT_AUDIT_ERROR = 5  # `headrace audit` could not run at all (not a loss)
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
 EXIT_CODES_HELP = (
@@ -35,6 +36,7 @@ EXIT_CODES_HELP = (
     f"  {EXIT_USAGE}    invalid usage or input\n"
     f"  {EXIT_UNREACHABLE}    cannot reach a broker at the bootstrap address\n"
     f"  {EXIT_AUTH}    TLS or SASL authentication failed\n"
+    f"  {EXIT_AUDIT_ERROR}    audit could not run at all\n"
     f"  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"
 )
 

@@ -897,8 +897,8 @@ def format_summary(summary: dict[str, Any], results_audit: dict[str, dict[str, i
     return "\n".join(lines)
 
 
-EXIT_AUDIT_ERROR = 5
-"""``headrace audit`` could not run (not a verdict): exit 1 is kept for loss found."""
+# ``headrace audit`` could not run (not a verdict): exit 1 is kept for loss found
+from headrace.cli_support import EXIT_AUDIT_ERROR  # noqa: E402
 
 
 def run_audit_command(bootstrap: str, warehouse_dir: Path | None, topics: tuple[str, ...],
