@@ -2,7 +2,8 @@
 root, and ReliableConsumer throughput next to a plain confluent-kafka consumer (measured in
 the same run, on the same topic): a no-op batch bolt, a no-op per-record basic bolt, and a
 basic bolt whose handler waits 1 ms per 100 records (I/O-bound), each with 1, 2 and 4
-lanes; pure-core fan-out (a root with 5 anchored children) per batch of fetched roots.
+lanes; a CPU-bound handler on 1 and 2 process lanes (``process_bolt``) and thread lanes;
+pure-core fan-out (a root with 5 anchored children) per batch of fetched roots.
 
     .venv/bin/python bench/reliable_bench.py                 # starts a broker (tests/brokerproc)
     .venv/bin/python bench/reliable_bench.py --bootstrap HOST:PORT --records 200000
@@ -268,6 +269,33 @@ def reliable_consumer(bootstrap: str, topic: str, n: int, lanes: int, kind: str)
     return n / elapsed
 
 
+def burn(_record: Any) -> None:
+    """A CPU-bound handler: ~0.2-0.3 ms of pure-Python work per record, GIL held."""
+    x = 0
+    for i in range(6_000):
+        x += i * i
+
+
+def cpu_consumer(bootstrap: str, topic: str, n: int, lanes: int, processes: bool) -> float:
+    """``burn`` per record on ``lanes`` process lanes (``process_bolt``) or thread lanes."""
+    topology = (Topology().process_bolt("burn", burn, lanes) if processes else
+                Topology().basic_bolt("burn", lambda item, _out: burn(item.source), lanes))
+    rc = ReliableConsumer({"bootstrap.servers": bootstrap,
+                           "group.id": f"cpu-{uuid.uuid4().hex[:6]}",
+                           "auto.offset.reset": "earliest"}, [topic], topology,
+                          offset_commit_period_ms=200, poll_batch=100)
+    try:  # the workers are started (and waited for) in the constructor: not timed
+        dispatched, t0 = 0, 0.0
+        while dispatched < n or rc.spout.num_pending_roots:
+            got = rc.poll_once()
+            if got and not dispatched:
+                t0 = time.perf_counter()
+            dispatched += got
+        return n / (time.perf_counter() - t0)
+    finally:
+        rc.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bootstrap", default=None)
@@ -277,7 +305,9 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--lanes", default="0,1,2,4",
                     help="0: the stage runs on the polling thread (parallelism=0)")
-    ap.add_argument("--kinds", default="batch,basic,io")
+    ap.add_argument("--kinds", default="batch,basic,io,cpu",
+                    help="cpu: a CPU-bound handler on 1 and 2 process lanes vs thread lanes")
+    ap.add_argument("--cpu-records", type=int, default=3_000)
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs per measurement: the median is printed, then min-max")
     ap.add_argument("--no-pure", action="store_true")
@@ -303,7 +333,18 @@ def main() -> None:
         labels = {"batch": "no-op batch bolt", "basic": "no-op basic bolt",
                   "io": "basic bolt, 1 ms I/O per 100 records"}
         results: list[tuple[str, float]] = []
-        for kind in args.kinds.split(","):
+        kinds = args.kinds.split(",")
+        if "cpu" in kinds:
+            kinds.remove("cpu")
+            cpu_topic = f"bench-cpu-{uuid.uuid4().hex[:6]}"
+            fill(bootstrap, cpu_topic, args.cpu_records, args.partitions, args.size)
+            for processes, lanes in ((True, 1), (True, 2), (False, 1), (False, 2)):
+                rates = [cpu_consumer(bootstrap, cpu_topic, args.cpu_records, lanes, processes)
+                         for _ in range(args.repeat)]
+                label = (f"CPU-bound handler (~0.25 ms/record), {lanes} "
+                         f"{'process' if processes else 'thread'} lane(s)")
+                print(f"{label:58} {spread(rates)}")
+        for kind in kinds:
             for lanes in (int(x) for x in args.lanes.split(",")):
                 rels = [reliable_consumer(bootstrap, topic, args.records, lanes, kind)
                         for _ in range(args.repeat)]

@@ -333,3 +333,48 @@ def test_only_the_first_stage_may_run_on_the_polling_thread() -> None:
         Topology().basic_bolt("a", noop, 1).basic_bolt("b", noop, 0)
     with pytest.raises(ValueError):
         Topology().basic_bolt("a", noop, -1)
+
+
+def test_settling_a_whole_batch_waits_for_trees_of_roots_acked_one_by_one() -> None:
+    """A batch root that emitted anchored children and was acked on its own before the
+    batch is settled as a whole (``ack_batch`` without ``indices``): its record completes
+    with its children's acks, not with the settle (the settle once completed every root of
+    a batch with no root still pending in the acker's eyes, committing past the children)."""
+    from headrace.reliable import ReliableSpout, SpoutConfig, TopicPartition
+
+    tp = TopicPartition("t", 0)
+    spout = ReliableSpout(SpoutConfig(), 0)
+    spout.assigned(tp, 0)
+    batch = spout.on_batch(tp, range(3), 0)
+    assert batch is not None
+    root = batch.item(1)
+    kids = spout.tracker.emit_many([("a",), ("b",)], root)
+    spout.ack(root, 0)  # acked one by one: its tree is still pending
+    spout.ack_batch(batch, 0)
+    assert spout.num_pending_roots == 1
+    assert spout.committable() == {tp: 1}
+    spout.ack_many(kids, 0)
+    assert spout.num_pending_roots == 0
+    assert spout.committable() == {tp: 3}
+
+
+def test_single_root_children_behave_as_items_with_one_anchor() -> None:
+    """``ChildItem`` (the one-tree representation: root id and edge id as ints) answers the
+    ``Item`` questions as a dict-backed item would, and mixes with multi-anchored items."""
+    from headrace.reliable.tuples import ChildItem
+
+    t = tracker()
+    root, root_id, _ = t.root(("r",), 0, 0, source="rec")
+    child = t.emit(("c",), [root])
+    assert type(child) is ChildItem
+    assert child.anchors_to_ids == {root_id: child.edge} and child.root_ids == (root_id,)
+    assert child.sources == ("rec",) and child.source == "rec" and child.is_anchored
+    grandkids = t.emit_many([("g1",), ("g2",)], child)
+    assert all(type(g) is ChildItem and g.source == "rec" for g in grandkids)
+    other, other_id, _ = t.root(("o",), 0, 0, source="rec2")
+    joined = t.emit(("j",), [grandkids[0], other])  # multi-anchored: a dict-backed item
+    assert type(joined) is Item and set(joined.root_ids) == {root_id, other_id}
+    assert t.ack(root) == [] and t.ack(other) == [] and t.ack(child) == []
+    assert t.ack_many(grandkids) == []
+    assert sorted(completed(t.ack(joined))) == sorted([root_id, other_id])
+    assert len(t.ackers) == 0

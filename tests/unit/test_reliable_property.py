@@ -7,13 +7,17 @@ restarts every partition at its committed offset. Records are processed as rando
 (fan-out, multi-anchoring across records, failures, lost acks). Invariants:
 
 - after every commit, no record below a committed offset is unprocessed: each one's tree was
-  fully acked in some attempt, or it was dead-lettered (poison records only);
+  fully acked in some attempt, or it was dead-lettered (poison records only); after every
+  step, the same holds for the offsets the spout would commit next (``committable()``);
 - at the end every record was processed at least once and every partition committed to its
   end;
 - the same holds when records are fetched as batches (``on_batch``) and settled with
   ``ack_batch``: partial batch acks (some roots of a batch processed one by one, the rest
   settled together, ``indices=``), batch failures (roots failed in the settle), roots whose
-  tree grew before the settle, and batches never settled (their roots time out);
+  tree grew before the settle (one child, or a fan-out by ``emit_many``), and batches
+  never settled (their roots time out);
+- fan-outs by ``emit_many`` and bulk acks by ``ack_many`` (several pending items of any
+  kind, roots and children of different trees, in one call) keep all of the above;
 - with the exactly-once helpers the output holds each record exactly once:
   ``IdempotentSqliteSink`` (keyed by topic/partition/offset) and ``SqliteOffsetStore``
   (a plain append table written in the processed-mark's transaction).
@@ -160,11 +164,13 @@ class Sim:
                     conn.execute("INSERT INTO appended VALUES (?)",
                                  (idempotent_key(TOPIC, tp.partition, offset),))
             if rng.random() < 0.3:  # the tree grows before the batch is settled
-                child = self.spout.emit(("c",), [item])
-                for a in attempts:
-                    a.outstanding += 1
-                self.attempts[id(child)] = attempts
-                self.pending.append(child)
+                kids = ([self.spout.emit(("c",), [item])] if rng.random() < 0.5 else
+                        self.spout.tracker.emit_many([("c",)] * rng.randrange(1, 4), item))
+                for child in kids:
+                    for a in attempts:
+                        a.outstanding += 1
+                    self.attempts[id(child)] = attempts
+                    self.pending.append(child)
             acked.append(attempts)
         self.spout.ack_batch(rb, w.now, failures, owned)
         for attempts in acked:
@@ -200,6 +206,14 @@ class Sim:
                                  (idempotent_key(TOPIC, tp.partition, offset),))
         depth = len(item.values)
         children = rng.randrange(3) if depth < 2 else 0
+        if children and rng.random() < 0.4:  # a fan-out in one call (issue 14)
+            kids = self.spout.tracker.emit_many([(*item.values, "c")] * children, item)
+            for child in kids:
+                for a in attempts:
+                    a.outstanding += 1
+                self.attempts[id(child)] = list(attempts)
+                self.pending.append(child)
+            children = 0
         for _ in range(children):
             anchors = [item]
             other = [p for p in self.pending if p.state is ItemState.PENDING]
@@ -220,6 +234,41 @@ class Sim:
             a.outstanding -= 1
             if a.outstanding == 0 and not a.bad:
                 w.processed.add(a.record)
+
+    def ack_bulk(self, max_items: int) -> None:
+        """Several pending items acked in one ``ack_many`` (no failures), some after a
+        fan-out of their own (``emit_many``: their ack carries the new edges)."""
+        w, rng = self.w, self.w.rng
+        chosen: list[Item] = []
+        while self.pending and len(chosen) < max_items:
+            item = self.pending.pop(rng.randrange(len(self.pending)))
+            if self.attempts[id(item)][0].record in w.poison:
+                self.pending.append(item)
+                break
+            chosen.append(item)
+        all_attempts = [self.attempts.pop(id(item)) for item in chosen]
+        for item, attempts in zip(chosen, all_attempts, strict=True):
+            if item.values == ():
+                tp, offset = attempts[0].record
+                self.sink.write(idempotent_key(TOPIC, tp.partition, offset), b"x")
+                with self.store.transaction(TOPIC, tp.partition, offset) as conn:
+                    if conn is not None:
+                        conn.execute("INSERT INTO appended VALUES (?)",
+                                     (idempotent_key(TOPIC, tp.partition, offset),))
+            if len(item.values) < 2 and rng.random() < 0.4:
+                kids = self.spout.tracker.emit_many([(*item.values, "b")] * rng.randrange(1, 4),
+                                                    item)
+                for child in kids:
+                    for a in attempts:
+                        a.outstanding += 1
+                    self.attempts[id(child)] = list(attempts)
+                    self.pending.append(child)
+        self.spout.ack_many(chosen, w.now)
+        for attempts in all_attempts:
+            for a in attempts:
+                a.outstanding -= 1
+                if a.outstanding == 0 and not a.bad:
+                    w.processed.add(a.record)
 
     def tick(self, commit_fail_p: float) -> None:
         w = self.w
@@ -243,9 +292,9 @@ class Sim:
                 self.check_committed()
                 self.spout.committed(effect.offsets)
 
-    def check_committed(self) -> None:
+    def check_committed(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         w = self.w
-        for tp, c in w.committed.items():
+        for tp, c in (w.committed if offsets is None else offsets).items():
             for offset in w.logs[tp]:
                 if offset >= c:
                     break
@@ -276,7 +325,8 @@ def test_committed_offsets_never_pass_unprocessed_records(world: World,
                                                           batches: bool) -> None:
     sim = Sim(world, batches)
     steps = data.draw(st.lists(st.sampled_from(
-        ["fetch", "process", "process", "process", "settle", "time", "tick", "crash"]),
+        ["fetch", "process", "process", "process", "settle", "bulk", "bulk", "time",
+         "tick", "crash"]),
         max_size=120))
     for step in steps:
         if step == "fetch":
@@ -285,12 +335,15 @@ def test_committed_offsets_never_pass_unprocessed_records(world: World,
             sim.settle_batch(fail_p=0.15, lose_p=0.05)
         elif step == "process":
             sim.process_one(fail_p=0.15, lose_p=0.05)
+        elif step == "bulk":
+            sim.ack_bulk(world.rng.randrange(1, 5))
         elif step == "time":
             world.now += world.rng.choice([1, 5, 30, 250])
         elif step == "tick":
             sim.tick(commit_fail_p=0.2)
         elif step == "crash" and world.rng.random() < 0.3:
             sim.crash()
+        sim.check_committed(sim.spout.committable())  # what the next commit would say
     # the rest of the run: no random failures any more (poison records still fail)
     for _ in range(3_000):
         if all(world.committed.get(tp) == log[-1] + 1 for tp, log in world.logs.items()):
@@ -299,6 +352,8 @@ def test_committed_offsets_never_pass_unprocessed_records(world: World,
         while sim.pending or sim.batches:
             sim.settle_batch(fail_p=0.0, lose_p=0.0)
             sim.process_one(fail_p=0.0, lose_p=0.0)
+            sim.ack_bulk(3)
+            sim.check_committed(sim.spout.committable())
         world.now += 10
         sim.tick(commit_fail_p=0.0)
     for tp, log in world.logs.items():

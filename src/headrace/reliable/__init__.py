@@ -3,7 +3,8 @@
 Pure cores (no I/O, time passed in): ``Acker``/``AckerPool`` (XOR of item ids per root),
 ``TupleTracker``/``Item`` (anchoring, ack, fail), ``OffsetManager`` (KafkaSpout's commit
 discipline, one per partition) and ``ReliableSpout`` (records in, effects out). The shell:
-``ReliableConsumer`` over confluent-kafka, running a ``Topology`` of basic or explicit bolts.
+``ReliableConsumer`` over confluent-kafka, running a ``Topology`` of basic, explicit, batch,
+async or process bolts (``process_bolt``: CPU-bound handlers in worker processes).
 Exactly-once output helpers: ``IdempotentSqliteSink`` and ``SqliteOffsetStore``.
 """
 
@@ -35,13 +36,14 @@ from headrace.reliable.topology import (
     Record,
     Topology,
 )
-from headrace.reliable.tuples import Item, ItemState, RootItem, TupleTracker
+from headrace.reliable.tuples import ChildItem, Item, ItemState, RootItem, TupleTracker
 
 __all__ = [
     "Acker",
     "AckerPool",
     "BasicOutputCollector",
     "Batch",
+    "ChildItem",
     "Commit",
     "DeadLetter",
     "Effect",

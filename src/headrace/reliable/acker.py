@@ -25,7 +25,8 @@ Roots whose tree never grows (a record processed without anchored emits) never r
 acker at all: ``ReliableSpout`` settles them per batch (see spout.py).
 
 Bulk: ``update_many`` applies a list of ``(root_id, xor_val)`` in one call (a fan-out's
-acks); the results are those of the calls one by one.
+acks); the results are those of the calls one by one. ``complete_many`` does the same and
+returns only the completed root ids (no event object per root: the spout's path).
 
 Timeouts without a timestamp per root: Storm's ``RotatingMap``. Roots live in
 ``NUM_BUCKETS`` buckets; every ``message_timeout_ms / (NUM_BUCKETS - 1)`` the oldest bucket
@@ -132,6 +133,27 @@ class Acker:
                 events.append(event)
         return events
 
+    def complete_many(self, updates: list[tuple[int, int]]) -> list[int]:
+        """``update_many`` without events: the ids of the roots completed, in order (their
+        owners are dropped; for a caller that owns every root)."""
+        newest = self._buckets[0]
+        owners = self._owners
+        done: list[int] = []
+        for root_id, xor_val in updates:
+            val = newest.get(root_id)
+            if val is not None:
+                if val != xor_val:
+                    newest[root_id] = val ^ xor_val
+                    continue
+                del newest[root_id]
+                done.append(root_id)
+                if owners:
+                    owners.pop(root_id, None)
+                continue
+            if self.update(root_id, xor_val) is not None:
+                done.append(root_id)
+        return done
+
     def fail(self, root_id: int, error: str) -> AckerEvent | None:
         bucket = self._find(root_id)
         if bucket is None:
@@ -209,6 +231,13 @@ class AckerPool:
             if event is not None:
                 events.append(event)
         return events
+
+    def complete_many(self, updates: list[tuple[int, int]]) -> list[int]:
+        if not self.ackers:
+            return []
+        if self.num_ackers == 1:
+            return self.ackers[0].complete_many(updates)
+        return [e.root_id for e in self.update_many(updates)]
 
     def fail(self, root_id: int, error: str) -> AckerEvent | None:
         if not self.ackers:

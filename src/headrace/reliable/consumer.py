@@ -3,7 +3,10 @@
 Threads: the caller's thread runs ``run()``: it polls (``Consumer.consume``), feeds records
 to the pure ``ReliableSpout``, hands root items to the first stage's lanes and carries out
 the spout's effects (seek, pause/resume, commit, dead letters). Each stage lane is one
-thread with a queue; lanes ack, fail and emit through the spout under one lock. Rebalance
+thread with a queue; lanes ack, fail and emit through the spout under one lock. A process
+bolt's lane thread owns one worker process (processes.py): it ships each batch to it and
+settles the batch with its results; a dead worker fails the batch (replayed) and is
+restarted. Rebalance
 callbacks run inside ``consume`` on the polling thread. Polling never stops while
 partitions are paused, so the group session and ``max.poll.interval.ms`` stay satisfied.
 
@@ -38,6 +41,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from headrace.reliable.errors import ReliableConfigError, ReliableUsageError
 from headrace.reliable.exactly_once import SqliteOffsetStore
+from headrace.reliable.processes import ProcessWorker, WorkerDied, record_fields
 from headrace.reliable.spout import (
     PENDING,
     Commit,
@@ -59,6 +63,7 @@ from headrace.reliable.topology import (
     BatchHandler,
     Handler,
     OutputCollector,
+    ProcessHandler,
     Record,
     Stage,
     Topology,
@@ -96,8 +101,14 @@ class _Lane:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"headrace-reliable-{self.stage.name}-{lane}")
+        self.worker: ProcessWorker | None = None
+        if self.stage.kind == "process":
+            self.worker = ProcessWorker(cast(ProcessHandler, self.stage.handler),
+                                        f"headrace-reliable-{self.stage.name}-{lane}")
 
     def start(self) -> None:
+        if self.worker is not None:
+            self.worker.start()  # before the thread: the first batch finds it ready
         if self.inline:
             if self.stage.kind == "async":
                 self.loop = asyncio.new_event_loop()
@@ -130,6 +141,8 @@ class _Lane:
         finally:
             if self.loop is not None:
                 self.loop.close()
+            if self.worker is not None:
+                self.worker.stop()
 
     def process(self, obj: object) -> None:
         runtime = self.runtime
@@ -143,6 +156,8 @@ class _Lane:
                     return  # every root settled, or the partition was revoked
             if stage.kind == "batch":
                 self._run_batch(stage, batch)
+            elif stage.kind == "process":
+                self._run_process(batch, indices)
             elif self.loop is not None:
                 self.loop.run_until_complete(self._run_async(stage, batch, indices))
             else:
@@ -197,6 +212,46 @@ class _Lane:
             failed = {i: error for i in range(len(batch))}
         with runtime._lock:
             runtime.spout.ack_batch(batch, _now_ms(), failed)
+
+    def _run_process(self, batch: RootBatch, indices: list[int] | None) -> None:
+        """Ship the batch's pending roots to this lane's worker process and settle them with
+        its results; if the worker dies, fail them (they are replayed) and restart it."""
+        runtime = self.runtime
+        worker = self.worker
+        assert worker is not None
+        chosen = list(self._indices(batch, indices))
+        if not chosen:
+            return  # every root timed out meanwhile
+        fields = [record_fields(batch.source_of(i)) for i in chosen]
+        failed: dict[int, str] = {}
+        try:
+            results = worker.call(fields)
+        except WorkerDied as exc:
+            log.warning("%s; failing %d records of %s, restarting it", exc, len(chosen),
+                        batch.tp)
+            with runtime._lock:
+                runtime.spout.ack_batch(batch, _now_ms(), dict.fromkeys(chosen, str(exc)),
+                                        chosen)
+            try:
+                worker.restart()
+            except WorkerDied:
+                log.exception("could not restart %s; retrying at its next batch",
+                              worker.name)
+            return
+        for i, result in zip(chosen, results, strict=True):
+            if result is None:
+                continue
+            if isinstance(result, str):
+                failed[i] = result
+                continue
+            try:
+                root = batch.item(i)
+                for values in result:
+                    runtime.emit(self.stage_index, values, (root,))
+            except ReliableUsageError as exc:  # no next stage, or the root timed out
+                failed[i] = f"ReliableUsageError: {exc}"
+        with runtime._lock:
+            runtime.spout.ack_batch(batch, _now_ms(), failed, chosen)
 
     async def _run_async(self, stage: Stage, batch: RootBatch,
                          indices: list[int] | None) -> None:
@@ -345,6 +400,11 @@ class ReliableConsumer:
                 lane.start()
         self.consumer.subscribe(self.topics, on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
+
+    def worker_pids(self) -> list[int]:
+        """The pids of the process lanes' worker processes (process bolts)."""
+        return [lane.worker.pid for lanes in self._lanes for lane in lanes
+                if lane.worker is not None and lane.worker.pid is not None]
 
     # ------------------------------------------------------------------ handlers' calls
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from headrace.reliable.acker import (
@@ -58,6 +59,8 @@ from headrace.reliable.acker import (
 from headrace.reliable.errors import ReliableConfigError
 from headrace.reliable.offsets import OffsetManager
 from headrace.reliable.tuples import (
+    BATCH_INDEX_BITS,
+    ChildItem,
     IdSource,
     Item,
     ItemState,
@@ -66,7 +69,6 @@ from headrace.reliable.tuples import (
     fast_random_id,
 )
 
-BATCH_INDEX_BITS = 24
 MAX_BATCH = 1 << BATCH_INDEX_BITS
 _INDEX_MASK = MAX_BATCH - 1
 PENDING, COMPLETED, FAILED = 0, 1, 2
@@ -208,6 +210,11 @@ class RootBatch:
         return it
 
     def items(self) -> list[RootItem]:
+        items = self._items
+        if not items:  # all made at once
+            made = list(map(RootItem, repeat(self), range(len(self.offsets))))
+            self._items = dict(enumerate(made))
+            return made
         return [self.item(i) for i in range(len(self.offsets))]
 
     def source_of(self, index: int) -> Any:
@@ -271,6 +278,8 @@ class ReliableSpout:
                 return True
             return self._batches.get(batch.batch_id) is batch and \
                 batch.states[item.index] == PENDING
+        if type(item) is ChildItem:
+            return self._root(item.root_id) is not None
         roots = item.anchors_to_ids
         return not roots or any(self._root(r) is not None for r in roots)
 
@@ -390,7 +399,11 @@ class ReliableSpout:
 
     def ack_many(self, items: Sequence[Item], now_ms: int) -> None:
         """``ack`` for each item, settled in bulk."""
-        self._handle(self.tracker.ack_many(items), now_ms)
+        completed, events = self.tracker.ack_many_ids(items)
+        if events:
+            self._handle(events, now_ms)
+        if completed:
+            self._completed(completed)
 
     def fail(self, item: Item, now_ms: int, error: str = "failed") -> None:
         self._handle(self.tracker.fail(item, error), now_ms)
@@ -410,24 +423,30 @@ class ReliableSpout:
                     self.fail(it, now_ms, error)
         chosen = None if indices is None else set(indices)
         grown: list[Item] = []
+        trees: set[int] = set()  # roots whose tree grew: settled by the acker
         if items:
+            pending = ItemState.PENDING
             for i, it in items.items():
-                if it.state is ItemState.PENDING and (chosen is None or i in chosen):
-                    if it.item_id:
+                if chosen is not None and i not in chosen:
+                    continue
+                if it.item_id:
+                    trees.add(i)
+                    if it.state is pending:
                         grown.append(it)
-                    else:
-                        it.state = ItemState.ACKED
+                elif it.state is pending:
+                    it.state = ItemState.ACKED
             if grown:
                 self.ack_many(grown, now_ms)
         if not batch.tracked or self._batches.get(batch.batch_id) is not batch:
             return  # untracked, revoked or already settled
         states = batch.states
-        if chosen is None and batch.pending == len(states) and not grown:
+        if chosen is None and batch.pending == len(states) and not trees:
             self._complete_all(batch)
             return
         every = range(len(states)) if indices is None else indices
-        self._complete(batch, [i for i in every if states[i] == PENDING
-                               and not (items and i in items and items[i].item_id)])
+        if len(trees) < len(every):
+            self._complete(batch, [i for i in every
+                                   if states[i] == PENDING and i not in trees])
 
     def _complete_all(self, batch: RootBatch) -> None:
         p = self._partitions[batch.tp]
@@ -487,6 +506,25 @@ class ReliableSpout:
             done = self._batches.get(batch_id)
             if done is not None:
                 self._complete(done, [i for i in indices if done.states[i] == PENDING])
+
+    def _completed(self, root_ids: list[int]) -> None:
+        """Roots the acker completed (ids of this spout's batches)."""
+        by_batch: dict[int, list[int]] = {}
+        mask = _INDEX_MASK
+        for root_id in root_ids:
+            batch_id = root_id >> BATCH_INDEX_BITS
+            indices = by_batch.get(batch_id)
+            if indices is None:
+                by_batch[batch_id] = [root_id & mask]
+            else:
+                indices.append(root_id & mask)
+        batches = self._batches
+        for batch_id, indices in by_batch.items():
+            batch = batches.get(batch_id)
+            if batch is not None:
+                states = batch.states
+                n = len(states)
+                self._complete(batch, [i for i in indices if i < n and states[i] == PENDING])
 
     def _root_failed(self, batch: RootBatch, index: int, error: str, now_ms: int) -> None:
         tp, offset = batch.tp, batch.offsets[index]

@@ -6,7 +6,7 @@ emits goes to the next stage. Each stage runs on ``parallelism`` lanes (one thre
 items go to lanes round-robin, or by ``fields(item)`` (Storm's fields grouping: the same key
 always reaches the same lane, so per-key state needs no lock).
 
-Four styles; the first two are Storm's:
+Five styles; the first two are Storm's:
 
 - ``basic_bolt(name, fn)``: ``fn(item, out)``; ``out.emit(values)`` anchors to the input
   item automatically, and the input is acked when ``fn`` returns (failed if it raises).
@@ -26,17 +26,23 @@ Four styles; the first two are Storm's:
   the basic bolt's contract, run on an asyncio event loop per lane with up to
   ``concurrency`` calls in flight (for handlers that wait on I/O).
 
+- ``process_bolt(name, fn, parallelism=n)`` (first stage only): ``fn(record)`` runs in
+  ``n`` worker processes, fed whole batches; it returns None or value tuples to emit
+  anchored to the record (to the next stage, in the consumer process); an exception fails
+  the record. A worker that dies fails its in-flight batch (replayed) and is restarted.
+
 Lanes are threads: they add throughput when handlers wait (I/O, or C code that releases the
-GIL); for pure-Python CPU-bound handlers they do not. ``parallelism=0`` (first stage only)
-runs the stage on the polling thread itself: no hand-off between threads, which on a small
-machine is the cheapest way to run fast handlers (a no-op batch bolt about twice as fast as
-on one lane thread), but polling waits while the handler runs (as in a plain consumer loop;
-keep each batch well under ``max.poll.interval.ms``).
+GIL); for pure-Python CPU-bound handlers they do not (use ``process_bolt`` for those).
+``parallelism=0`` (first stage only) runs the stage on the polling thread itself: no
+hand-off between threads, which on a small machine is the cheapest way to run fast handlers
+(a no-op batch bolt about twice as fast as on one lane thread), but polling waits while the
+handler runs (as in a plain consumer loop; keep each batch well under
+``max.poll.interval.ms``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Hashable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -126,16 +132,17 @@ Handler = Callable[[Item, OutputCollector], None]
 BatchHandler = Callable[[Batch], None]
 AsyncHandler = Callable[[Item, BasicOutputCollector], Awaitable[None]]
 FieldsGrouping = Callable[[Item], Hashable]
+ProcessHandler = Callable[[Record], Iterable[tuple[Any, ...]] | None]
 
 
 @dataclass(frozen=True, slots=True)
 class Stage:
     name: str
-    handler: BasicHandler | Handler | BatchHandler | AsyncHandler
+    handler: BasicHandler | Handler | BatchHandler | AsyncHandler | ProcessHandler
     basic: bool
     parallelism: int
     fields: FieldsGrouping | None
-    kind: str = "basic"  # "basic", "explicit", "batch" or "async"
+    kind: str = "basic"  # "basic", "explicit", "batch", "async" or "process"
     concurrency: int = 1
 
 
@@ -163,6 +170,15 @@ class Topology:
         if concurrency < 1:
             raise ValueError(f"stage {name}: concurrency must be >= 1")
         return self._add(Stage(name, fn, True, parallelism, None, "async", concurrency))
+
+    def process_bolt(self, name: str, fn: ProcessHandler, parallelism: int = 1) -> Topology:
+        """``fn(record)`` in ``parallelism`` worker processes (CPU-bound handlers); returns
+        None or value tuples to emit anchored to the record (see processes.py)."""
+        if self.stages:
+            raise ValueError(f"stage {name}: a process bolt must be the first stage")
+        if parallelism < 1:
+            raise ValueError(f"stage {name}: a process bolt needs parallelism >= 1")
+        return self._add(Stage(name, fn, False, parallelism, None, "process"))
 
     def _add(self, stage: Stage) -> Topology:
         if stage.parallelism < 0 or (stage.parallelism == 0 and self.stages):

@@ -25,7 +25,15 @@ emit: ``acker.start(root_id, owner, item_id)``). A root acked or failed before t
 costs an acker entry: ``ack`` and ``fail`` report its completion or failure directly. The
 XOR arithmetic is the same as if the root had been registered at once with its item id.
 
-``ack_many(items)`` acks a list of items with one bulk acker update (a fan-out's acks).
+Items in one tree (``ChildItem``): every emit with one anchor that is itself in exactly one
+tree — the common case, and every item ``emit_many`` makes — holds its root id and edge id
+as two ints and a reference to the item its sources come from, instead of an
+``anchors_to_ids`` dict and a sources tuple (the dict is built only if asked for). Same
+arithmetic, a quarter of the allocations; ``emit_many`` from a batch root draws all the ids
+in one call, grows the tree inline and builds the children with one ``map``.
+
+``ack_many(items)`` acks a list of items with one bulk acker update (a fan-out's acks);
+``ack_many_ids`` is the same for the spout, which needs completed root ids, not events.
 
 Ids are drawn from an injected ``id_source`` (default ``random_id``: 64 random bits, zero
 redrawn, drawn 1024 at a time from ``os.urandom``). Thread-safety: none; the shell
@@ -39,6 +47,8 @@ import operator
 import os
 import random
 from collections.abc import Callable, Sequence
+from functools import reduce
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from headrace.reliable.acker import AckerEvent, AckerPool, RootCompleted, RootFailed
@@ -46,6 +56,8 @@ from headrace.reliable.errors import ReliableUsageError
 
 if TYPE_CHECKING:
     from headrace.reliable.spout import RootBatch
+
+BATCH_INDEX_BITS = 24  # a batch root's id: batch_id << BATCH_INDEX_BITS | index (spout.py)
 
 IdSource = Callable[[], int]
 
@@ -90,6 +102,10 @@ class ItemState(enum.Enum):
     PENDING = "pending"
     ACKED = "acked"
     FAILED = "failed"
+
+
+_PENDING = ItemState.PENDING
+_ACKED = ItemState.ACKED
 
 
 class Item:
@@ -159,12 +175,44 @@ class RootItem(Item):
         return {self.batch.root_id(self.index): self.item_id}
 
 
+class ChildItem(Item):
+    """An item in exactly one tree (every single-anchored emit): its root id and the id of
+    the edge that links it in, as two ints — no per-item dict. ``origin`` is the item its
+    ``sources`` come from (the root item, or the anchor's own sources)."""
+
+    __slots__ = ("edge", "origin", "root_id")
+
+    def __init__(self, values: tuple[Any, ...], root_id: int, edge: int,
+                 origin: Item) -> None:
+        self.values = values
+        self.root_id = root_id
+        self.edge = edge
+        self.origin = origin
+        self.ack_val = 0
+        self.state = _PENDING
+
+    @property
+    def anchors_to_ids(self) -> dict[int, int]:  # type: ignore[override]
+        return {self.root_id: self.edge}
+
+    @property
+    def sources(self) -> tuple[Any, ...]:  # type: ignore[override]
+        return self.origin.sources
+
+    @property
+    def source(self) -> Any:
+        return self.origin.source
+
+
 class TupleTracker:
     """Creates items and turns their anchoring, acks and fails into acker updates."""
 
     def __init__(self, ackers: AckerPool, id_source: IdSource = random_id) -> None:
         self.ackers = ackers
         self._new_id = id_source
+        many = getattr(id_source, "many", None)
+        self._new_ids: Callable[[int], list[int]] = (
+            many if many is not None else lambda n: [id_source() for _ in range(n)])
 
     def root(self, values: tuple[Any, ...], owner: int, now_ms: int, *, source: Any = None,
              tracked: bool = True) -> tuple[Item, int, list[AckerEvent]]:
@@ -179,20 +227,37 @@ class TupleTracker:
         item = Item(values, {root_id: item_id}, (source,))
         return item, root_id, self.ackers.init(root_id, owner, item_id, now_ms)
 
+    def _single_root(self, anchor: Item) -> tuple[int, Item] | None:
+        """``(root_id, origin)`` of an anchor in exactly one tree (growing a root item's
+        tree), None for one in no tree or several."""
+        if type(anchor) is ChildItem:
+            return anchor.root_id, anchor.origin
+        if type(anchor) is RootItem:
+            batch = anchor.batch
+            if not batch.tracked:
+                return None
+            if not anchor.item_id:
+                self._grow(anchor)
+            return (batch.batch_id << BATCH_INDEX_BITS) | anchor.index, anchor
+        roots = anchor.anchors_to_ids
+        if len(roots) == 1:
+            (root_id,) = roots
+            return root_id, anchor
+        return None
+
     def emit(self, values: tuple[Any, ...], anchors: Sequence[Item] = ()) -> Item:
         for anchor in anchors:
-            if anchor.state is not ItemState.PENDING:
+            if anchor.state is not _PENDING:
                 raise ReliableUsageError(f"emit anchored to an item already {anchor.state.value}")
-        if len(anchors) == 1:
+        if len(anchors) == 1:  # the common case: one parent in one tree
             anchor = anchors[0]
-            if type(anchor) is RootItem:
-                return self._emit_from_root(values, anchor)
-            roots = anchor.anchors_to_ids
-            if len(roots) == 1:  # the common case: one parent in one tree
+            single = self._single_root(anchor)
+            if single is not None:
                 edge_id = self._new_id()
                 anchor.ack_val ^= edge_id
-                (root_id,) = roots
-                return Item(values, {root_id: edge_id}, anchor.sources)
+                return ChildItem(values, single[0], edge_id, single[1])
+            if type(anchor) is RootItem:  # an untracked root
+                return Item(values, {}, anchor.sources)
         for anchor in anchors:
             if type(anchor) is RootItem:
                 self._grow(anchor)
@@ -202,68 +267,63 @@ class TupleTracker:
             for src in anchor.sources:
                 if not any(src is s for s in sources):
                     sources.append(src)
-            if not anchor.anchors_to_ids:
+            roots = anchor.anchors_to_ids
+            if not roots:
                 continue
             edge_id = self._new_id()
             anchor.ack_val ^= edge_id
-            for root_id in anchor.anchors_to_ids:
+            for root_id in roots:
                 anchors_to_ids[root_id] = anchors_to_ids.get(root_id, 0) ^ edge_id
         return Item(values, anchors_to_ids, tuple(sources))
 
     def emit_many(self, values: Sequence[tuple[Any, ...]], anchor: Item) -> list[Item]:
         """``emit(v, [anchor])`` for each of ``values`` (the same items, edge ids and acker
         state), in one pass: an anchor in one tree gets one XOR of all the new edges."""
-        if anchor.state is not ItemState.PENDING:
+        if anchor.state is not _PENDING:
             raise ReliableUsageError(f"emit anchored to an item already {anchor.state.value}")
-        if type(anchor) is RootItem:
-            batch = anchor.batch
-            sources: tuple[Any, ...] = (batch.source_of(anchor.index),)
-            if not batch.tracked:
-                return [Item(v, {}, sources) for v in values]
-            if not anchor.item_id:
-                self._grow(anchor)
-            root_id = batch.root_id(anchor.index)
-        else:
-            roots = anchor.anchors_to_ids
-            if len(roots) != 1:
-                return [self.emit(v, (anchor,)) for v in values]
-            (root_id,) = roots
-            sources = anchor.sources
-        many = getattr(self._new_id, "many", None)
-        n = len(values)
-        edge_ids = many(n) if many is not None else [self._new_id() for _ in range(n)]
-        acc = anchor.ack_val
-        for edge_id in edge_ids:
-            acc ^= edge_id
-        anchor.ack_val = acc
-        return [Item(v, {root_id: e}, sources) for v, e in zip(values, edge_ids, strict=True)]
-
-    def _emit_from_root(self, values: tuple[Any, ...], anchor: RootItem) -> Item:
-        batch = anchor.batch
-        source = (batch.source_of(anchor.index),)
-        if not batch.tracked:
-            return Item(values, {}, source)
-        if not anchor.item_id:
-            self._grow(anchor)
-        edge_id = self._new_id()
-        anchor.ack_val ^= edge_id
-        return Item(values, {batch.root_id(anchor.index): edge_id}, source)
+        if type(anchor) is RootItem:  # the fan-out of a fetched record: inlined
+            root = anchor
+            batch = root.batch
+            if batch.tracked:
+                root_id = (batch.batch_id << BATCH_INDEX_BITS) | root.index
+                if root.item_id:
+                    edge_ids = self._new_ids(len(values))
+                else:  # the tree's first children: the acker starts tracking it
+                    edge_ids = self._new_ids(len(values) + 1)
+                    root.item_id = item_id = edge_ids.pop()
+                    items = batch._items
+                    if items is None:
+                        items = batch._items = {}
+                    items.setdefault(root.index, root)
+                    self.ackers.acker_for(root_id).start(root_id, batch.owner, item_id)
+                root.ack_val = reduce(operator.xor, edge_ids, root.ack_val)
+                return list(map(ChildItem, values, repeat(root_id), edge_ids, repeat(root)))
+        single = self._single_root(anchor)
+        if single is None:
+            return [self.emit(v, (anchor,)) for v in values]
+        root_id, origin = single
+        edge_ids = self._new_ids(len(values))
+        anchor.ack_val = reduce(operator.xor, edge_ids, anchor.ack_val)
+        return list(map(ChildItem, values, repeat(root_id), edge_ids, repeat(origin)))
 
     def _grow(self, root: RootItem) -> None:
         """The root's tree gets its first child: the acker starts tracking it."""
-        if root.item_id or not root.batch.tracked:
-            return
-        root.item_id = self._new_id()
         batch = root.batch
+        if root.item_id or not batch.tracked:
+            return
+        root.item_id = item_id = self._new_id()
         items = batch._items
         if items is None:
             items = batch._items = {}
         items.setdefault(root.index, root)  # a grown root is known to its batch
-        root_id = batch.root_id(root.index)
-        self.ackers.acker_for(root_id).start(root_id, batch.owner, root.item_id)
+        root_id = (batch.batch_id << BATCH_INDEX_BITS) | root.index
+        self.ackers.acker_for(root_id).start(root_id, batch.owner, item_id)
 
     def ack(self, item: Item) -> list[AckerEvent]:
         self._finish(item, ItemState.ACKED)
+        if type(item) is ChildItem:
+            event = self.ackers.update(item.root_id, item.edge ^ item.ack_val)
+            return [] if event is None else [event]
         if type(item) is RootItem and not item.item_id:
             if not item.batch.tracked:
                 return []
@@ -281,34 +341,56 @@ class TupleTracker:
         (one acker update per root, not per item): the result is that of the acks one by
         one unless ids collide (an intermediate value 0 while an item of the tree is still
         unacked, p ~ 2**-64 — the odds Storm's acker accepts for every ack)."""
-        pending = ItemState.PENDING
-        if list(map(_state_of, items)).count(pending) != len(items):
+        updates, events = self._combine(items)
+        if updates:
+            events.extend(self.ackers.update_many(updates))
+        return events
+
+    def ack_many_ids(self, items: Sequence[Item]) -> tuple[list[int], list[AckerEvent]]:
+        """``ack_many`` for the spout, which needs no owners: the ids of the roots the
+        acker completed, and the other events (roots completed without an acker entry)."""
+        updates, events = self._combine(items)
+        return (self.ackers.complete_many(updates) if updates else []), events
+
+    def _combine(self, items: Sequence[Item]) -> tuple[list[tuple[int, int]],
+                                                        list[AckerEvent]]:
+        """Mark ``items`` acked: their acker updates XORed per root, and the completions of
+        roots that never reached the acker."""
+        if list(map(_state_of, items)).count(_PENDING) != len(items):
             for item in items:
-                if item.state is not pending:
+                if item.state is not _PENDING:
                     raise ReliableUsageError(f"item already {item.state.value}")
         events: list[AckerEvent] = []
         combined: dict[int, int] = {}
         get = combined.get
-        acked = ItemState.ACKED
+        acked = _ACKED
         for item in items:
             item.state = acked
-            if type(item) is RootItem and not item.item_id:
-                if item.batch.tracked:
-                    events.append(RootCompleted(item.root_id, item.batch.owner))
-                continue
-            ack_val = item.ack_val
-            for root_id, edge_ids in item.anchors_to_ids.items():
-                combined[root_id] = get(root_id, 0) ^ edge_ids ^ ack_val
-        if combined:
-            events.extend(self.ackers.update_many(list(combined.items())))
-        return events
+            kind = type(item)
+            if kind is ChildItem:
+                root_id = item.root_id  # type: ignore[attr-defined]
+                combined[root_id] = get(root_id, 0) ^ item.edge ^ item.ack_val  # type: ignore[attr-defined]
+            elif kind is RootItem:
+                batch = item.batch  # type: ignore[attr-defined]
+                item_id = item.item_id  # type: ignore[attr-defined]
+                root_id = (batch.batch_id << BATCH_INDEX_BITS) | item.index  # type: ignore[attr-defined]
+                if item_id:
+                    combined[root_id] = get(root_id, 0) ^ item_id ^ item.ack_val
+                elif batch.tracked:
+                    events.append(RootCompleted(root_id, batch.owner))
+            else:
+                ack_val = item.ack_val
+                for root_id, edge_ids in item.anchors_to_ids.items():
+                    combined[root_id] = get(root_id, 0) ^ edge_ids ^ ack_val
+        return list(combined.items()), events
 
     def fail(self, item: Item, error: str = "failed") -> list[AckerEvent]:
         self._finish(item, ItemState.FAILED)
         if type(item) is RootItem and not item.item_id:
-            if not item.batch.tracked:
+            root = item
+            if not root.batch.tracked:
                 return []
-            return [RootFailed(item.root_id, item.batch.owner, error)]
+            return [RootFailed(root.root_id, root.batch.owner, error)]
         events: list[AckerEvent] = []
         for root_id in item.anchors_to_ids:
             event = self.ackers.fail(root_id, error)
@@ -321,6 +403,6 @@ class TupleTracker:
 
     @staticmethod
     def _finish(item: Item, state: ItemState) -> None:
-        if item.state is not ItemState.PENDING:
+        if item.state is not _PENDING:
             raise ReliableUsageError(f"item already {item.state.value}")
         item.state = state
