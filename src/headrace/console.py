@@ -20,6 +20,7 @@ import base64
 import contextlib
 import json
 import os
+import signal
 import string
 import sys
 import time
@@ -168,6 +169,13 @@ class _HeaderSyntax:
         return out, rest
 
 
+def _interruptible() -> None:
+    """Ctrl-C (SIGINT) stops the command even when it was started with SIGINT ignored (a
+    shell's background job, nohup): Python only turns SIGINT into KeyboardInterrupt when
+    it is not ignored at start."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @click.command("produce")
 @click.argument("topic")
 @click.option("-b", "--bootstrap-server", "bootstrap", envvar="HEADRACE_BOOTSTRAP",
@@ -210,6 +218,7 @@ def produce_command(topic: str, bootstrap: str, file: Path | None, key_separator
 
     Prints a summary (records, bytes, failures) on stderr at the end; exits 1 if any
     record could not be delivered."""
+    _interruptible()
     try:
         fixed: list[tuple[str, str | bytes | None]] = [
             (k, v.encode()) for k, v in _pairs(headers, "--header")]
@@ -477,6 +486,7 @@ def consume_command(topic: str, bootstrap: str, group: str | None, from_beginnin
     """Print TOPIC's records on stdout, one per line (the value, or --format / --json).
 
     Runs until Ctrl-C, --max-messages, --timeout-ms or --exit-at-end."""
+    _interruptible()
     try:
         if template is not None and as_json:
             raise _Bad("use either --format or --json, not both")
