@@ -547,6 +547,16 @@ def _quiet_py4j() -> None:
 
     for name in ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark"):
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    # the driver's accumulator server (a socketserver thread) prints a traceback for every
+    # update connection the stop cuts, possibly after stderr is back
+    try:
+        from pyspark import accumulators
+    except ImportError:  # pragma: no cover - the spark extra is there when Spark ran
+        return
+    for name in ("AccumulatorTCPServer", "AccumulatorUnixServer"):
+        server = getattr(accumulators, name, None)
+        if server is not None:
+            server.handle_error = lambda *_args: None
 
 
 def _shell_quote(text: str) -> str:
