@@ -547,11 +547,16 @@ def _quiet_py4j() -> None:
 
     for name in ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark"):
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
-    # the driver's accumulator server (a socketserver thread) prints a traceback for every
-    # update connection the stop cuts, possibly after stderr is back
+
+
+
+def _quiet_accumulator_server() -> None:
+    """The driver's accumulator server (a socketserver thread) prints a traceback for every
+    update connection cut short, which a Ctrl-C's stop does, even before the demo's own
+    stop begins: its errors are not the user's to read."""
     try:
         from pyspark import accumulators
-    except ImportError:  # pragma: no cover - the spark extra is there when Spark ran
+    except ImportError:  # pragma: no cover - the spark extra is there when Spark runs
         return
     for name in ("AccumulatorTCPServer", "AccumulatorUnixServer"):
         server = getattr(accumulators, name, None)
@@ -589,6 +594,7 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
              as_json: bool, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
              cluster: bool = False) -> dict[str, Any]:
     """Run the demo; raises ``DemoInterrupted`` after a clean stop on SIGINT."""
+    _quiet_accumulator_server()
     interrupted = threading.Event()
     with _sigint_as_flag(interrupted):
         try:
