@@ -335,10 +335,16 @@ def delete(bootstrap: str, topic: str) -> None:
 def alter_config(bootstrap: str, topic: str, sets: tuple[str, ...],
                  deletes: tuple[str, ...]) -> None:
     """Set or remove a topic's config overrides (as headrace configs alter --topic)."""
+    _alter_configs(bootstrap, topic, None, sets, deletes)
+    click.echo(f"Altered configs of topic {topic}.")
+
+
+def _alter_configs(bootstrap: str, topic: str | None, broker: int | None,
+                   sets: tuple[str, ...], deletes: tuple[str, ...]) -> None:
+    """IncrementalAlterConfigs on a topic or a broker: SET and DELETE entries."""
     from confluent_kafka.admin import (  # type: ignore[attr-defined]
         AlterConfigOpType,
         ConfigEntry,
-        ConfigResource,
     )
 
     if not sets and not deletes:
@@ -347,10 +353,9 @@ def alter_config(bootstrap: str, topic: str, sets: tuple[str, ...],
                for k, v in _pairs(sets, "--set").items()]
     entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
                 for k in deletes]
-    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
+    res = _config_resource(topic, broker, incremental_configs=entries)
     admin = _admin(bootstrap)
     _result(admin.incremental_alter_configs([res])[res])
-    click.echo(f"Altered configs of topic {topic}.")
 
 
 @topics.command("delete-records")
@@ -943,19 +948,6 @@ def configs_describe(bootstrap: str, topic: str | None, broker: int | None, show
 def configs_alter(bootstrap: str, topic: str | None, broker: int | None,
                   sets: tuple[str, ...], deletes: tuple[str, ...]) -> None:
     """Set or remove a topic's or a broker's dynamic configs (IncrementalAlterConfigs)."""
-    from confluent_kafka.admin import (  # type: ignore[attr-defined]
-        AlterConfigOpType,
-        ConfigEntry,
-    )
-
-    if not sets and not deletes:
-        raise click.UsageError("give --set KEY=VALUE and/or --delete KEY")
-    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-               for k, v in _pairs(sets, "--set").items()]
-    entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
-                for k in deletes]
-    res = _config_resource(topic, broker, incremental_configs=entries)
-    admin = _admin(bootstrap)
-    _result(admin.incremental_alter_configs([res])[res])
+    _alter_configs(bootstrap, topic, broker, sets, deletes)
     what = f"topic {topic}" if topic is not None else f"broker {broker}"
     click.echo(f"Altered configs of {what}.")
