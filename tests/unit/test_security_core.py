@@ -168,3 +168,53 @@ def test_scram_accepts_librdkafkas_repeated_nonce_as_kafka_3_9_does() -> None:
     assert run(lambda c, full: c + full) == Principal("User", "kc")
     with pytest.raises(SaslFailure, match="nonce"):
         run(lambda c, full: full + "x")
+
+
+def test_made_up_key_ids_do_not_make_the_broker_fetch_the_jwks_each_time(
+    tmp_path: Path,
+) -> None:
+    """An unauthenticated client sending tokens with unknown key ids: the JWKS URL is
+    fetched at most once per min_refetch_s, not per attempt; a known kid needs no fetch."""
+    import http.server
+    import threading
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    jwk["kid"] = "k"
+    body = json.dumps({"keys": [jwk]}).encode()
+    fetches = []
+
+    class Jwks(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            fetches.append(1)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    clock = [0.0]
+    try:
+        keys = JwksKeys(f"http://127.0.0.1:{server.server_address[1]}/jwks",
+                        min_refetch_s=10, now=lambda: clock[0])
+        now = int(time.time())
+        good = jwt.encode({"sub": "s", "exp": now + 60}, key, algorithm="RS256",
+                          headers={"kid": "k"})
+        assert keys.key_for(good) is not None and len(fetches) == 1
+        for i in range(20):
+            bad = jwt.encode({"sub": "s", "exp": now + 60}, key, algorithm="RS256",
+                             headers={"kid": f"made-up-{i}"})
+            with pytest.raises(SaslFailure):
+                keys.key_for(bad)
+        assert len(fetches) == 1
+        clock[0] = 11.0
+        with pytest.raises(SaslFailure):
+            keys.key_for(bad)
+        assert len(fetches) == 2  # a key rotation is picked up after the floor
+        assert keys.key_for(good) is not None and len(fetches) == 2
+    finally:
+        server.shutdown()

@@ -15,7 +15,9 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,6 +25,8 @@ from typing import Any, Protocol
 
 from headrace.security.principal import Principal, user
 from headrace.security.scram import MECHANISMS, ScramCredential
+
+log = logging.getLogger("headrace.security")
 
 
 class SaslFailure(Exception):
@@ -202,15 +206,24 @@ class OAuthSettings:
 
 class JwksKeys:
     """The keys that sign tokens: a JWKS document from a ``file:`` path (read once) or an
-    http(s) URL (PyJWT's ``PyJWKClient``, cached; fetched off the event loop since
-    ``step`` runs in a worker thread)."""
+    http(s) URL (fetched with PyJWT's ``PyJWKClient`` off the event loop, since ``step``
+    runs in a worker thread). A URL's keys are fetched again after ``refresh_s``, or when a
+    token names a key id not in them, but never more than once per ``min_refetch_s``: an
+    unauthenticated client sending made-up key ids cannot make the broker fetch per
+    connection (Kafka's ``RefreshingHttpsJwks`` has the same floor)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, refresh_s: float = 3600.0, min_refetch_s: float = 10.0,
+                 now: Callable[[], float] = time.monotonic) -> None:
         import jwt
 
         self.url = url
+        self.refresh_s = refresh_s
+        self.min_refetch_s = min_refetch_s
+        self.now = now
         self._client: Any = None
         self._set: Any = None
+        self._fetched = -float("inf")
+        self._lock = threading.Lock()
         if url.startswith("file:"):
             path = url[len("file:"):]
             while path.startswith("//"):
@@ -218,15 +231,28 @@ class JwksKeys:
             with open(path) as f:
                 self._set = jwt.PyJWKSet.from_dict(json.load(f))
         else:
-            self._client = jwt.PyJWKClient(url, cache_keys=True, lifespan=3600, timeout=10)
+            self._client = jwt.PyJWKClient(url, cache_jwk_set=False, cache_keys=False,
+                                           timeout=10)
+
+    def _keys(self, kid: str | None) -> list[Any]:
+        return [k for k in (self._set.keys if self._set is not None else [])
+                if kid is None or k.key_id == kid]
 
     def key_for(self, token: str) -> Any:
         import jwt
 
-        if self._client is not None:
-            return self._client.get_signing_key_from_jwt(token).key
         kid = jwt.get_unverified_header(token).get("kid")
-        keys = [k for k in self._set.keys if kid is None or k.key_id == kid]
+        if self._client is not None:
+            with self._lock:
+                age = self.now() - self._fetched
+                if age >= self.refresh_s or (not self._keys(kid)
+                                             and age >= self.min_refetch_s):
+                    self._fetched = self.now()
+                    try:
+                        self._set = jwt.PyJWKSet.from_dict(self._client.fetch_data())
+                    except Exception as e:  # the identity provider is down: keep the old
+                        log.warning("cannot fetch the JWKS at %s: %s", self.url, e)
+        keys = self._keys(kid)
         if not keys:
             raise SaslFailure(f"no key in the JWKS matches the token's kid {kid!r}")
         return keys[0].key
