@@ -60,9 +60,11 @@ def main(command_config: Path | None, verbose: bool) -> None:
 @main.command()
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
               help="A server.properties-style file.")
-@click.option("--data-dir", type=click.Path(path_type=Path), help="Data directory (log.dirs).")
+@click.option("--data-dir", type=click.Path(path_type=Path), envvar="HEADRACE_DATA_DIR",
+              show_envvar=True, help="Data directory (log.dirs).")
 @click.option("--host", help="Address to listen on (default 127.0.0.1).")
-@click.option("--port", type=PORT, help="Port to listen on (default 9092; 0 = any free port).")
+@click.option("--port", type=PORT, envvar="HEADRACE_PORT", show_envvar=True,
+              help="Port to listen on (default 9092; 0 = any free port).")
 @click.option("--node-id", "--broker-id", "node_id", type=click.IntRange(min=0),
               help="Broker id (node.id, alias broker.id; default 0).")
 @click.option("--zookeeper", default=None, metavar="HOST:PORT[/chroot]",
@@ -169,10 +171,13 @@ async def _cancel_leftover_tasks(timeout_s: float) -> None:
 @click.option("--brokers", type=click.IntRange(1, 32), default=3, show_default=True,
               help="How many brokers to run.")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path("cluster-data"),
-              show_default=True, help="ZooKeeper's and every broker's data under here.")
+              envvar="HEADRACE_DATA_DIR", show_envvar=True, show_default=True,
+              help="ZooKeeper's and every broker's data under here.")
 @click.option("--port", type=click.IntRange(1, 65535), default=9092, show_default=True,
+              envvar="HEADRACE_PORT", show_envvar=True,
               help="First broker's port; broker N listens on PORT+N-1.")
 @click.option("--zookeeper-port", type=click.IntRange(1, 65535), default=2181,
+              envvar="HEADRACE_ZOOKEEPER_PORT", show_envvar=True,
               show_default=True, help="ZooKeeper's client port.")
 @click.option("-o", "--override", "overrides", multiple=True, metavar="KEY=VALUE",
               callback=_check_overrides,

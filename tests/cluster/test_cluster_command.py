@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import re
+import shlex
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kazoo.client import KazooClient
 
+from headrace.cluster.zookeeper_server import ZooKeeperServer
 from tests.brokerproc import wait_until
-from tests.zk import ZK_SERVER
+from tests.readme import ROOT, commands
+from tests.zk import ZK_SERVER, zookeeper  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -40,14 +47,23 @@ def _free_block(n: int) -> int:
 
 
 def test_cluster_command_runs_three_brokers_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    """The README's local cluster block as written (issue 13, item 4): `bash scripts/run.sh
+    cluster` (its ports and data dir from HEADRACE_PORT, HEADRACE_ZOOKEEPER_PORT and
+    HEADRACE_DATA_DIR, so they are free here), then its two admin commands."""
     if not ZK_SERVER.exists():
         pytest.fail("ZooKeeper is not installed (bash scripts/test.sh installs it)")
+    start, create, describe = commands("cluster-local")
+    assert start == "bash scripts/run.sh cluster"
     base, zk_port = _free_block(3), _free_block(1)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "headrace.cli", "cluster", "--brokers", "3", "--data-dir",
-         str(tmp_path / "c"), "--port", str(base), "--zookeeper-port", str(zk_port)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HEADRACE_PORT": str(base),
+           "HEADRACE_ZOOKEEPER_PORT": str(zk_port), "HEADRACE_DATA_DIR": str(tmp_path / "c")}
+    venv = Path(sys.executable).parent.parent
+    if venv.resolve() == (ROOT / ".venv").resolve():
+        argv = ["bash", "-c", start]  # as written, from the clone
+    else:  # a worktree without its own .venv: what run.sh execs, with this venv
+        argv = [sys.executable, "-m", "headrace.cli", "cluster"]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env=env)
     lines: list[str] = []
 
     def pump() -> None:
@@ -57,10 +73,24 @@ def test_cluster_command_runs_three_brokers_and_stops_on_ctrl_c(tmp_path: Path) 
 
     threading.Thread(target=pump, daemon=True).start()
     try:
-        wait_until(lambda: any("bootstrap servers:" in x for x in lines), 90, 0.1,
+        wait_until(lambda: any("bootstrap servers:" in x for x in lines), 150, 0.1,
                    "the bootstrap line")
         bootstrap = next(x for x in lines if "bootstrap servers:" in x).split(": ", 1)[1].strip()
         assert bootstrap == ",".join(f"127.0.0.1:{base + i}" for i in range(3))
+        for line in (create, describe):
+            argv = shlex.split(line.replace("127.0.0.1:9092", f"127.0.0.1:{base}"))
+            assert argv[0] == ".venv/bin/headrace"
+            r = subprocess.run([str(venv / "bin" / "headrace"), *argv[1:]], capture_output=True,
+                               text=True, timeout=60, check=False)
+            assert r.returncode == 0, (line, r.stderr)
+        events = AdminClient({"bootstrap.servers": bootstrap}).list_topics(
+            "events", timeout=10).topics["events"].partitions
+        assert len(events) == 6 and all(len(p.replicas) == 3 for p in events.values())
+        described = re.findall(r"Partition: (\d+)\tLeader: \d+\tReplicas: ([\d,]+)\t",
+                               r.stdout)
+        assert sorted(int(p) for p, _ in described) == list(range(6)), r.stdout
+        assert all(len(replicas.split(",")) == 3 for _, replicas in described)
+        assert "min.insync.replicas=2" in r.stdout
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic("cmd", 2, 3)])["cmd"].result(40)
         assert {b for b in admin.list_topics(timeout=10).brokers} == {1, 2, 3}
@@ -82,3 +112,36 @@ def test_cluster_command_runs_three_brokers_and_stops_on_ctrl_c(tmp_path: Path) 
     # nothing left behind: no broker or ZooKeeper process of this cluster
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(tmp_path / "c") not in out
+
+
+def test_readme_broker_on_three_machines_registers_as_written(
+        zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """The README's one-broker-per-machine command (issue 13, item 4), on this machine: the
+    data dir, port and ZooKeeper ensemble made local and free; the advertised host stays
+    ``kafka1.example.com`` (registration does not resolve it). The broker registers in
+    ZooKeeper, under the command's chroot, with Kafka's JSON: that host, its rack, its id."""
+    (line,) = commands("cluster-machines")
+    port = _free_block(1)
+    chroot = f"/headrace-{uuid.uuid4().hex[:8]}"
+    argv = shlex.split(line.replace("/var/lib/headrace", str(tmp_path / "data"))
+                       .replace("--port 9092", f"--port {port}")
+                       .replace("zk1:2181,zk2:2181,zk3:2181/headrace",
+                                zookeeper.connect_string + chroot))
+    assert argv[:2] == ["headrace", "broker"]
+    proc = subprocess.Popen([sys.executable, "-m", "headrace.cli", *argv[1:]],
+                            stderr=subprocess.PIPE, text=True)
+    zk = KazooClient(hosts=zookeeper.connect_string)
+    zk.start(timeout=30)
+    try:
+        def registered() -> bytes | None:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            return zk.exists(f"{chroot}/brokers/ids/1") and zk.get(f"{chroot}/brokers/ids/1")[0]
+
+        info = json.loads(wait_until(registered, 60, 0.1, "the broker's registration"))
+        assert info["host"] == "kafka1.example.com" and info["port"] == port
+        assert info["rack"] == "rack-a"
+        assert f"PLAINTEXT://kafka1.example.com:{port}" in info["endpoints"]
+    finally:
+        zk.stop()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.brokerproc import BrokerProcess
+from tests.readme import commands
 
 HEADRACE = [sys.executable, "-m", "headrace.cli"]
 
@@ -367,15 +368,12 @@ def test_a_million_small_records_each_way_within_a_minute(broker: BrokerProcess,
 
 def test_readme_examples(broker: BrokerProcess) -> None:
     """The README's console section's commands, as written (HEADRACE_BOOTSTRAP set)."""
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme.split("### Producing and consuming from the shell", 1)[1]
-    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
-    commands = [line for line in block.splitlines() if line.strip()]
-    assert len(commands) == 3
+    lines = commands("console-produce-consume")
+    assert len(lines) == 3
     env = {**os.environ, "HEADRACE_BOOTSTRAP": broker.bootstrap,
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     outs = []
-    for command in commands:
+    for command in lines:
         r = subprocess.run(["bash", "-c", f"set -o pipefail; {command}"], env=env,
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, (command, r.stderr)

@@ -10,6 +10,7 @@ byte, and a consumer reading a topic once is sent every batch once).
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -25,7 +26,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.batches import make_batch
 from tests.brokerproc import BrokerProcess, wait_until
 from tests.clients import create_topic
+from tests.conftest import require_tool
 from tests.kafka_wire import WireClient
+from tests.readme import commands
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -199,3 +202,20 @@ def test_off_by_default(tmp_path: Path) -> None:
     with BrokerProcess(tmp_path) as b:
         wait_until(lambda: b.stderr_lines, what="the broker's first line")
         assert not any("metrics on http" in line for line in b.stderr_lines)
+
+
+def test_readme_metrics_commands(broker: BrokerProcess) -> None:
+    """The README's three curl lines as written (issue 13, item 4), port 9404 made this
+    broker's metrics port: the text format, /health and /ready."""
+    require_tool("curl")
+    port = broker.metrics_url.rsplit(":", 1)[1]  # type: ignore[attr-defined]
+    out = []
+    for line in commands("metrics-endpoints"):
+        r = subprocess.run(["bash", "-c", line.replace("9404", port)], capture_output=True,
+                           text=True, timeout=30, check=False)
+        assert r.returncode == 0, (line, r.stderr)
+        out.append(r.stdout)
+    metrics, health, ready = out
+    assert any(f.name == "kafka_controller_kafkacontroller_activecontrollercount"
+               for f in text_string_to_metric_families(metrics))
+    assert (health, ready) == ("ok\n", "ready\n")

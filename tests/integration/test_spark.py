@@ -8,6 +8,8 @@ ones for the broker-restart and retention tests. Waits poll with deadlines.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -16,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,7 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import (  # noqa: E402
     AdminClient,
     NewPartitions,
@@ -34,6 +37,7 @@ from confluent_kafka.admin import (  # noqa: E402
 from headrace.spark import local_session, warehouse  # noqa: E402
 from tests.brokerproc import BrokerProcess, wait_until  # noqa: E402
 from tests.clients import read_to_end  # noqa: E402
+from tests.readme import readme_block  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -120,6 +124,50 @@ def committed(bootstrap: str, group: str, tps: list[tuple[str, int]]) -> dict[in
         return {tp.partition: tp.offset for tp in got}
     finally:
         c.close()
+
+
+# --- the README's pipeline -----------------------------------------------------------------
+
+
+def test_readme_spark_pipeline_as_written(spark: Any, broker: BrokerProcess,
+                                          tmp_path: Path) -> None:
+    """The README's pasteable pipeline (issue 13, item 4), run in this module's session with
+    the broker's address and its relative paths under tmp_path: the latest count per user in
+    its Parquet table and in its transactional topic equal the greetings produced."""
+    code = (readme_block("spark-pipeline").replace("127.0.0.1:9092", broker.bootstrap)
+            .replace('"warehouse/', f'"{tmp_path}/warehouse/')
+            .replace('"checkpoints/', f'"{tmp_path}/checkpoints/'))
+    create_topic(broker.bootstrap, "greetings", 3)
+    sent = {"alice": 3, "bob": 2, "carol": 1}
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for user, n in sent.items():
+        for i in range(n):
+            p.produce("greetings", key=user.encode(), value=f"hello {i}".encode())
+    assert p.flush(30) == 0
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md:spark-pipeline", "exec"), {})
+    printed = re.findall(r"Row\(user='(\w+)', max\(count\)=(\d+)\)", out.getvalue())
+    assert {u: int(n) for u, n in printed} == sent, out.getvalue()
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"r-{uuid.uuid4()}",
+                  "isolation.level": "read_committed", "enable.partition.eof": True})
+    parts = c.list_topics("greetings-per-user", timeout=10).topics["greetings-per-user"]
+    c.assign([TopicPartition("greetings-per-user", q, 0) for q in parts.partitions])
+    latest: dict[str, int] = {}
+    eof: set[int] = set()
+
+    def drained() -> bool:
+        for m in c.consume(100, 0.5):
+            if m.error() is None:
+                latest[m.key().decode()] = max(latest.get(m.key().decode(), 0),
+                                               int(m.value()))
+            elif m.error().code() == KafkaError._PARTITION_EOF:
+                eof.add(m.partition())
+        return len(eof) == len(parts.partitions)
+
+    wait_until(drained, 30, 0, "the result topic's end")
+    c.close()
+    assert latest == sent
 
 
 # --- the source --------------------------------------------------------------------------
