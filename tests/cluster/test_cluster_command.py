@@ -23,7 +23,7 @@ from kazoo.client import KazooClient
 from headrace.cluster.zookeeper_server import ZooKeeperServer
 from tests.brokerproc import wait_until
 from tests.readme import ROOT, commands
-from tests.zk import ZK_SERVER, zookeeper  # noqa: F401 (fixture)
+from tests.zk import ZK_SERVER
 
 pytestmark = pytest.mark.timeout(180)
 
