@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import re
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.brokerproc import BrokerProcess
+from tests.readme import commands
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "wordcount_reliable.py"
@@ -76,18 +78,19 @@ def test_wordcount_reliable_counts_every_word_exactly_once(broker: BrokerProcess
         "".join(broker.stderr_lines)
 
 
-def test_wordcount_reliable_runs_twice_on_the_default_topic(broker: BrokerProcess,
-                                                            tmp_path: Path) -> None:
-    """Issue 13 item 3: the README's command as written (the default topic ``sentences``)
-    run twice on one broker: the second run counts only its own sentences and passes too."""
+def test_wordcount_reliable_runs_twice_on_the_default_topic(broker: BrokerProcess) -> None:
+    """Issue 13 items 3 and 4: the README's command as written (the default topic
+    ``sentences``, 20 copies), its address made this broker's, run twice on one broker: the
+    second run counts only its own sentences and passes too."""
+    (line,) = commands("reliable-wordcount")
+    argv = shlex.split(line.replace("127.0.0.1:9092", broker.bootstrap))
+    assert argv[:2] == [".venv/bin/python", "examples/wordcount_reliable.py"]
     want = collections.Counter(w for s in SENTENCES for w in s.split())
     for run in (1, 2):
-        r = subprocess.run(
-            [sys.executable, str(EXAMPLE), "--bootstrap", broker.bootstrap, "--repeat", "3",
-             "--db", str(tmp_path / f"words-{run}.sqlite"), "--timeout", "60"],
-            cwd=ROOT, capture_output=True, text=True, timeout=100, check=False)
+        r = subprocess.run([sys.executable, *argv[1:]], cwd=ROOT, capture_output=True,
+                           text=True, timeout=100, check=False)
         assert r.returncode == 0, f"run {run}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
         assert "all words counted exactly once" in r.stdout, r.stdout
         printed = {m.group(1): int(m.group(2))
                    for m in re.finditer(r"^(\S+)\s+(\d+)$", r.stdout, re.M)}
-        assert printed == {w: n * 3 for w, n in want.items()}, (run, r.stdout)
+        assert printed == {w: n * 20 for w, n in want.items()}, (run, r.stdout)

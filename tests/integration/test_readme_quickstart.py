@@ -218,3 +218,82 @@ def test_6_embedded(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert re.fullmatch(r"127\.0\.0\.1:\d+\n", r.stdout), r.stdout
     assert (tmp_path / "hr").is_dir()
+
+
+def _paste(shell: Shell, name: str, timeout_s: float = 90) -> str:
+    """A README Python block pasted into `.venv/bin/python` (stdin), the broker's port made
+    this test's."""
+    r = subprocess.run([sys.executable, "-"], input=shell.line(readme_block(name)),
+                       cwd=shell.cwd, capture_output=True, text=True, timeout=timeout_s,
+                       check=False)
+    assert r.returncode == 0, f"{name}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert "Traceback" not in r.stderr, r.stderr
+    return r.stdout
+
+
+def _greetings(shell: Shell) -> list[tuple[int, int, bytes, bytes]]:
+    """(partition, offset, key, value) of every record in greetings, read by a plain client."""
+    c = Consumer({"bootstrap.servers": shell.bootstrap, "group.id": f"check-{uuid.uuid4()}",
+                  "enable.partition.eof": True})
+    try:
+        c.assign([TopicPartition("greetings", p, 0) for p in range(3)])
+        out: list[tuple[int, int, bytes, bytes]] = []
+        eof: set[int] = set()
+
+        def drained() -> bool:
+            for m in c.consume(100, 0.5):
+                if m.error() is None:
+                    out.append((m.partition(), m.offset(), m.key(), m.value()))
+                else:
+                    eof.add(m.partition())
+            return len(eof) == 3
+
+        wait_until(drained, 20, 0, "the end of greetings")
+        return out
+    finally:
+        c.close()
+
+
+def test_7_reliable_consumer_example(shell: Shell) -> None:
+    """The guaranteed-processing example on the quickstart's topic: it prints every record
+    once, and its group's commits reach the end of every partition."""
+    records = _greetings(shell)
+    out = _paste(shell, "reliable-example")
+    assert sorted(out.splitlines()) == sorted(f"{p} {o} {k!r} {v!r}" for p, o, k, v in records)
+    c = Consumer({"bootstrap.servers": shell.bootstrap, "group.id": "reliable-readers"})
+    try:
+        for tp in c.committed([TopicPartition("greetings", p) for p in range(3)], timeout=10):
+            _, high = c.get_watermark_offsets(tp, timeout=10)
+            assert tp.offset == high or (high == 0 and tp.offset < 0), tp
+    finally:
+        c.close()
+
+
+def test_8_transactions_example_twice(shell: Shell) -> None:
+    """The consume-transform-produce example, run twice: the output, read with
+    read_committed, holds every greeting upper-cased exactly once."""
+    records = _greetings(shell)
+    first = _paste(shell, "transactions-ctp")
+    assert sum(int(n) for n in re.findall(r"^(\d+) records transformed$", first, re.M)) \
+        == len(records)
+    assert _paste(shell, "transactions-ctp") == ""  # nothing new: the offsets committed
+    c = Consumer({"bootstrap.servers": shell.bootstrap, "group.id": f"check-{uuid.uuid4()}",
+                  "isolation.level": "read_committed", "enable.partition.eof": True})
+    try:
+        parts = c.list_topics("greetings-upper", timeout=10).topics["greetings-upper"]
+        c.assign([TopicPartition("greetings-upper", p, 0) for p in parts.partitions])
+        got: list[tuple[bytes, bytes]] = []
+        eof: set[int] = set()
+
+        def drained() -> bool:
+            for m in c.consume(100, 0.5):
+                if m.error() is None:
+                    got.append((m.key(), m.value()))
+                else:
+                    eof.add(m.partition())
+            return len(eof) == len(parts.partitions)
+
+        wait_until(drained, 20, 0, "the end of greetings-upper")
+    finally:
+        c.close()
+    assert sorted(got) == sorted((k, v.upper()) for _, _, k, v in records)

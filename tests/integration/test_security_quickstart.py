@@ -6,7 +6,6 @@ and is refused everything else."""
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.brokerproc import wait_until
+from tests.readme import readme_block
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -27,10 +27,9 @@ PORT = "9093"
 
 
 def quickstart_blocks() -> list[tuple[str, str]]:
-    text = README.read_text()
-    start = text.index("## Security: TLS, SASL and ACLs")
-    section = text[start:text.index("\n## ", start + 10)]
-    return re.findall(r"```(\w+)\n(.*?)```", section, flags=re.S)
+    return [(kind, readme_block(name)) for kind, name in (
+        ("sh", "security-dev-certs"), ("properties", "security-broker-properties"),
+        ("properties", "security-admin-properties"), ("sh", "security-commands"))]
 
 
 def headrace_argv(line: str) -> list[str]:
