@@ -40,7 +40,7 @@ def console_command(bootstrap: str, host: str, port: int, interval_s: float) -> 
     from headrace.admin_cli import CLIENT_CONFIG
     from headrace.logging_setup import configure
     from headrace.webconsole.model import Unavailable
-    from headrace.webconsole.server import Console, ListenError, serve, plotly_js_path
+    from headrace.webconsole.server import Console, ListenError, plotly_js_path, serve
     from headrace.webconsole.source import ClusterSource
 
     if not plotly_js_path().is_file():

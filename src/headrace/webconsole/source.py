@@ -102,10 +102,21 @@ class ClusterSource:
         except KafkaException as e:
             raise _error(e, what) from None
 
-    def metadata(self, topic: str | None = None) -> Any:
-        """Metadata of every topic (or one); creates nothing."""
-        return self._call(lambda: self.admin.list_topics(topic, timeout=self.timeout_s),
-                          "metadata")
+    def metadata(self) -> Any:
+        """Metadata of every topic (asking for all creates none)."""
+        return self._call(lambda: self.admin.list_topics(timeout=self.timeout_s), "metadata")
+
+    def _describe(self, topic: str) -> Any:
+        """One topic's partitions (DescribeTopics: Metadata that never creates a topic,
+        whatever auto.create.topics.enable says)."""
+        from confluent_kafka import TopicCollection
+
+        fut = self.admin.describe_topics(TopicCollection([topic]),
+                                         request_timeout=self.timeout_s)[topic]
+        try:
+            return self._wait(fut, f"topic {topic!r}")
+        except NotFound:
+            raise NotFound(f"topic {topic!r} does not exist") from None
 
     def _offsets(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
         """(log start offset, high watermark) per partition; -1 where a leader did not
@@ -206,12 +217,9 @@ class ClusterSource:
     def topic(self, name: str) -> dict[str, Any]:
         """A topic's partitions (leader, replicas, ISR, offsets, size) and its config
         overrides."""
-        from confluent_kafka import TopicCollection
         from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 
-        fut = self.admin.describe_topics(TopicCollection([name]),
-                                         request_timeout=self.timeout_s)[name]
-        desc = self._wait(fut, f"topic {name!r}")
+        desc = self._describe(name)
         res = ConfigResource(ConfigResource.Type.TOPIC, name)
         try:
             cfg = self._wait(self.admin.describe_configs([res])[res], f"topic {name!r} configs")
@@ -285,12 +293,10 @@ class ClusterSource:
         joins no group and commits nothing."""
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-        md = self.metadata(q.topic).topics.get(q.topic)
-        if md is None or md.error is not None or not md.partitions:
-            raise NotFound(f"topic {q.topic!r} does not exist")
-        if q.partition not in md.partitions:
+        partitions = {p.id for p in self._describe(q.topic).partitions}
+        if q.partition not in partitions:
             raise NotFound(f"topic {q.topic!r} has no partition {q.partition} "
-                           f"(it has {len(md.partitions)})")
+                           f"(it has {len(partitions)})")
         consumer = Consumer({**self.config, "group.id": "headrace-console",
                              "enable.auto.commit": False, "enable.partition.eof": True,
                              "auto.offset.reset": "earliest",
