@@ -561,6 +561,38 @@ def test_create_topic_through_the_form(page: Any, console: ConsoleProcess,
     assert "already exists" in page.inner_text("#create-topic-result").lower()
 
 
+def test_a_broker_outage_is_shown_and_survived(page: Any, tmp_path: Path) -> None:
+    """The broker dies: the console keeps serving the last sample and says the cluster does
+    not answer (API and page banner, one log line); the broker comes back: so does the
+    console, without a restart."""
+    with BrokerProcess(tmp_path / "data", {"num.partitions": "1"}) as b:
+        console = ConsoleProcess(b.bootstrap)
+        try:
+            status, before = console.api("/api/cluster")
+            assert status == 200 and before["error"] is None
+            page.goto(f"{console.url}#overview")
+            page.wait_for_selector("#brokers-table tbody tr")
+            assert page.locator("#banner").is_hidden()
+            b.kill()
+            wait_until(lambda: console.api("/api/cluster")[1]["error"], 30,
+                       interval_s=0.1, what="the console to notice the outage")
+            status, during = console.api("/api/cluster")
+            assert status == 200 and during["cluster_id"] == before["cluster_id"]
+            page.wait_for_selector("#banner", state="visible")
+            assert "does not answer" in page.inner_text("#banner")
+            b.start()
+            wait_until(lambda: console.api("/api/cluster")[1]["error"] is None, 60,
+                       interval_s=0.1, what="the console to see the broker again")
+            page.wait_for_selector("#banner", state="hidden")
+        finally:
+            page.goto("about:blank")  # no more polling of the console about to stop
+            assert console.stop() == 0
+        err = "".join(console.stderr)
+        assert "Traceback" not in err, err
+        logged = [line for line in console.stderr if "logger=headrace.console" in line]
+        assert len(logged) == 2, logged  # "sampling failed: ...", "answers again"
+
+
 # ------------------------------------------------------------------ hostile input, CLI
 
 

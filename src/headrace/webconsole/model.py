@@ -167,7 +167,8 @@ def new_topic_request(body: object) -> NewTopicRequest:
     name = topic_name(body.get("name"), "name")
     partitions = body.get("partitions")
     rf = body.get("replication_factor")
-    configs = body.get("configs") or {}
+    configs = body.get("configs")
+    configs = {} if configs is None else configs
     if not isinstance(configs, dict) or len(configs) > MAX_CONFIGS:
         raise BadRequest(f"configs: expected an object of at most {MAX_CONFIGS} entries")
     clean: dict[str, str] = {}
@@ -243,13 +244,12 @@ class RateSeries:
     def sample(self, now_ms: int, counter: int) -> float | None:
         """Record the counter's value at ``now_ms``; returns the rate since the previous
         sample (None for the first one, a repeated time or a restart)."""
-        last, self._last = self._last, (now_ms, counter)
-        if last is None or now_ms <= last[0]:
-            if last is not None and now_ms < last[0]:
-                self._last = last  # a sample from the past changes nothing
-            return None
-        if counter < last[1]:
-            return None  # the counter restarted (topic deleted and created again)
+        last = self._last
+        if last is not None and now_ms <= last[0]:
+            return None  # a repeated or late sample changes nothing
+        self._last = (now_ms, counter)
+        if last is None or counter < last[1]:
+            return None  # the first sample, or the counter restarted (topic created again)
         rate = (counter - last[1]) * 1000.0 / (now_ms - last[0])
         self.series.append(now_ms, round(rate, 3))
         return rate

@@ -13,10 +13,11 @@ helpers in ``admin_cli`` exit; only their pure parts are shared here).
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from headrace.admin_cli import AUTH_CODES, UNREACHABLE_CODES, log_dir_sizes, state_name
 from headrace.console import json_bytes
@@ -34,6 +35,7 @@ from headrace.webconsole.model import (
 )
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 MAX_SAMPLED_GROUPS = 200  # groups whose lag is sampled each interval (the first by name)
@@ -66,10 +68,26 @@ def _error(err: Any, what: str, input_error: bool = False) -> ApiError:
     return BrokerRefused(f"{what}: {text or name}")
 
 
+def _kafka_errors(method: Callable[P, T]) -> Callable[P, T]:
+    """A librdkafka error that escapes a public method (raised at once rather than through
+    a future) becomes an ApiError like the others."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        from confluent_kafka import KafkaException
+
+        try:
+            return method(*args, **kwargs)
+        except KafkaException as e:
+            raise _error(e, method.__name__) from None
+
+    return wrapper
+
+
 class ClusterSource:
     """Blocking reads and writes of one cluster, for the console's worker threads."""
 
-    def __init__(self, bootstrap: str, client_config: dict[str, str], timeout_s: float = 10.0,
+    def __init__(self, bootstrap: str, client_config: dict[str, str], timeout_s: float = 5.0,
                  quiet: bool = True) -> None:
         from confluent_kafka.admin import AdminClient
 
@@ -143,6 +161,7 @@ class ClusterSource:
 
     # ------------------------------------------------------------ the periodic sample
 
+    @_kafka_errors
     def snapshot(self) -> dict[str, Any]:
         """The cluster, every topic with its offsets and size, every group with its total
         lag: what the overview, topic and group tables show and the charts sample."""
@@ -214,6 +233,7 @@ class ClusterSource:
 
     # ------------------------------------------------------------ one topic, one group
 
+    @_kafka_errors
     def topic(self, name: str) -> dict[str, Any]:
         """A topic's partitions (leader, replicas, ISR, offsets, size) and its config
         overrides."""
@@ -244,6 +264,7 @@ class ClusterSource:
         return {"name": name, "internal": bool(desc.is_internal), "configs": overrides,
                 "partitions": partitions}
 
+    @_kafka_errors
     def group(self, group: str) -> dict[str, Any]:
         """A group's state, members with their assignments, and per partition the
         committed offset, the high watermark and the lag."""
@@ -288,6 +309,7 @@ class ClusterSource:
 
     # ------------------------------------------------------------ messages
 
+    @_kafka_errors
     def messages(self, q: MessageQuery) -> dict[str, Any]:
         """Up to ``q.limit`` records of one partition, read by a consumer of its own that
         joins no group and commits nothing."""
@@ -357,6 +379,7 @@ class ClusterSource:
 
     # ------------------------------------------------------------ topic creation
 
+    @_kafka_errors
     def create_topic(self, req: NewTopicRequest) -> None:
         from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
