@@ -57,11 +57,13 @@ def _env() -> dict[str, str]:
 class ConsoleProcess:
     """``headrace console --port 0`` in a child process; ready once it prints its URL."""
 
-    def __init__(self, bootstrap: str, *extra: str) -> None:
+    def __init__(self, bootstrap: str, *extra: str, env: dict[str, str] | None = None
+                 ) -> None:
         self.proc = subprocess.Popen(
             [*HEADRACE, "console", "-b", bootstrap, "--port", "0", "--interval",
              str(INTERVAL_S), *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**_env(), **(env or {})})
         self.stdout: list[str] = []
         self.stderr: list[str] = []
         self.url: str | None = None
@@ -591,6 +593,62 @@ def test_a_broker_outage_is_shown_and_survived(page: Any, tmp_path: Path) -> Non
         assert "Traceback" not in err, err
         logged = [line for line in console.stderr if "logger=headrace.console" in line]
         assert len(logged) == 2, logged  # "sampling failed: ...", "answers again"
+
+
+SASL_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+             'username="admin" password="admin-secret" user_admin="admin-secret";')
+
+
+def test_command_config_tls_and_sasl(tmp_path: Path) -> None:
+    """``headrace --command-config`` reaches a SASL_SSL listener: the sampled tables, the
+    sizes (headrace's wire client: DescribeLogDirs) and the message browser (a consumer)
+    all authenticate; a wrong password is one line and exit 4."""
+    done = subprocess.run([*HEADRACE, "dev-certs", str(tmp_path / "certs")],
+                          capture_output=True, text=True, timeout=60, env=_env())
+    assert done.returncode == 0, done.stderr
+    ca = tmp_path / "certs" / "ca.pem"
+    with BrokerProcess(tmp_path / "data", {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(tmp_path / "certs" / "broker.pem"),
+        "ssl.truststore.location": str(ca),
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": SASL_JAAS,
+        "num.partitions": "1",
+    }) as b:
+        line = next(x for x in b.stderr_lines if "listening on" in x)
+        port = re.search(r"127\.0\.0\.1:(\d+) \(SASL_SSL", line)
+        assert port is not None, line
+        sasl = f"127.0.0.1:{port.group(1)}"
+        p = Producer({"bootstrap.servers": b.bootstrap, "log_level": 0})
+        p.produce("secured", key=b"k", value=b'{"a": 1}', headers=[("h", b"v")])
+        assert p.flush(15) == 0
+        props = tmp_path / "admin.properties"
+        props.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
+                         f"sasl.jaas.config={SASL_JAAS.split(' user_')[0]};\n"
+                         f"ssl.truststore.location={ca}\n")
+        console = ConsoleProcess(sasl, env={"HEADRACE_COMMAND_CONFIG": str(props)})
+        try:
+            status, topics = console.api("/api/topics")
+            assert status == 200 and topics["error"] is None, topics
+            (t,) = [t for t in topics["topics"] if t["name"] == "secured"]
+            assert t["records"] == 1 and t["size_bytes"] and t["size_bytes"] > 0
+            status, doc = console.api("/api/messages?topic=secured&partition=0&offset=0")
+            assert status == 200, doc
+            assert [(r["key"], r["value"], r["headers"]) for r in doc["records"]] == [
+                ("k", '{"a": 1}', [{"key": "h", "value": "v"}])]
+        finally:
+            assert console.stop() == 0
+        wrong = tmp_path / "wrong.properties"
+        wrong.write_text(props.read_text().replace("admin-secret", "nope"))
+        r = subprocess.run([*HEADRACE, "--command-config", str(wrong), "console", "-b", sasl,
+                            "--port", "0"], capture_output=True, text=True, timeout=60,
+                           env=_env())
+        assert r.returncode == 4, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+        assert "authentication" in r.stderr and "password" in r.stderr, r.stderr
 
 
 # ------------------------------------------------------------------ hostile input, CLI

@@ -39,7 +39,7 @@ def console_command(bootstrap: str, host: str, port: int, interval_s: float) -> 
     (with headrace --command-config's TLS and SASL settings)."""
     from headrace.admin_cli import CLIENT_CONFIG
     from headrace.logging_setup import configure
-    from headrace.webconsole.model import Unavailable
+    from headrace.webconsole.model import ApiError, AuthFailed, Unavailable
     from headrace.webconsole.server import Console, ListenError, plotly_js_path, serve
     from headrace.webconsole.source import ClusterSource
 
@@ -47,8 +47,8 @@ def console_command(bootstrap: str, host: str, port: int, interval_s: float) -> 
         fail(f"Plotly.js is missing ({plotly_js_path()}): reinstall the plotly package")
     check_reachable(bootstrap)
     configure("INFO")
-    console = Console(ClusterSource(bootstrap, dict(CLIENT_CONFIG), quiet=not verbose()),
-                      interval_s, verbose=verbose())
+    source = ClusterSource(bootstrap, dict(CLIENT_CONFIG), quiet=not verbose())
+    console = Console(source, interval_s, verbose=verbose())
 
     def listening(url: str) -> None:
         click.echo(f"headrace console: {url} (cluster at {bootstrap}; Ctrl-C stops)")
@@ -68,12 +68,14 @@ def console_command(bootstrap: str, host: str, port: int, interval_s: float) -> 
 
         loop.add_signal_handler(signal.SIGINT, on_sigint)
         loop.add_signal_handler(signal.SIGTERM, stop.set)
-        await console.sample_once()
-        if console.snapshot is None:  # the port accepts connections, Kafka does not answer
-            error = console.error or "no answer"
-            code = EXIT_AUTH if "authentication failed" in error else EXIT_UNREACHABLE
+        try:  # the first sample: the tables have data before the URL is printed
+            await console.blocking(source.check_connection)
+            console.record(await console.blocking(source.snapshot))
+        except AuthFailed as e:
+            fail(e.message, EXIT_AUTH)
+        except ApiError as e:  # the port accepts connections, Kafka does not answer
             fail(f"cannot reach a broker at {bootstrap}"
-                 + (f": {error}" if verbose() or code == EXIT_AUTH else ""), code)
+                 + (f": {e.message}" if verbose() else ""), EXIT_UNREACHABLE)
         await serve(console, host, port, stop, listening)
 
     loop = asyncio.new_event_loop()

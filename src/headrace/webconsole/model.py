@@ -67,6 +67,12 @@ class Unavailable(ApiError):
     status = 503
 
 
+class AuthFailed(ApiError):
+    """TLS or SASL with the cluster failed (the console's client settings)."""
+
+    status = 502
+
+
 class BrokerRefused(ApiError):
     """The broker answered with an error that is not the caller's input (authorization,
     authentication, an internal error)."""

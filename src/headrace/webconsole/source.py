@@ -23,6 +23,7 @@ from headrace.admin_cli import AUTH_CODES, UNREACHABLE_CODES, log_dir_sizes, sta
 from headrace.console import json_bytes
 from headrace.webconsole.model import (
     ApiError,
+    AuthFailed,
     BadRequest,
     BrokerRefused,
     Conflict,
@@ -58,7 +59,7 @@ def _error(err: Any, what: str, input_error: bool = False) -> ApiError:
     if name in UNREACHABLE_CODES or name == "_TIMED_OUT":
         return Unavailable(f"{what}: no broker answered ({text})")
     if name in AUTH_CODES:
-        return BrokerRefused(f"{what}: authentication failed: {text}")
+        return AuthFailed(f"{what}: authentication failed: {text}")
     if name == "TOPIC_ALREADY_EXISTS":
         return Conflict(f"{what}: {text}")
     if input_error and name in _BAD_INPUT:
@@ -99,6 +100,22 @@ class ClusterSource:
             **({"log_level": 0} if quiet else {})}
         self.client_config = client_config
         self.admin: Any = AdminClient(dict(self.config))
+
+    def check_connection(self) -> None:
+        """Connect to the first bootstrap address with headrace's wire client, TLS and
+        SASL included: librdkafka reports a refused password or certificate only as a
+        transport failure."""
+        from headrace.admin_wire import AdminConnection, SecurityError
+        from headrace.cli_support import parse_bootstrap
+
+        host, port = parse_bootstrap(self.bootstrap)[0]
+        try:
+            AdminConnection(host, port, self.timeout_s, self.client_config).close()
+        except SecurityError as e:
+            raise AuthFailed(str(e)) from None
+        except OSError as e:
+            raise Unavailable(f"cannot reach a broker at {host}:{port}: "
+                              f"{e.strerror or e or 'timed out'}") from None
 
     # ------------------------------------------------------------ helpers
 
