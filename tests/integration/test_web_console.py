@@ -30,6 +30,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -278,6 +279,10 @@ def test_topics_table_and_partition_view_match_the_clients(
     page.wait_for_selector(row)
     assert _cell(page, row, "partitions") == "3"
     assert _cell(page, row, "records") == str(20 + 7 + 1)
+    live = f"#topics-table tr[data-topic='{scene.live_topic}']"
+    page.wait_for_function(  # records/s of the topic produced to: the last sampled rate
+        "sel => Number(document.querySelector(sel + \" td[data-col='records_per_s']\")"
+        ".textContent) > 0", arg=live)
     page.click(f"{row} a")
     page.wait_for_selector("#partitions-table tbody tr[data-partition='2']")
     assert page.inner_text("#topic-detail-name") == scene.topic
@@ -526,6 +531,34 @@ def test_message_browser_by_timestamp_and_its_errors(
     assert status == 200
     assert doc["records"][0]["timestamp"] == ts
     assert doc["records"][0]["offset"] <= expected.offset()  # the first at or after ts
+    status, doc = console.api(f"/api/messages?topic={scene.topic}&partition=1&limit=3")
+    assert status == 200 and [r["offset"] for r in doc["records"]] == [17, 18, 19]  # newest
+
+    # by time in the page (a datetime-local field, whole seconds, the browser's time zone),
+    # on the topic produced to all along: the first record at or after that second
+    second_ms = (int(time.time()) - 2) * 1000
+    c = Consumer({"bootstrap.servers": scene.bootstrap, "group.id": "test-times"})
+    try:
+        (found,) = c.offsets_for_times([TopicPartition(scene.live_topic, 0, second_ms)],
+                                       timeout=10)
+    finally:
+        c.close()
+    assert found.offset > 0
+    _go(page, console, "messages")
+    page.wait_for_selector(f"#msg-topic option[value='{scene.live_topic}']", state="attached")
+    page.select_option("#msg-topic", scene.live_topic)
+    page.fill("#msg-partition", "0")
+    page.select_option("#msg-mode", "timestamp")
+    page.fill("#msg-timestamp", datetime.fromtimestamp(second_ms / 1000).strftime(
+        "%Y-%m-%dT%H:%M:%S"))
+    page.fill("#msg-limit", "5")
+    page.click("#msg-fetch")
+    page.wait_for_function("() => document.querySelectorAll('#messages-table tbody tr')"
+                           ".length === 5")
+    first = page.locator("#messages-table tbody tr").first
+    assert first.get_attribute("data-offset") == str(found.offset)
+    shown_ts = first.locator("td[data-col='timestamp']").get_attribute("title")
+    assert shown_ts is not None and int(shown_ts.split()[0]) >= second_ms
     # errors are shown in the page, not swallowed
     _go(page, console, f"messages?topic={scene.topic}&partition=9&offset=0")
     page.wait_for_function("() => document.getElementById('msg-status').className === 'error'")
@@ -709,6 +742,10 @@ def test_cli_unreachable_bad_input_and_signals(broker: BrokerProcess) -> None:
     assert r.returncode == 3, r.stderr
     assert r.stderr == f"headrace: cannot reach a broker at 127.0.0.1:{port}\n"
     assert time.monotonic() - started < 5
+    r = subprocess.run([*HEADRACE, "console", "--port", "0"], capture_output=True, text=True,
+                       timeout=30, env={**_env(), "HEADRACE_BOOTSTRAP": f"127.0.0.1:{port}"})
+    assert r.returncode == 3, r.stderr
+    assert r.stderr == f"headrace: cannot reach a broker at 127.0.0.1:{port}\n"
     for bad in (["--port", "70000"], ["--interval", "0"], ["--port", "x"],
                 ["-b", "no-port"]):
         r = subprocess.run([*HEADRACE, "console", *bad], capture_output=True, text=True,

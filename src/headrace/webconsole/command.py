@@ -76,7 +76,8 @@ def console_command(bootstrap: str, host: str, port: int, interval_s: float) -> 
         except ApiError as e:  # the port accepts connections, Kafka does not answer
             fail(f"cannot reach a broker at {bootstrap}"
                  + (f": {e.message}" if verbose() else ""), EXIT_UNREACHABLE)
-        await serve(console, host, port, stop, listening)
+        if not stop.is_set():  # Ctrl-C during the first sample: no URL
+            await serve(console, host, port, stop, listening)
 
     loop = asyncio.new_event_loop()
     try:

@@ -248,7 +248,13 @@ async def cluster(request: web.Request) -> web.Response:
 
 async def topics(request: web.Request) -> web.Response:
     c = _console(request)
-    return _ok({"topics": (c.snapshot or {}).get("topics", []), **c.status()})
+    rates = c.samples.throughput
+    out = []
+    for t in (c.snapshot or {}).get("topics", []):
+        series = rates.get(t["name"])
+        doc = series.series.doc() if series is not None else {"v": []}
+        out.append({**t, "records_per_s": doc["v"][-1] if doc["v"] else None})
+    return _ok({"topics": out, **c.status()})
 
 
 async def topic(request: web.Request) -> web.Response:
@@ -273,7 +279,9 @@ async def create_topic(request: web.Request) -> web.Response:
 
 async def groups(request: web.Request) -> web.Response:
     c = _console(request)
-    return _ok({"groups": (c.snapshot or {}).get("groups", []), **c.status()})
+    snap = c.snapshot or {}
+    return _ok({"groups": snap.get("groups", []), "groups_total": snap.get("groups_total", 0),
+                **c.status()})
 
 
 async def group(request: web.Request) -> web.Response:

@@ -211,8 +211,9 @@ class ClusterSource:
                     s for s in size if s is not None),
             })
         highs = {tp: h for tp, (_, h) in offsets.items() if h >= 0}
+        groups, groups_total = self._groups(highs)
         return {"time_ms": now_ms, "cluster": self._cluster(md, brokers), "topics": topics,
-                "groups": self._groups(highs)}
+                "groups": groups, "groups_total": groups_total}
 
     def _cluster(self, md: Any, brokers: list[Any]) -> dict[str, Any]:
         return {"cluster_id": md.cluster_id, "controller_id": md.controller_id,
@@ -220,14 +221,17 @@ class ClusterSource:
                 "brokers": [{"id": b.id, "host": b.host, "port": b.port,
                              "controller": b.id == md.controller_id} for b in brokers]}
 
-    def _groups(self, highs: dict[tuple[str, int], int]) -> list[dict[str, Any]]:
+    def _groups(self, highs: dict[tuple[str, int], int]) -> tuple[list[dict[str, Any]], int]:
+        """The first MAX_SAMPLED_GROUPS groups by id, with their lag; and how many there
+        are in all."""
         from confluent_kafka import ConsumerGroupTopicPartitions
 
         listing = self._wait(self.admin.list_consumer_groups(request_timeout=self.timeout_s),
                              "list groups")
-        ids = sorted(g.group_id for g in listing.valid)[:MAX_SAMPLED_GROUPS]
+        every = sorted(g.group_id for g in listing.valid)
+        ids = every[:MAX_SAMPLED_GROUPS]
         if not ids:
-            return []
+            return [], 0
         descs = self.admin.describe_consumer_groups(ids, request_timeout=self.timeout_s)
         committed_futs = {g: self.admin.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout_s)[g] for g in ids}
@@ -246,7 +250,7 @@ class ClusterSource:
                         "coordinator": desc.coordinator.id if desc.coordinator else None,
                         "topics": sorted({t for t, _ in committed}),
                         "lag": total_lag(committed, highs)})
-        return out
+        return out, len(every)
 
     # ------------------------------------------------------------ one topic, one group
 

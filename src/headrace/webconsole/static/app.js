@@ -162,7 +162,9 @@ async function refreshTopics() {
           el("a", { href: `#topics/${encodeURIComponent(t.name)}` }, t.name)),
        td("partitions", t.partitions, "num"), td("replication_factor", t.replication_factor, "num"),
        td("under_replicated", t.under_replicated, t.under_replicated ? "num warn" : "num"),
-       td("records", t.records, "num"), td("size", bytes(t.size_bytes), "num"))));
+       td("records", t.records, "num"),
+       td("records_per_s", t.records_per_s === null ? null : Math.round(t.records_per_s), "num"),
+       td("size", bytes(t.size_bytes), "num"))));
   const detail = $("topic-detail");
   detail.hidden = !state.arg;
   if (state.arg) await refreshTopicDetail(state.arg);
@@ -238,6 +240,9 @@ async function refreshGroups() {
           el("a", { href: `#groups/${encodeURIComponent(g.group)}` }, g.group)),
        td("state", g.state), td("members", g.members, "num"), td("topics", g.topics.join(", ")),
        td("lag", g.lag, "num"))));
+  const note = $("groups-note");
+  note.hidden = doc.groups_total <= doc.groups.length;
+  note.textContent = `Showing the first ${doc.groups.length} of ${doc.groups_total} groups (by id).`;
   $("group-detail").hidden = !state.arg;
   if (state.arg) await refreshGroupDetail(state.arg);
 }
