@@ -212,16 +212,19 @@ def _offsets(admin: Any, tps: list[tuple[str, int]]) -> dict[tuple[str, int], tu
     return {tp: (v[0], v[1]) for tp, v in out.items()}
 
 
-def log_dir_sizes(nodes: list[Any], wanted: dict[str, list[int]]
+def log_dir_sizes(nodes: list[Any], wanted: dict[str, list[int]],
+                  timeout_s: float = TIMEOUT_S, config: dict[str, str] | None = None
                   ) -> dict[tuple[str, int, int], int]:
     """Bytes on disk per (topic, partition, broker) from every broker's DescribeLogDirs;
-    brokers that do not answer (or refuse) are left out."""
+    brokers that do not answer (or refuse) are left out. ``config``: the client settings
+    (default: ``--command-config``'s)."""
     from headrace.admin_wire import AdminConnection, SecurityError
 
     out: dict[tuple[str, int, int], int] = {}
     for node in nodes:
         try:
-            conn = AdminConnection(node.host, node.port, TIMEOUT_S, CLIENT_CONFIG)
+            conn = AdminConnection(node.host, node.port, timeout_s,
+                                   CLIENT_CONFIG if config is None else config)
         except (OSError, SecurityError):
             continue
         try:

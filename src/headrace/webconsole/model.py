@@ -51,6 +51,12 @@ class BadRequest(ApiError):
     status = 400
 
 
+class Forbidden(ApiError):
+    """A request the console does not serve (a cross-site POST)."""
+
+    status = 403
+
+
 class NotFound(ApiError):
     status = 404
 

@@ -44,6 +44,7 @@ from aiohttp import web
 from headrace.webconsole.model import (
     ApiError,
     BadRequest,
+    Forbidden,
     NotFound,
     Samples,
     Unavailable,
@@ -89,7 +90,7 @@ class Console:
         self.pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="headrace-console")
         self.wait_s = source.timeout_s * 3 + 5  # a bound on any one blocking job
         self._wake: asyncio.Event | None = None
-        self._browsing = asyncio.Semaphore(4)  # message browser consumers at once
+        self.browsing = asyncio.Semaphore(4)  # message browser consumers at once
         self.allowed_hosts: set[str] | None = None
 
     async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
@@ -169,13 +170,12 @@ async def _guard(request: web.Request, handler: Callable[[web.Request],
         if request.method not in ("GET", "HEAD"):
             origin = request.headers.get("Origin")
             if origin is not None and origin != f"{request.scheme}://{request.host}":
-                raise ApiError("cross-origin requests are refused")
+                raise Forbidden("cross-origin requests are refused")
             if request.content_type != "application/json":
                 raise BadRequest("expected Content-Type: application/json")
         response = await handler(request)
     except ApiError as e:
-        status = 403 if type(e) is ApiError else e.status
-        response = web.json_response({"error": e.message}, status=status)
+        response = web.json_response({"error": e.message}, status=e.status)
     except web.HTTPException as e:
         if e.status < 400:
             raise
@@ -306,7 +306,7 @@ async def lag(request: web.Request) -> web.Response:
 async def messages(request: web.Request) -> web.Response:
     c = _console(request)
     q = message_query(request.query)
-    async with c._browsing:
+    async with c.browsing:
         return _ok(await c.blocking(c.source.messages, q))
 
 
@@ -357,13 +357,16 @@ async def serve(console: Console, host: str, port: int, stop: asyncio.Event,
     on_listening(f"http://{shown}:{bound}/")
     sampler = asyncio.create_task(console.sample_forever(), name="console-sampler")
     stopping = asyncio.create_task(stop.wait())
+    error: BaseException | None = None
     try:
         await asyncio.wait({sampler, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
+        if sampler.done():  # only by an error: it samples until cancelled
+            error = sampler.exception()
+    finally:  # stop sampling, stop serving, leave stuck worker threads behind
         for task in (sampler, stopping):
             task.cancel()
         await asyncio.wait({sampler, stopping}, timeout=5)
         await asyncio.wait_for(runner.cleanup(), 10)
         console.pool.shutdown(wait=False, cancel_futures=True)
-    if sampler.done() and not sampler.cancelled() and sampler.exception() is not None:
-        raise sampler.exception()  # type: ignore[misc]
+    if error is not None:
+        raise error

@@ -174,7 +174,9 @@ class ClusterSource:
 
     def _sizes(self, brokers: list[Any], wanted: dict[str, list[int]]
                ) -> dict[tuple[str, int, int], int]:
-        return log_dir_sizes(brokers, wanted) if wanted else {}
+        if not wanted:
+            return {}
+        return log_dir_sizes(brokers, wanted, self.timeout_s, self.client_config)
 
     # ------------------------------------------------------------ the periodic sample
 
