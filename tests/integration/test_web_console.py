@@ -262,6 +262,8 @@ def test_overview_shows_the_cluster_as_the_admin_client_sees_it(
     page.wait_for_selector("#brokers-table tbody tr[data-testid='broker-row']")
     assert page.inner_text("#cluster-id") == cluster.cluster_id
     assert page.inner_text("#controller-id") == str(cluster.controller.id)
+    assert page.inner_text("#under-replicated-count") == "0"
+    assert page.inner_text("#offline-count") == "0"
     rows = page.locator("#brokers-table tbody tr")
     assert rows.count() == len(cluster.nodes)
     for n in cluster.nodes:

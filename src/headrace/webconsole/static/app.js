@@ -141,6 +141,11 @@ async function refreshOverview() {
   $("controller-id").textContent = cluster.controller_id ?? "-";
   $("broker-count").textContent = (cluster.brokers || []).length;
   $("topic-count").textContent = topics.topics.filter((t) => !t.internal).length;
+  const sum = (key) => topics.topics.reduce((n, t) => n + t[key], 0);
+  $("under-replicated-count").textContent = sum("under_replicated");
+  $("offline-count").textContent = sum("offline");
+  $("under-replicated-count").classList.toggle("warn", sum("under_replicated") > 0);
+  $("offline-count").classList.toggle("error", sum("offline") > 0);
   $("group-count").textContent = groups.groups.length;
   fillBody("brokers-table", (cluster.brokers || []).map((b) =>
     el("tr", { dataset: { brokerId: b.id }, "data-testid": "broker-row" },
@@ -361,12 +366,16 @@ async function enterMessages(query) {
 
 const REFRESH = { overview: refreshOverview, topics: refreshTopics, groups: refreshGroups };
 
+function decoded(text) {
+  try { return decodeURIComponent(text); } catch (e) { return text; } // a malformed %xx
+}
+
 function route() {
-  const hash = decodeURIComponent(location.hash.replace(/^#/, "")) || "overview";
+  const hash = decoded(location.hash.replace(/^#/, "")) || "overview";
   const [head, query] = location.hash.replace(/^#/, "").split("?");
   const [view, ...rest] = (head || "overview").split("/");
   state.view = ["overview", "topics", "groups", "messages"].includes(view) ? view : "overview";
-  state.arg = rest.length ? decodeURIComponent(rest.join("/")) : null;
+  state.arg = rest.length ? decoded(rest.join("/")) : null;
   for (const section of document.querySelectorAll("main > section")) {
     section.hidden = section.dataset.view !== state.view;
   }
