@@ -26,7 +26,8 @@ from headrace.cli_support import (
 )
 from headrace.cli_support import bootstrap_option as cli_bootstrap_option
 
-__all__ = ["CLIENT_CONFIG", "DEFAULT_BOOTSTRAP", "bootstrap_option", "client_config"]
+__all__ = ["AUTH_CODES", "CLIENT_CONFIG", "DEFAULT_BOOTSTRAP", "UNREACHABLE_CODES",
+           "bootstrap_option", "client_config", "log_dir_sizes", "state_name"]
 
 TIMEOUT_S = 15.0
 
@@ -86,17 +87,17 @@ def _fail(msg: str, code: int = EXIT_FAILED) -> NoReturn:
 
 
 # librdkafka's error codes that mean "no broker answered" and "TLS/SASL failed"
-_UNREACHABLE_CODES = ("_TRANSPORT", "_ALL_BROKERS_DOWN", "_RESOLVE")
-_AUTH_CODES = ("_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED", "_SSL")
+UNREACHABLE_CODES = ("_TRANSPORT", "_ALL_BROKERS_DOWN", "_RESOLVE")
+AUTH_CODES = ("_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED", "_SSL")
 
 
 def _kafka_fail(err: Any) -> NoReturn:
     """A librdkafka error as one line and its exit code."""
     name = err.name() if hasattr(err, "name") else ""
     text = err.str() if hasattr(err, "str") else str(err)
-    if name in _AUTH_CODES:
+    if name in AUTH_CODES:
         _fail(f"authentication failed: {text}", EXIT_AUTH)
-    if name in _UNREACHABLE_CODES:
+    if name in UNREACHABLE_CODES:
         _fail(f"cannot reach a broker: {text}", EXIT_UNREACHABLE)
     _fail(text or name or "failed")
 
@@ -211,16 +212,19 @@ def _offsets(admin: Any, tps: list[tuple[str, int]]) -> dict[tuple[str, int], tu
     return {tp: (v[0], v[1]) for tp, v in out.items()}
 
 
-def _sizes(nodes: list[Any], wanted: dict[str, list[int]]
-           ) -> dict[tuple[str, int, int], int]:
+def log_dir_sizes(nodes: list[Any], wanted: dict[str, list[int]],
+                  timeout_s: float = TIMEOUT_S, config: dict[str, str] | None = None
+                  ) -> dict[tuple[str, int, int], int]:
     """Bytes on disk per (topic, partition, broker) from every broker's DescribeLogDirs;
-    brokers that do not answer (or refuse) are left out."""
+    brokers that do not answer (or refuse) are left out. ``config``: the client settings
+    (default: ``--command-config``'s)."""
     from headrace.admin_wire import AdminConnection, SecurityError
 
     out: dict[tuple[str, int, int], int] = {}
     for node in nodes:
         try:
-            conn = AdminConnection(node.host, node.port, TIMEOUT_S, CLIENT_CONFIG)
+            conn = AdminConnection(node.host, node.port, timeout_s,
+                                   CLIENT_CONFIG if config is None else config)
         except (OSError, SecurityError):
             continue
         try:
@@ -263,7 +267,7 @@ def describe(bootstrap: str, names: tuple[str, ...], fmt: str) -> None:
             for n in [p.leader, *p.replicas]:
                 if n is not None:
                     nodes[n.id] = n
-    sizes = _sizes(sorted(nodes.values(), key=lambda n: n.id),
+    sizes = log_dir_sizes(sorted(nodes.values(), key=lambda n: n.id),
                    {d.name: [p.id for p in d.partitions] for d in descs})
     doc: list[dict[str, Any]] = []
     for d in descs:
@@ -516,13 +520,13 @@ def _table(rows: list[tuple[object, ...]]) -> None:
         click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
-def _state_name(state: Any) -> str:
+def state_name(state: Any) -> str:
     return str(getattr(state, "name", state)).upper()
 
 
 def _describe_group(admin: Any, group: str) -> Any:
     desc = _result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group])
-    if _state_name(desc.state) == "DEAD" and not desc.members:
+    if state_name(desc.state) == "DEAD" and not desc.members:
         _fail(f"consumer group '{group}' does not exist.")
     return desc
 
@@ -546,7 +550,7 @@ def _watermarks(consumer: Any, tps: list[tuple[str, int]]
             out[(topic, partition)] = consumer.get_watermark_offsets(
                 TopicPartition(topic, partition), timeout=TIMEOUT_S)
         except KafkaException as e:
-            if e.args and e.args[0].name() in _UNREACHABLE_CODES + _AUTH_CODES:
+            if e.args and e.args[0].name() in UNREACHABLE_CODES + AUTH_CODES:
                 _kafka_fail(e.args[0])
             _fail(f"{topic}-{partition}: {e.args[0].str() if e.args else e}")
     return out
@@ -594,7 +598,7 @@ def groups_list(bootstrap: str, fmt: str) -> None:
         click.echo(f"headrace: {err}", err=True)
     listings = sorted(res.valid, key=lambda g: g.group_id)
     if fmt == "json":
-        emit_json([{"group": g.group_id, "state": _state_name(g.state),
+        emit_json([{"group": g.group_id, "state": state_name(g.state),
                     "simple": bool(g.is_simple_consumer_group)} for g in listings])
         return
     for listing in listings:
@@ -617,13 +621,13 @@ def groups_describe(bootstrap: str, group: str, fmt: str) -> None:
     """Committed offset, log end and lag per partition, with the owning member."""
     desc, rows = _lag_rows(bootstrap, group)
     if fmt == "json":
-        emit_json({"group": group, "state": _state_name(desc.state),
+        emit_json({"group": group, "state": state_name(desc.state),
                    "members": [{"consumer_id": m.member_id, "client_id": m.client_id,
                                 "host": m.host} for m in desc.members],
                    "assignor": desc.partition_assignor or None,
                    "partitions": [_row_doc(r) for r in rows]})
         return
-    click.echo(f"Consumer group '{group}': state {_state_name(desc.state)}, "
+    click.echo(f"Consumer group '{group}': state {state_name(desc.state)}, "
                f"{len(desc.members)} member(s), assignor {desc.partition_assignor or '-'}")
     if not desc.members:
         click.echo(f"Consumer group '{group}' has no active members.")
@@ -702,7 +706,7 @@ def groups_reset_offsets(bootstrap: str, group: str, topic: str, to_earliest: bo
     ts = _parse_datetime(to_datetime) if to_datetime is not None else None
     admin = _admin(bootstrap)
     desc = _result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group])
-    state = _state_name(desc.state)
+    state = state_name(desc.state)
     if desc.members or state not in _INACTIVE_STATES:
         _fail(f"assignments can only be reset if the group '{group}' is inactive, "
               f"but the current state is {state}.")

@@ -236,6 +236,9 @@ def _register_subcommands() -> None:
 
     main.add_command(produce_command)
     main.add_command(consume_command)
+    from headrace.webconsole.command import console_command
+
+    main.add_command(console_command)
 
 
 _register_subcommands()

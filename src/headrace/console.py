@@ -393,7 +393,7 @@ def _render_headers(hs: list[tuple[str, bytes | None]] | None) -> str:
     return ",".join(f"{k}:{_text(v)}" for k, v in hs)
 
 
-def _json_bytes(b: bytes | None, out: dict[str, Any], name: str) -> None:
+def json_bytes(b: bytes | None, out: dict[str, Any], name: str) -> None:
     if b is None:
         out[name] = None
         return
@@ -408,12 +408,12 @@ def _as_json(m: Any) -> bytes:
     ts_type, ts = m.timestamp()
     obj: dict[str, Any] = {"topic": m.topic(), "partition": m.partition(),
                            "offset": m.offset(), "timestamp": ts if ts_type else None}
-    _json_bytes(m.key(), obj, "key")
-    _json_bytes(m.value(), obj, "value")
+    json_bytes(m.key(), obj, "key")
+    json_bytes(m.value(), obj, "value")
     hs = []
     for k, v in m.headers() or ():
         h: dict[str, Any] = {"key": k}
-        _json_bytes(v, h, "value")
+        json_bytes(v, h, "value")
         hs.append(h)
     obj["headers"] = hs
     return json.dumps(obj, ensure_ascii=False).encode("utf-8", "surrogateescape") + b"\n"

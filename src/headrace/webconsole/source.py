@@ -1,0 +1,442 @@
+"""What the web console knows about a cluster, asked over the Kafka protocol: confluent-kafka's
+AdminClient (Metadata, ListOffsets, the group APIs, CreateTopics, DescribeConfigs), a
+consumer for the message browser, and headrace's wire client for DescribeLogDirs (sizes on
+disk), which the AdminClient lacks.
+
+Every method blocks (librdkafka calls and sockets) and is bounded by ``timeout_s``: the
+server runs them in worker threads, never on its event loop. librdkafka's client handles
+are thread-safe; the message browser takes a consumer of its own per request. Errors are
+:mod:`headrace.webconsole.model`'s ``ApiError`` subclasses, never ``sys.exit`` (the CLI's
+helpers in ``admin_cli`` exit; only their pure parts are shared here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, ParamSpec, TypeVar
+
+from headrace.admin_cli import AUTH_CODES, UNREACHABLE_CODES, log_dir_sizes, state_name
+from headrace.console import json_bytes
+from headrace.webconsole.model import (
+    ApiError,
+    AuthFailed,
+    BadRequest,
+    BrokerRefused,
+    Conflict,
+    MessageQuery,
+    NewTopicRequest,
+    NotFound,
+    Unavailable,
+    partition_lag,
+    total_lag,
+)
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+MAX_SAMPLED_GROUPS = 200  # groups whose lag is sampled each interval (the first by name)
+MAX_VALUE_BYTES = 64 * 1024  # a key, value or header value longer than this is cut
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024  # the message browser stops reading past this
+
+_NOT_FOUND = ("UNKNOWN_TOPIC_OR_PART", "GROUP_ID_NOT_FOUND", "_UNKNOWN_TOPIC",
+              "_UNKNOWN_PARTITION")
+_BAD_INPUT = ("INVALID_TOPIC_EXCEPTION", "INVALID_PARTITIONS", "INVALID_REPLICATION_FACTOR",
+              "INVALID_CONFIG", "POLICY_VIOLATION", "INVALID_REQUEST", "UNKNOWN_TOPIC_OR_PART",
+              "INVALID_REPLICA_ASSIGNMENT", "_INVALID_ARG")
+
+
+def _error(err: Any, what: str, input_error: bool = False) -> ApiError:
+    """A librdkafka error (KafkaError or KafkaException) as an ApiError."""
+    if hasattr(err, "args") and err.args and hasattr(err.args[0], "name"):
+        err = err.args[0]
+    name = err.name() if hasattr(err, "name") else type(err).__name__
+    text = err.str() if hasattr(err, "str") else str(err)
+    if name in UNREACHABLE_CODES or name == "_TIMED_OUT":
+        return Unavailable(f"{what}: no broker answered ({text})")
+    if name in AUTH_CODES:
+        return AuthFailed(f"{what}: authentication failed: {text}")
+    if name == "TOPIC_ALREADY_EXISTS":
+        return Conflict(f"{what}: {text}")
+    if input_error and name in _BAD_INPUT:
+        return BadRequest(f"{what}: {text}")
+    if name in _NOT_FOUND:
+        return NotFound(f"{what}: {text}")
+    return BrokerRefused(f"{what}: {text or name}")
+
+
+def _kafka_errors(method: Callable[P, T]) -> Callable[P, T]:
+    """A librdkafka error that escapes a public method (raised at once rather than through
+    a future) becomes an ApiError like the others."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        from confluent_kafka import KafkaException
+
+        try:
+            return method(*args, **kwargs)
+        except KafkaException as e:
+            raise _error(e, method.__name__) from None
+
+    return wrapper
+
+
+class ClusterSource:
+    """Blocking reads and writes of one cluster, for the console's worker threads."""
+
+    def __init__(self, bootstrap: str, client_config: dict[str, str], timeout_s: float = 5.0,
+                 quiet: bool = True) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.bootstrap = bootstrap
+        self.timeout_s = timeout_s
+        self.config: dict[str, Any] = {
+            **client_config, "bootstrap.servers": bootstrap,
+            "socket.timeout.ms": int(timeout_s * 1000),
+            **({"log_level": 0} if quiet else {})}
+        self.client_config = client_config
+        self.admin: Any = AdminClient(dict(self.config))
+
+    def check_connection(self) -> None:
+        """Connect to the first bootstrap address with headrace's wire client, TLS and
+        SASL included: librdkafka reports a refused password or certificate only as a
+        transport failure."""
+        from headrace.admin_wire import AdminConnection, SecurityError
+        from headrace.cli_support import parse_bootstrap
+
+        host, port = parse_bootstrap(self.bootstrap)[0]
+        try:
+            AdminConnection(host, port, self.timeout_s, self.client_config).close()
+        except SecurityError as e:
+            raise AuthFailed(str(e)) from None
+        except OSError as e:
+            raise Unavailable(f"cannot reach a broker at {host}:{port}: "
+                              f"{e.strerror or e or 'timed out'}") from None
+
+    # ------------------------------------------------------------ helpers
+
+    def _wait(self, fut: Future[T], what: str, input_error: bool = False) -> T:
+        from confluent_kafka import KafkaException
+
+        try:
+            return fut.result(timeout=self.timeout_s + 1)
+        except KafkaException as e:
+            raise _error(e, what, input_error) from None
+        except TimeoutError:
+            raise Unavailable(f"{what}: no answer within {self.timeout_s:.0f} s") from None
+
+    def _call(self, fn: Callable[[], T], what: str) -> T:
+        from confluent_kafka import KafkaException
+
+        try:
+            return fn()
+        except KafkaException as e:
+            raise _error(e, what) from None
+
+    def metadata(self) -> Any:
+        """Metadata of every topic (asking for all creates none)."""
+        return self._call(lambda: self.admin.list_topics(timeout=self.timeout_s), "metadata")
+
+    def _describe(self, topic: str) -> Any:
+        """One topic's partitions (DescribeTopics: Metadata that never creates a topic,
+        whatever auto.create.topics.enable says)."""
+        from confluent_kafka import TopicCollection
+
+        fut = self.admin.describe_topics(TopicCollection([topic]),
+                                         request_timeout=self.timeout_s)[topic]
+        try:
+            return self._wait(fut, f"topic {topic!r}")
+        except NotFound:
+            raise NotFound(f"topic {topic!r} does not exist") from None
+
+    def _offsets(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+        """(log start offset, high watermark) per partition; -1 where a leader did not
+        answer."""
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+        out = {tp: [-1, -1] for tp in tps}
+        if not tps:
+            return {}
+        spec: Any = OffsetSpec
+        for i, which in enumerate((spec.earliest(), spec.latest())):
+            futs = self.admin.list_offsets({TopicPartition(t, p): which for t, p in tps},
+                                           request_timeout=self.timeout_s)
+            for tp, fut in futs.items():
+                # -1 stays where a partition has no leader right now
+                with contextlib.suppress(NotFound, BrokerRefused):
+                    out[(tp.topic, tp.partition)][i] = self._wait(fut, "list offsets").offset
+        return {tp: (v[0], v[1]) for tp, v in out.items()}
+
+    def _sizes(self, brokers: list[Any], wanted: dict[str, list[int]]
+               ) -> dict[tuple[str, int, int], int]:
+        if not wanted:
+            return {}
+        return log_dir_sizes(brokers, wanted, self.timeout_s, self.client_config)
+
+    # ------------------------------------------------------------ the periodic sample
+
+    @_kafka_errors
+    def snapshot(self) -> dict[str, Any]:
+        """The cluster, every topic with its offsets and size, every group with its total
+        lag: what the overview, topic and group tables show and the charts sample."""
+        now_ms = int(time.time() * 1000)
+        md = self.metadata()
+        brokers = sorted(md.brokers.values(), key=lambda b: b.id)
+        parts = {name: sorted(t.partitions) for name, t in md.topics.items() if t.error is None}
+        tps = [(name, p) for name, ps in parts.items() for p in ps]
+        offsets = self._offsets(tps)
+        sizes = self._sizes(brokers, parts)
+        topics = []
+        for name in sorted(parts):
+            t = md.topics[name]
+            low_high = [offsets.get((name, p), (-1, -1)) for p in parts[name]]
+            leaders = [t.partitions[p].leader for p in parts[name]]
+            size = [sizes.get((name, p, leader)) for p, leader in zip(parts[name], leaders,
+                                                                     strict=True)]
+            topics.append({
+                "name": name, "internal": name in INTERNAL_TOPICS,
+                "partitions": len(parts[name]),
+                "replication_factor": max((len(t.partitions[p].replicas)
+                                           for p in parts[name]), default=0),
+                "under_replicated": sum(1 for p in parts[name]
+                                        if len(t.partitions[p].isrs)
+                                        < len(t.partitions[p].replicas)),
+                "offline": sum(1 for leader in leaders if leader < 0),
+                "records": sum(max(0, h - lo) for lo, h in low_high if lo >= 0 and h >= 0),
+                "high_watermark_sum": sum(h for _, h in low_high if h >= 0),
+                "size_bytes": None if any(s is None for s in size) else sum(
+                    s for s in size if s is not None),
+            })
+        highs = {tp: h for tp, (_, h) in offsets.items() if h >= 0}
+        groups, groups_total = self._groups(highs)
+        return {"time_ms": now_ms, "cluster": self._cluster(md, brokers), "topics": topics,
+                "groups": groups, "groups_total": groups_total}
+
+    def _cluster(self, md: Any, brokers: list[Any]) -> dict[str, Any]:
+        return {"cluster_id": md.cluster_id, "controller_id": md.controller_id,
+                "bootstrap": self.bootstrap,
+                "brokers": [{"id": b.id, "host": b.host, "port": b.port,
+                             "controller": b.id == md.controller_id} for b in brokers]}
+
+    def _groups(self, highs: dict[tuple[str, int], int]) -> tuple[list[dict[str, Any]], int]:
+        """The first MAX_SAMPLED_GROUPS groups by id, with their lag; and how many there
+        are in all."""
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        listing = self._wait(self.admin.list_consumer_groups(request_timeout=self.timeout_s),
+                             "list groups")
+        every = sorted(g.group_id for g in listing.valid)
+        ids = every[:MAX_SAMPLED_GROUPS]
+        if not ids:
+            return [], 0
+        descs = self.admin.describe_consumer_groups(ids, request_timeout=self.timeout_s)
+        committed_futs = {g: self.admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout_s)[g] for g in ids}
+        out = []
+        for g in ids:
+            try:
+                desc = self._wait(descs[g], f"group {g}")
+                res = self._wait(committed_futs[g], f"group {g} offsets")
+            except (NotFound, BrokerRefused):
+                continue  # deleted meanwhile, or not ours to see
+            committed = {(tp.topic, tp.partition): tp.offset
+                         for tp in res.topic_partitions or [] if tp.error is None}
+            out.append({"group": g, "state": state_name(desc.state),
+                        "members": len(desc.members),
+                        "protocol": desc.partition_assignor or None,
+                        "coordinator": desc.coordinator.id if desc.coordinator else None,
+                        "topics": sorted({t for t, _ in committed}),
+                        "lag": total_lag(committed, highs)})
+        return out, len(every)
+
+    # ------------------------------------------------------------ one topic, one group
+
+    @_kafka_errors
+    def topic(self, name: str) -> dict[str, Any]:
+        """A topic's partitions (leader, replicas, ISR, offsets, size) and its config
+        overrides."""
+        from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
+
+        desc = self._describe(name)
+        res = ConfigResource(ConfigResource.Type.TOPIC, name)
+        try:
+            cfg = self._wait(self.admin.describe_configs([res])[res], f"topic {name!r} configs")
+            overrides = {k: v.value for k, v in sorted(cfg.items()) if not v.is_default}
+        except (NotFound, BrokerRefused):
+            overrides = {}
+        ids = sorted(p.id for p in desc.partitions)
+        offsets = self._offsets([(name, p) for p in ids])
+        nodes = {n.id: n for p in desc.partitions for n in [*p.replicas, p.leader]
+                 if n is not None}
+        sizes = self._sizes(sorted(nodes.values(), key=lambda n: n.id), {name: ids})
+        partitions = []
+        for p in sorted(desc.partitions, key=lambda p: p.id):
+            leader = p.leader.id if p.leader is not None else -1
+            low, high = offsets.get((name, p.id), (-1, -1))
+            partitions.append({
+                "partition": p.id, "leader": leader,
+                "replicas": [n.id for n in p.replicas], "isr": [n.id for n in p.isr],
+                "log_start_offset": low, "high_watermark": high,
+                "records": max(0, high - low) if low >= 0 and high >= 0 else None,
+                "size_bytes": sizes.get((name, p.id, leader))})
+        return {"name": name, "internal": bool(desc.is_internal), "configs": overrides,
+                "partitions": partitions}
+
+    @_kafka_errors
+    def group(self, group: str) -> dict[str, Any]:
+        """A group's state, members with their assignments, and per partition the
+        committed offset, the high watermark and the lag."""
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        desc = self._wait(self.admin.describe_consumer_groups(
+            [group], request_timeout=self.timeout_s)[group], f"group {group!r}")
+        state = state_name(desc.state)
+        res = self._wait(self.admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout_s)[group],
+            f"group {group!r} offsets")
+        committed = {(tp.topic, tp.partition): tp.offset
+                     for tp in res.topic_partitions or [] if tp.error is None}
+        if state == "DEAD" and not desc.members and not committed:
+            raise NotFound(f"consumer group {group!r} does not exist")
+        owner: dict[tuple[str, int], str] = {}
+        members = []
+        for m in desc.members:
+            assigned = sorted((tp.topic, tp.partition) for tp in
+                              ((m.assignment.topic_partitions if m.assignment else None) or []))
+            for tp in assigned:
+                owner[tp] = m.member_id
+            members.append({"member_id": m.member_id, "client_id": m.client_id,
+                            "host": m.host, "group_instance_id": m.group_instance_id,
+                            "assignment": [{"topic": t, "partition": p} for t, p in assigned]})
+        tps = sorted(set(committed) | set(owner))
+        offsets = self._offsets(tps)
+        partitions = []
+        for tp in tps:
+            current = committed.get(tp, -1)
+            high = offsets.get(tp, (-1, -1))[1]
+            partitions.append({
+                "topic": tp[0], "partition": tp[1],
+                "committed_offset": current if current >= 0 else None,
+                "high_watermark": high if high >= 0 else None,
+                "lag": partition_lag(current, high) if high >= 0 else None,
+                "member_id": owner.get(tp)})
+        return {"group": group, "state": state, "protocol": desc.partition_assignor or None,
+                "coordinator": desc.coordinator.id if desc.coordinator else None,
+                "members": members, "partitions": partitions,
+                "total_lag": sum(p["lag"] or 0 for p in partitions)}
+
+    # ------------------------------------------------------------ messages
+
+    @_kafka_errors
+    def messages(self, q: MessageQuery) -> dict[str, Any]:
+        """Up to ``q.limit`` records of one partition, read by a consumer of its own that
+        joins no group and commits nothing."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        partitions = {p.id for p in self._describe(q.topic).partitions}
+        if q.partition not in partitions:
+            raise NotFound(f"topic {q.topic!r} has no partition {q.partition} "
+                           f"(it has {len(partitions)})")
+        consumer = Consumer({**self.config, "group.id": "headrace-console",
+                             "enable.auto.commit": False, "enable.partition.eof": True,
+                             "auto.offset.reset": "earliest",
+                             "fetch.wait.max.ms": 100})
+        try:
+            tp = TopicPartition(q.topic, q.partition)
+            low, high = self._call(lambda: consumer.get_watermark_offsets(
+                tp, timeout=self.timeout_s), "watermarks")
+            start = self._start(consumer, q, low, high)
+            records = self._read(consumer, q, start, high) if start < high else []
+        except KafkaException as e:
+            raise _error(e, f"{q.topic}-{q.partition}") from None
+        finally:
+            consumer.close()
+        return {"topic": q.topic, "partition": q.partition, "log_start_offset": low,
+                "high_watermark": high, "start_offset": start, "records": records}
+
+    def _start(self, consumer: Any, q: MessageQuery, low: int, high: int) -> int:
+        from confluent_kafka import TopicPartition
+
+        if q.offset is not None:
+            return max(q.offset, low)
+        if q.timestamp_ms is not None:
+            (found,) = consumer.offsets_for_times(
+                [TopicPartition(q.topic, q.partition, q.timestamp_ms)], timeout=self.timeout_s)
+            return int(found.offset) if found.offset >= 0 else high  # none at or after it
+        return max(low, high - q.limit)
+
+    def _read(self, consumer: Any, q: MessageQuery, start: int, high: int
+              ) -> list[dict[str, Any]]:
+        from confluent_kafka import KafkaError, TopicPartition
+
+        consumer.assign([TopicPartition(q.topic, q.partition, start)])
+        records: list[dict[str, Any]] = []
+        size = 0
+        deadline = time.monotonic() + self.timeout_s
+        while len(records) < q.limit and size < MAX_RESPONSE_BYTES:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            batch = consumer.consume(num_messages=q.limit - len(records),
+                                     timeout=min(left, 0.5))
+            done = False
+            for m in batch:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        done = True
+                        continue
+                    raise _error(err, f"{q.topic}-{q.partition}")
+                doc = _record_doc(m)
+                size += doc.pop("_size")
+                records.append(doc)
+                done = done or m.offset() + 1 >= high
+            if done or len(records) >= q.limit:
+                break
+        return records[:q.limit]
+
+    # ------------------------------------------------------------ topic creation
+
+    @_kafka_errors
+    def create_topic(self, req: NewTopicRequest) -> None:
+        from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+        nt = NewTopic(req.name,
+                      num_partitions=-1 if req.partitions is None else req.partitions,
+                      replication_factor=(-1 if req.replication_factor is None
+                                          else req.replication_factor),
+                      config=req.configs)
+        fut = self.admin.create_topics([nt], operation_timeout=self.timeout_s,
+                                       request_timeout=self.timeout_s)[req.name]
+        self._wait(fut, f"create topic {req.name!r}", input_error=True)
+
+
+def _bounded_bytes(b: bytes | None, out: dict[str, Any], name: str) -> int:
+    """``name`` as text (or base64 with ``name_encoding``), cut at MAX_VALUE_BYTES with
+    ``name_truncated`` and ``name_size`` set; returns the bytes kept."""
+    if b is not None and len(b) > MAX_VALUE_BYTES:
+        out[name + "_truncated"] = True
+        out[name + "_size"] = len(b)
+        b = b[:MAX_VALUE_BYTES]
+    json_bytes(b, out, name)
+    return 0 if b is None else len(b)
+
+
+def _record_doc(m: Any) -> dict[str, Any]:
+    ts_type, ts = m.timestamp()
+    doc: dict[str, Any] = {"offset": m.offset(), "timestamp": ts if ts_type else None,
+                           "timestamp_type": {1: "create", 2: "log_append"}.get(ts_type)}
+    size = _bounded_bytes(m.key(), doc, "key") + _bounded_bytes(m.value(), doc, "value")
+    headers = []
+    for k, v in m.headers() or ():
+        h: dict[str, Any] = {"key": k}
+        size += len(k) + _bounded_bytes(v, h, "value")
+        headers.append(h)
+    doc["headers"] = headers
+    doc["_size"] = size
+    return doc
