@@ -14,6 +14,7 @@ command -v kcat >/dev/null 2>&1 || missing="$missing kcat"
 command -v Burrow >/dev/null 2>&1 || missing="$missing burrow"
 # Debian's Chromium for the web console's browser test (Playwright drives it; no download)
 { command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]; } || missing="$missing chromium"
+command -v curl >/dev/null 2>&1 || missing="$missing curl"
 if [ -n "$missing" ]; then
   if command -v apt-get >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
