@@ -556,11 +556,15 @@ def _consume(topic: str, bootstrap: str, conf: dict[str, Any], group: str | None
         _check_partitions(md, topic, partitions)
         at_end: set[int] = set()
         assigned: set[int] = set()
+        # a group member given no partition (more members than partitions) is at the end
+        # of all it has as soon as that assignment arrives
+        given_nothing = [False]
         if group is not None and not partitions:
             overridden: set[int] = set()
 
             def on_assign(c: Any, tps: list[Any]) -> None:
                 assigned.update(tp.partition for tp in tps)
+                given_nothing[0] = not assigned
                 # --offset overrides the committed offsets once per partition: after a
                 # rebalance the group resumes from what this run committed
                 fresh = [tp.partition for tp in tps if tp.partition not in overridden]
@@ -617,7 +621,7 @@ def _consume(topic: str, bootstrap: str, conf: dict[str, Any], group: str | None
                         idle_deadline = time.monotonic() + timeout_ms / 1000  # type: ignore[operator]
             if max_messages is not None and count >= max_messages:
                 break
-            if exit_at_end and assigned and at_end >= assigned:
+            if exit_at_end and (at_end >= assigned if assigned else given_nothing[0]):
                 break
             if idle_deadline is not None and time.monotonic() >= idle_deadline:
                 break

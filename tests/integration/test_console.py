@@ -199,6 +199,33 @@ def test_group_resumes_from_committed_offsets(broker: BrokerProcess,
     assert consume(broker, topic_name, "--group", group + "-new", "-e") == []
 
 
+def test_exit_at_end_with_no_partition_assigned(broker: BrokerProcess,
+                                                topic_name: str) -> None:
+    """A group member given no partition (two members, one partition) is at the end of all
+    it has: with --exit-at-end it exits at once, printing nothing, while the member that
+    owns the partition runs on. (Member ids start with the client id, and the range
+    assignor gives the partition to the first id: client id `a` owns it.)"""
+    produce(broker, topic_name, [f"r{i}" for i in range(10)])
+    group = f"g-{topic_name}"
+    owner = subprocess.Popen([*HEADRACE, "consume", topic_name, "-b", broker.bootstrap,
+                              "--group", group, "--from-beginning", "-X", "client.id=a"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert owner.stdout is not None
+        got = [owner.stdout.readline() for _ in range(10)]
+        assert got == [f"r{i}\n".encode() for i in range(10)]
+        t0 = time.monotonic()
+        r = run("consume", topic_name, "-b", broker.bootstrap, "--group", group, "-e",
+                "-X", "client.id=b", timeout=45)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == b"" and b"Traceback" not in r.stderr
+        assert time.monotonic() - t0 < 30
+        assert owner.poll() is None  # the owner keeps its partition and runs on
+    finally:
+        owner.send_signal(signal.SIGINT)
+        owner.wait(30)
+
+
 def test_read_committed_skips_aborted_records(broker: BrokerProcess,
                                               topic_name: str) -> None:
     from confluent_kafka import Producer
