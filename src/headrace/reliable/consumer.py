@@ -352,6 +352,7 @@ class ReliableConsumer:
                  producer_config: dict[str, Any] | None = None,
                  on_commit: Callable[[dict[TopicPartition, int]], None] | None = None,
                  poll_batch: int = 500, poll_timeout_s: float = 0.05,
+                 busy_poll_timeout_s: float = 0.005,
                  stage_queue_size: int = 1_000) -> None:
         if isinstance(topology, Topology):
             self.topology = topology
@@ -373,6 +374,7 @@ class ReliableConsumer:
         self._track = track
         self._poll_batch = poll_batch
         self._poll_timeout_s = poll_timeout_s
+        self._busy_poll_timeout_s = min(poll_timeout_s, busy_poll_timeout_s)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
@@ -454,7 +456,7 @@ class ReliableConsumer:
     def poll_once(self) -> int:
         """One poll: process the fetched records and carry out due effects. Returns the
         number of root items dispatched."""
-        messages = self.consumer.consume(self._poll_batch, self._poll_timeout_s)
+        messages = self.consumer.consume(self._poll_batch, self._consume_timeout_s())
         now = _now_ms()
         batches: list[RootBatch] = []
         if messages:
@@ -485,6 +487,17 @@ class ReliableConsumer:
         if self.producer is not None:
             self.producer.poll(0)
         return sum(len(b) for b in batches)
+
+    def _consume_timeout_s(self) -> float:
+        """How long ``consume`` may wait for records: ``poll_timeout_s``, or, while roots
+        are pending (queued on or run by lanes, or held by a bolt), ``busy_poll_timeout_s``:
+        the polling thread then sees the lanes' acks soon after they happen instead of
+        sitting out a whole poll timeout on an empty fetch queue (the tick after them
+        commits and resumes paused partitions; ``close`` returns once its drain is done).
+        An int read without the lock: a stale value picks the other timeout for one poll."""
+        if self.spout.num_pending_roots:
+            return self._busy_poll_timeout_s
+        return self._poll_timeout_s
 
     def _dispatch_batch(self, batch: RootBatch) -> None:
         lanes = self._lanes[0]
@@ -631,7 +644,7 @@ class ReliableConsumer:
                 with self._lock:
                     if self.spout.num_pending_roots == 0:
                         break
-                self.consumer.consume(self._poll_batch, self._poll_timeout_s)  # callbacks
+                self.consumer.consume(self._poll_batch, self._consume_timeout_s())  # callbacks
                 if self.producer is not None:
                     self.producer.poll(0)
             with self._lock:
