@@ -363,6 +363,8 @@ class ReliableConsumer:
         if max_retries is not None and dead_letter_topic is None:
             raise ReliableConfigError("max_retries needs a dead_letter_topic")
         self.topics = list(topics)
+        # one topic, no pattern: every fetched record is of it (no topic check per poll)
+        self._one_topic = len(self.topics) == 1 and not self.topics[0].startswith("^")
         self.spout = ReliableSpout(SpoutConfig(
             max_uncommitted_offsets=max_uncommitted_offsets,
             offset_commit_period_ms=offset_commit_period_ms, max_retries=max_retries,
@@ -460,7 +462,7 @@ class ReliableConsumer:
         now = _now_ms()
         batches: list[RootBatch] = []
         if messages:
-            runs = _partition_runs(messages)
+            runs = _partition_runs(messages, self._one_topic)
             track = self._track
             on_batch = self.spout.on_batch
             with self._lock:
@@ -673,12 +675,13 @@ def _key_value(m: Message) -> tuple[Any, ...]:
     return (m.key(), m.value())
 
 
-def _partition_runs(messages: list[Message],
+def _partition_runs(messages: list[Message], one_topic: bool = False,
                     ) -> list[tuple[TopicPartition, list[Message], list[int]]]:
     """The fetched messages grouped by partition, in fetch order, with their offsets;
     errors logged and dropped (partition EOF silently). The common case — one partition,
     no error — costs one C accessor call per message and field (``map`` over the unbound
-    methods, no Python frame per message)."""
+    methods, no Python frame per message); ``one_topic`` (the subscription is one topic
+    name, no pattern) skips the topics' check."""
     if list(map(Message.error, messages)).count(None) != len(messages):
         good = []
         for m in messages:
@@ -695,7 +698,8 @@ def _partition_runs(messages: list[Message],
     parts = list(map(Message.partition, messages))
     offsets = cast(list[int], list(map(Message.offset, messages)))
     n = len(messages)
-    if parts.count(partition) == n and list(map(Message.topic, messages)).count(topic) == n:
+    if parts.count(partition) == n and (
+            one_topic or list(map(Message.topic, messages)).count(topic) == n):
         return [(TopicPartition(topic, partition), messages, offsets)]
     runs: dict[tuple[str, int], tuple[list[Message], list[int]]] = {}
     for m, p, o in zip(messages, parts, offsets, strict=True):
