@@ -4,7 +4,10 @@ A ``Topology`` is a chain of stages. The first stage receives one root item per 
 record (``item.values == (key, value)``, ``item.source`` is the ``Record``); whatever a stage
 emits goes to the next stage. Each stage runs on ``parallelism`` lanes (one thread each):
 items go to lanes round-robin, or by ``fields(item)`` (Storm's fields grouping: the same key
-always reaches the same lane, so per-key state needs no lock).
+always reaches the same lane, so per-key state needs no lock). The first stage's batches
+(without fields grouping) go to the lane that took the previous batch while it keeps up
+(less than 2 batches unfinished), else to the least busy lane: a quick handler then wakes
+one thread, not each lane in turn; slow ones (I/O, process lanes) spread over all lanes.
 
 Five styles; the first two are Storm's:
 
