@@ -376,7 +376,7 @@ class ReliableConsumer:
                  producer_config: dict[str, Any] | None = None,
                  on_commit: Callable[[dict[TopicPartition, int]], None] | None = None,
                  poll_batch: int = 500, poll_timeout_s: float = 0.05,
-                 busy_poll_timeout_s: float = 0.005,
+                 busy_poll_timeout_s: float = 0.001,
                  stage_queue_size: int = 1_000) -> None:
         if isinstance(topology, Topology):
             self.topology = topology
@@ -520,7 +520,9 @@ class ReliableConsumer:
         the polling thread then sees the lanes' acks soon after they happen instead of
         sitting out a whole poll timeout on an empty fetch queue (the tick after them
         commits and resumes paused partitions; ``close`` returns once its drain is done).
-        An int read without the lock: a stale value picks the other timeout for one poll."""
+        1 ms by default: an empty poll costs ~30 µs of CPU (measured), so up to ~3% of a core
+        while roots are pending and nothing arrives. An int read without the lock: a stale
+        value picks the other timeout for one poll."""
         if self.spout.num_pending_roots:
             return self._busy_poll_timeout_s
         return self._poll_timeout_s
