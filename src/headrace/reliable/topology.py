@@ -100,6 +100,8 @@ class Batch:
 
     @property
     def offsets(self) -> Sequence[int]:
+        """The records' offsets: a ``range`` when they are contiguous (the usual fetch),
+        else a list."""
         return self.root_batch.offsets
 
     @property
