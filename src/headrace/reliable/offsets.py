@@ -166,7 +166,9 @@ class OffsetManager:
 
     def emitted_batch(self, offsets: Sequence[int]) -> Sequence[int]:
         """``emitted`` for each offset of a fetched run; returns the positions (indices into
-        ``offsets``) of the offsets that must be processed, in order."""
+        ``offsets``) of the offsets that must be processed, in order. A ``range`` is returned
+        only for a contiguous ascending run above every offset seen so far (all of it kept;
+        the spout then holds the batch's offsets as a ``range``), otherwise a list."""
         n = len(offsets)
         if n == 0:
             return ()

@@ -4,7 +4,10 @@ A ``Topology`` is a chain of stages. The first stage receives one root item per 
 record (``item.values == (key, value)``, ``item.source`` is the ``Record``); whatever a stage
 emits goes to the next stage. Each stage runs on ``parallelism`` lanes (one thread each):
 items go to lanes round-robin, or by ``fields(item)`` (Storm's fields grouping: the same key
-always reaches the same lane, so per-key state needs no lock).
+always reaches the same lane, so per-key state needs no lock). The first stage's batches
+(without fields grouping) go to the lane that took the previous batch while it keeps up
+(less than 2 batches unfinished), else to the least busy lane: a quick handler then wakes
+one thread, not each lane in turn; slow ones (I/O, process lanes) spread over all lanes.
 
 Five styles; the first two are Storm's:
 
@@ -35,7 +38,8 @@ Lanes are threads: they add throughput when handlers wait (I/O, or C code that r
 GIL); for pure-Python CPU-bound handlers they do not (use ``process_bolt`` for those).
 ``parallelism=0`` (first stage only) runs the stage on the polling thread itself: no
 hand-off between threads, which on a small machine is the cheapest way to run fast handlers
-(a no-op batch bolt about twice as fast as on one lane thread), but polling waits while the
+(bench/reliable_bench.py on 2 cores: a no-op batch bolt at 67-82% of a plain consumer's
+records/s against 49-68% on 1, 2 or 4 lane threads), but polling waits while the
 handler runs (as in a plain consumer loop; keep each batch well under
 ``max.poll.interval.ms``).
 """
@@ -96,6 +100,8 @@ class Batch:
 
     @property
     def offsets(self) -> Sequence[int]:
+        """The records' offsets: a ``range`` when they are contiguous (the usual fetch),
+        else a list."""
         return self.root_batch.offsets
 
     @property
