@@ -92,7 +92,12 @@ def test_killed_consume_transform_produce_is_exactly_once(txb: BrokerProcess,
     log = tmp_path / "worker.log"
 
     def committed() -> int:
-        c = Consumer({"bootstrap.servers": txb.bootstrap, "group.id": group})
+        # read_uncommitted: librdkafka then sends OffsetFetch without require_stable (KIP-447).
+        # A worker killed between TxnOffsetCommit and EndTxn leaves offsets pending until the
+        # restarted worker fences it (or transaction.timeout.ms ends it); a read_committed
+        # consumer's committed() is answered UNSTABLE_OFFSET_COMMIT, retries and times out.
+        c = Consumer({"bootstrap.servers": txb.bootstrap, "group.id": group,
+                      "isolation.level": "read_uncommitted"})
         try:
             got = c.committed([TopicPartition(source, p) for p in range(2)], timeout=10)
         finally:
