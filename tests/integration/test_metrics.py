@@ -172,6 +172,8 @@ def test_confluent_produce_consume_and_group_lag(broker: BrokerProcess) -> None:
     # every stored batch was sent to the consumer exactly once
     assert delta(produced, consumed, "kafka_server_brokertopicmetrics_bytesout_total",
                  topic=topic) == stored
+    assert delta(produced, consumed, "kafka_server_brokertopicmetrics_messagesout_total",
+                 topic=topic) == 1000
     assert delta(produced, consumed, "kafka_network_requestmetrics_requests_total",
                  request="OffsetCommit", version=9) == 1
     assert sum(v for (name, labels), v in consumed.items()

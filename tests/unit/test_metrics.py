@@ -24,7 +24,7 @@ def _snapshot(ready: bool = True, why: str = "") -> Snapshot:
     for ms in (0.5, 3.0, 3.0, 40_000.0):
         lat.observe(ms)
     return Snapshot(
-        bytes_in={"t": 300}, messages_in={"t": 7}, bytes_out={"t": 120},
+        bytes_in={"t": 300}, messages_in={"t": 7}, bytes_out={"t": 120}, messages_out={"t": 5},
         requests={("Produce", 9): 4}, latency={"Produce": (lat.buckets, lat.sum_ms,
                                                            lat.count)},
         isr_shrinks=2, isr_expands=1,
@@ -69,6 +69,7 @@ def test_exposition_uses_the_jmx_exporter_names() -> None:
         'kafka_server_brokertopicmetrics_bytesin_total{topic="t"} 300.0',
         'kafka_server_brokertopicmetrics_messagesin_total{topic="t"} 7.0',
         'kafka_server_brokertopicmetrics_bytesout_total{topic="t"} 120.0',
+        'kafka_server_brokertopicmetrics_messagesout_total{topic="t"} 5.0',
         'kafka_network_requestmetrics_requests_total{request="Produce",version="9"} 4.0',
         'kafka_network_requestmetrics_totaltimems_bucket{le="1.0",request="Produce"} 1.0',
         'kafka_network_requestmetrics_totaltimems_bucket{le="5.0",request="Produce"} 3.0',

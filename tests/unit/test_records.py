@@ -252,6 +252,21 @@ def test_whole_batches_length_stops_before_a_partial_batch() -> None:
     assert R.whole_batches_length(blob[:5]) == 0
 
 
+def test_records_in_batches_counts_whole_v2_batches_from_their_headers() -> None:
+    """The Fetch path's records-out count: each whole batch's record count, none of a
+    partial batch, nothing past a batch that is not v2 (read from the headers alone)."""
+    blob = simple_batch(3) + simple_batch(2) + simple_batch(7)
+    assert R.records_in_batches(blob) == 12
+    assert R.records_in_batches(memoryview(blob)[:-1]) == 5
+    assert R.records_in_batches(blob[:40]) == 0
+    assert R.records_in_batches(b"") == 0
+    first = len(simple_batch(3))
+    not_v2 = bytearray(blob)
+    not_v2[first + R.MAGIC_POS] = 1
+    assert R.records_in_batches(not_v2) == 3
+    assert R.records_in_batches(blob) == sum(h.records_count for h in R.iter_batches(blob))
+
+
 @given(
     st.lists(
         st.tuples(

@@ -101,6 +101,7 @@ class Snapshot:
     bytes_in: dict[str, int]
     messages_in: dict[str, int]
     bytes_out: dict[str, int]
+    messages_out: dict[str, int]
     requests: dict[tuple[str, int], int]
     latency: dict[str, tuple[list[int], float, int]]
     isr_shrinks: int
@@ -124,6 +125,7 @@ class BrokerMetrics:
         self.bytes_in: dict[str, int] = collections.defaultdict(int)
         self.messages_in: dict[str, int] = collections.defaultdict(int)
         self.bytes_out: dict[str, int] = collections.defaultdict(int)
+        self.messages_out: dict[str, int] = collections.defaultdict(int)
         self.requests: dict[tuple[str, int], int] = collections.defaultdict(int)
         self.latency: dict[str, _Latency] = {}
         self.isr_shrinks = 0
@@ -137,6 +139,9 @@ class BrokerMetrics:
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self.bound_port = 0
+        # records out are read from the batch headers (~0.4 us per batch on the Fetch path):
+        # counted only while /metrics is served
+        self.counting_records_out = False
 
     # ------------------------------------------------------------ counting (event loop)
     def produced(self, topic: str, size_bytes: int, records: int) -> None:
@@ -144,9 +149,10 @@ class BrokerMetrics:
         self.bytes_in[topic] += size_bytes
         self.messages_in[topic] += records
 
-    def fetched(self, topic: str, size_bytes: int) -> None:
-        """Record bytes of ``topic`` sent in a consumer's Fetch response."""
+    def fetched(self, topic: str, size_bytes: int, records: int) -> None:
+        """Record bytes and records of ``topic`` sent in a consumer's Fetch response."""
         self.bytes_out[topic] += size_bytes
+        self.messages_out[topic] += records
 
     def request_done(self, name: str, version: int, started: float) -> None:
         """A request handled (``started``: ``time.monotonic()`` when it was decoded)."""
@@ -192,7 +198,8 @@ class BrokerMetrics:
         ready, why = self._readiness()
         return Snapshot(
             bytes_in=dict(self.bytes_in), messages_in=dict(self.messages_in),
-            bytes_out=dict(self.bytes_out), requests=dict(self.requests),
+            bytes_out=dict(self.bytes_out), messages_out=dict(self.messages_out),
+            requests=dict(self.requests),
             latency={name: (list(lat.buckets), lat.sum_ms, lat.count)
                      for name, lat in self.latency.items()},
             isr_shrinks=self.isr_shrinks, isr_expands=self.isr_expands,
@@ -271,6 +278,7 @@ class BrokerMetrics:
                                          handler_class=_QuietHandler)
         self._server = server
         self.bound_port = int(server.server_address[1])
+        self.counting_records_out = True
         self._thread = threading.Thread(target=server.serve_forever, kwargs={
             "poll_interval": 0.2}, name="headrace-metrics", daemon=True)
         self._thread.start()
@@ -406,6 +414,10 @@ def _topic_counters(s: Snapshot) -> Iterator[Metric]:
          "Produce requests (Kafka's MessagesInPerSec).", s.messages_in),
         ("kafka_server_brokertopicmetrics_bytesout", "Record bytes sent in consumers' Fetch "
          "responses (Kafka's BytesOutPerSec; replication not included).", s.bytes_out),
+        ("kafka_server_brokertopicmetrics_messagesout", "Records sent in consumers' Fetch "
+         "responses while /metrics is served, from the batch headers (headrace's; Kafka "
+         "counts only MessagesIn).",
+         s.messages_out),
     ):
         family = CounterMetricFamily(name, doc, labels=["topic"])
         for topic, n in sorted(values.items()):

@@ -332,6 +332,25 @@ def whole_batches_length(buf: ReadableBuffer) -> int:
     return pos
 
 
+RECORDS_COUNT_POS = HEADER_SIZE - 4  # the header's last field
+
+
+def records_in_batches(buf: ReadableBuffer) -> int:
+    """Records in the whole v2 batches at the start of ``buf``, from each header's record
+    count (reads three fields per batch, decodes nothing; a control batch counts its
+    marker). Stops at a partial batch or one that is not v2."""
+    pos = n = 0
+    size = len(buf)
+    while size - pos >= HEADER_SIZE:
+        (length,) = _INT32.unpack_from(buf, pos + LENGTH_POS)
+        end = pos + LOG_OVERHEAD + length
+        if length < HEADER_SIZE - LOG_OVERHEAD or end > size or buf[pos + MAGIC_POS] != 2:
+            break
+        n += _INT32.unpack_from(buf, pos + RECORDS_COUNT_POS)[0]
+        pos = end
+    return n
+
+
 # ------------------------------------------------------------------ batch-level rewrites
 
 

@@ -35,6 +35,7 @@ from headrace.broker.replica_manager import TopicPartition
 from headrace.broker.security import CLUSTER_ACTION, READ, TOPIC
 from headrace.log.errors import LogError
 from headrace.protocol.codec import FetchPartition, encode_fetch_body
+from headrace.protocol.records import records_in_batches
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -314,12 +315,14 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 plan = _session_plan(broker, session, set(), replica_id, by_id, False)
             topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id,
                                                  replica_id, first=False)
-    if replica_id < 0:  # BytesOutPerSec: consumers' reads, per topic (not per record)
+    if replica_id < 0:  # BytesOutPerSec and records out: consumers' reads, per topic
         for (_, asked), (_, out) in zip(plan.entries, topics, strict=True):
             size = sum(fp.records_size for fp in out)
             if size:
                 name = next(tp.topic for tp, _, _ in asked if tp is not None)
-                broker.metrics.fetched(name, size)
+                broker.metrics.fetched(name, size, sum(  # three field reads per batch
+                    records_in_batches(c) for fp in out for c in fp.records)
+                    if broker.metrics.counting_records_out else 0)
     if session is None:
         return encode_fetch_body(ctx.api_version, 0, 0, 0, topics)
     # what this response tells the follower becomes the session's memory; an incremental
