@@ -11,6 +11,7 @@ from headrace.reliable import (
     Acker,
     AckerPool,
     Item,
+    ItemState,
     ReliableUsageError,
     RootCompleted,
     RootFailed,
@@ -378,3 +379,112 @@ def test_single_root_children_behave_as_items_with_one_anchor() -> None:
     assert t.ack_many(grandkids) == []
     assert sorted(completed(t.ack(joined))) == sorted([root_id, other_id])
     assert len(t.ackers) == 0
+
+
+def _run_spout(n: int = 6) -> tuple[object, object, object]:
+    from headrace.reliable import ReliableSpout, SpoutConfig, TopicPartition
+
+    rng = random.Random(11)
+    tp = TopicPartition("t", 0)
+    spout = ReliableSpout(SpoutConfig(), 0, id_source=lambda: rng.getrandbits(64) or 1)
+    spout.assigned(tp, 0)
+    batch = spout.on_batch(tp, range(n), 0)
+    assert batch is not None
+    return spout, batch, tp
+
+
+def test_emit_each_gives_the_acker_what_emit_many_per_root_gives() -> None:
+    """Issue 14's bulk fan-out: ``emit_each`` over a batch's roots (a ``ChildRun``) leaves
+    the acker and the roots exactly as ``emit_many`` root by root does with the same ids;
+    ``ack_many(run)`` completes every tree, and the run's children read afterwards are
+    acked; the same children read before are the items emit_many would have made."""
+    from headrace.reliable import ChildRun
+
+    values = [("a",), ("b",), ("c",)]
+    s1, b1, tp = _run_spout()
+    s2, b2, _ = _run_spout()
+    run = s1.tracker.emit_each(values, b1.items())  # type: ignore[attr-defined]
+    assert isinstance(run, ChildRun) and len(run) == 18
+    each: list[Item] = []
+    for root in b2.items():  # type: ignore[attr-defined]
+        each += s2.tracker.emit_many(values, root)  # type: ignore[attr-defined]
+    # the ids differ (drawn in another order); the arithmetic does not: each tree started
+    # with its root's item id, and the root's ack_val is the XOR of its children's edges
+    for spout, batch, kids in ((s1, b1, list(run)), (s2, b2, each)):
+        acker = spout.tracker.ackers.ackers[0]  # type: ignore[attr-defined]
+        assert set(acker._buckets[0]) == {batch.root_id(i) for i in range(6)}  # type: ignore[attr-defined]
+        for i, root in enumerate(batch.items()):  # type: ignore[attr-defined]
+            assert acker._buckets[0][batch.root_id(i)] == root.item_id != 0  # type: ignore[attr-defined]
+            mine = kids[3 * i:3 * i + 3]
+            assert {c.root_id for c in mine} == {batch.root_id(i)}  # type: ignore[attr-defined]
+            assert root.ack_val == mine[0].edge ^ mine[1].edge ^ mine[2].edge  # type: ignore[attr-defined]
+    assert [(c.values, c.source) for c in run[3:6]] == [(c.values, c.source) for c in each[3:6]]
+    assert {c.root_ids for c in run[3:6]} == {(b1.root_id(1),)}  # type: ignore[attr-defined]
+    assert [c.anchors_to_ids for c in run[-3:]] == [{b1.root_id(5): c.edge}  # type: ignore[attr-defined]
+                                                    for c in run[-3:]]
+    s1.ack_batch(b1, 0)  # type: ignore[attr-defined]
+    assert s1.num_pending_roots == 6  # type: ignore[attr-defined]
+    s1.ack_many(run, 0)  # type: ignore[attr-defined]
+    assert s1.num_pending_roots == 0 and s1.committable() == {tp: 6}  # type: ignore[attr-defined]
+    assert {c.state for c in run} == {ItemState.ACKED}
+    with pytest.raises(ReliableUsageError):
+        s1.ack_many(run, 0)  # type: ignore[attr-defined]
+
+
+def test_a_child_run_waits_for_grandchildren_and_refuses_a_child_already_finished() -> None:
+    """A child read from the run and anchored to keeps its root pending after the run's
+    bulk ack until the grandchild is acked; a child acked on its own makes the run's bulk
+    ack raise, changing nothing; a failed child fails its root (replayed), not the others."""
+    from headrace.reliable import Seek
+
+    spout, batch, tp = _run_spout(4)
+    run = spout.tracker.emit_each([("a",), ("b",)], batch.items())  # type: ignore[attr-defined]
+    grandchild = spout.emit(("g",), [run[3]])  # type: ignore[attr-defined]  # root 1's child
+    spout.ack(run[0], 0)  # type: ignore[attr-defined]
+    with pytest.raises(ReliableUsageError):
+        spout.ack_many(run, 0)  # type: ignore[attr-defined]
+    assert run[1].state is ItemState.PENDING and not run.settled  # type: ignore[attr-defined]
+    spout.ack_batch(batch, 0)  # type: ignore[attr-defined]
+    rest = [run[i] for i in range(1, len(run))]
+    spout.fail(run[5], 0)  # type: ignore[attr-defined]  # root 2's child
+    spout.ack_many([c for c in rest if c is not run[5]], 0)  # type: ignore[attr-defined]
+    assert spout.num_pending_roots == 1  # type: ignore[attr-defined]  # root 1 waits (2 failed)
+    assert spout.committable() == {tp: 1}  # type: ignore[attr-defined]
+    spout.ack(grandchild, 0)  # type: ignore[attr-defined]
+    assert spout.num_pending_roots == 0  # type: ignore[attr-defined]
+    effects = spout.tick(10_000_000)  # type: ignore[attr-defined]
+    assert any(isinstance(e, Seek) and e.offset == 2 for e in effects), effects
+    assert spout.committable() == {tp: 2}  # type: ignore[attr-defined]
+
+
+def test_a_child_run_acked_whole_with_a_grandchild_pending() -> None:
+    """The bulk ack of a run counts the ``ack_val`` of a child that was read and anchored
+    to: the root completes with the grandchild's ack, not with the run's."""
+    spout, batch, tp = _run_spout(3)
+    run = spout.tracker.emit_each([("a",)] * 4, batch.items())  # type: ignore[attr-defined]
+    grandchild = spout.emit(("g",), [run[5]])  # type: ignore[attr-defined]  # root 1
+    spout.ack_batch(batch, 0)  # type: ignore[attr-defined]
+    spout.ack_many(run, 0)  # type: ignore[attr-defined]
+    assert spout.num_pending_roots == 1 and spout.committable() == {tp: 1}  # type: ignore[attr-defined]
+    spout.ack(grandchild, 0)  # type: ignore[attr-defined]
+    assert spout.num_pending_roots == 0 and spout.committable() == {tp: 3}  # type: ignore[attr-defined]
+
+
+def test_emit_each_off_the_fast_path_is_emit_many_per_anchor() -> None:
+    """Anchors that are not distinct pending roots of one batch (a child, a root twice)
+    give emit_many's items in a list; an anchor already acked raises before anything is
+    emitted."""
+    spout, batch, tp = _run_spout(3)
+    roots = batch.items()  # type: ignore[attr-defined]
+    kids = spout.tracker.emit_many([("k",)], roots[0])  # type: ignore[attr-defined]
+    mixed = spout.tracker.emit_each([("x",), ("y",)], [roots[1], kids[0], roots[1]])  # type: ignore[attr-defined]
+    assert isinstance(mixed, list) and len(mixed) == 6
+    assert spout.tracker.emit_each([("x",)], []) == []  # type: ignore[attr-defined]
+    spout.ack(roots[2], 0)  # type: ignore[attr-defined]
+    before = roots[0].ack_val
+    with pytest.raises(ReliableUsageError):
+        spout.tracker.emit_each([("x",)], [roots[0], roots[2]])  # type: ignore[attr-defined]
+    assert roots[0].ack_val == before
+    spout.ack_batch(batch, 0)  # type: ignore[attr-defined]
+    spout.ack_many([*kids, *mixed], 0)  # type: ignore[attr-defined]
+    assert spout.num_pending_roots == 0 and spout.committable() == {tp: 3}  # type: ignore[attr-defined]

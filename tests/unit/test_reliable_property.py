@@ -14,8 +14,9 @@ restarts every partition at its committed offset. Records are processed as rando
 - the same holds when records are fetched as batches (``on_batch``) and settled with
   ``ack_batch``: partial batch acks (some roots of a batch processed one by one, the rest
   settled together, ``indices=``), batch failures (roots failed in the settle), roots whose
-  tree grew before the settle (one child, or a fan-out by ``emit_many``), and batches
-  never settled (their roots time out);
+  tree grew before the settle (one child, or a fan-out by ``emit_many``, or several roots'
+  fan-out in one ``emit_each``: a ``ChildRun`` acked whole, lost, or read child by child),
+  and batches never settled (their roots time out);
 - fan-outs by ``emit_many`` and bulk acks by ``ack_many`` (several pending items of any
   kind, roots and children of different trees, in one call) keep all of the above;
 - with the exactly-once helpers the output holds each record exactly once:
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -94,6 +96,9 @@ class Sim:
         self.paused: set[TopicPartition] = set()
         self.pending: list[Item] = []
         self.batches: list[tuple[RootBatch, list[int]]] = []  # roots settled by ack_batch
+        # fan-outs of several roots by emit_each, acked whole by ack_many(run): the run and,
+        # per root, its attempts
+        self.runs: list[tuple[Sequence[Item], list[list[Attempt]]]] = []
         self.attempts: dict[int, list[Attempt]] = {}  # id(item) -> its trees' attempts
         for tp, log in w.logs.items():
             start = w.committed.get(tp)
@@ -148,6 +153,7 @@ class Sim:
             return
         failures: dict[int, str] = {}
         acked: list[list[Attempt]] = []
+        together: list[tuple[Item, list[Attempt]]] = []  # their trees grow in one emit_each
         for i in owned:
             item = rb.item(i)
             attempts = self.attempts.pop(id(item))
@@ -163,7 +169,9 @@ class Sim:
                 if conn is not None:
                     conn.execute("INSERT INTO appended VALUES (?)",
                                  (idempotent_key(TOPIC, tp.partition, offset),))
-            if rng.random() < 0.3:  # the tree grows before the batch is settled
+            if rng.random() < 0.3:
+                together.append((item, attempts))
+            elif rng.random() < 0.3:  # the tree grows before the batch is settled
                 kids = ([self.spout.emit(("c",), [item])] if rng.random() < 0.5 else
                         self.spout.tracker.emit_many([("c",)] * rng.randrange(1, 4), item))
                 for child in kids:
@@ -172,6 +180,25 @@ class Sim:
                     self.attempts[id(child)] = attempts
                     self.pending.append(child)
             acked.append(attempts)
+        if together:  # a batch bolt's fan-out over several of its roots (issue 14)
+            k = rng.randrange(1, 4)
+            run = self.spout.tracker.emit_each([("c",)] * k, [it for it, _ in together])
+            for _, attempts in together:
+                for a in attempts:
+                    a.outstanding += k
+            if rng.random() < 0.5:  # kept whole: acked by ack_many(run) (or lost)
+                self.runs.append((run, [attempts for _, attempts in together]))
+                if rng.random() < 0.5:  # one child read and anchored to before that
+                    j = rng.randrange(len(run))
+                    grandchild = self.spout.emit(("c", "g"), [run[j]])
+                    for a in together[j // k][1]:
+                        a.outstanding += 1
+                    self.attempts[id(grandchild)] = list(together[j // k][1])
+                    self.pending.append(grandchild)
+            else:  # its children read one by one: each an item of its own
+                for j, child in enumerate(run):
+                    self.attempts[id(child)] = together[j // k][1]
+                    self.pending.append(child)
         self.spout.ack_batch(rb, w.now, failures, owned)
         for attempts in acked:
             for a in attempts:
@@ -270,6 +297,26 @@ class Sim:
                 if a.outstanding == 0 and not a.bad:
                     w.processed.add(a.record)
 
+    def settle_run(self, lose_p: float) -> None:
+        """A ``ChildRun`` acked as a whole (one acker update per root), or lost (its roots
+        time out)."""
+        w, rng = self.w, self.w.rng
+        if not self.runs:
+            return
+        run, per_root = self.runs.pop(rng.randrange(len(self.runs)))
+        k = len(run) // len(per_root)
+        if rng.random() < lose_p:
+            for attempts in per_root:
+                for a in attempts:
+                    a.bad = True
+            return
+        self.spout.ack_many(run, w.now)
+        for attempts in per_root:
+            for a in attempts:
+                a.outstanding -= k
+                if a.outstanding == 0 and not a.bad:
+                    w.processed.add(a.record)
+
     def tick(self, commit_fail_p: float) -> None:
         w = self.w
         for effect in self.spout.tick(w.now):
@@ -337,6 +384,7 @@ def test_committed_offsets_never_pass_unprocessed_records(world: World,
             sim.process_one(fail_p=0.15, lose_p=0.05)
         elif step == "bulk":
             sim.ack_bulk(world.rng.randrange(1, 5))
+            sim.settle_run(lose_p=0.05)
         elif step == "time":
             world.now += world.rng.choice([1, 5, 30, 250])
         elif step == "tick":
@@ -349,8 +397,9 @@ def test_committed_offsets_never_pass_unprocessed_records(world: World,
         if all(world.committed.get(tp) == log[-1] + 1 for tp, log in world.logs.items()):
             break
         sim.fetch(4)
-        while sim.pending or sim.batches:
+        while sim.pending or sim.batches or sim.runs:
             sim.settle_batch(fail_p=0.0, lose_p=0.0)
+            sim.settle_run(lose_p=0.0)
             sim.process_one(fail_p=0.0, lose_p=0.0)
             sim.ack_bulk(3)
             sim.check_committed(sim.spout.committable())

@@ -36,7 +36,7 @@ from headrace.reliable.topology import (
     Record,
     Topology,
 )
-from headrace.reliable.tuples import ChildItem, Item, ItemState, RootItem, TupleTracker
+from headrace.reliable.tuples import ChildItem, ChildRun, Item, ItemState, RootItem, TupleTracker
 
 __all__ = [
     "Acker",
@@ -44,6 +44,7 @@ __all__ = [
     "BasicOutputCollector",
     "Batch",
     "ChildItem",
+    "ChildRun",
     "Commit",
     "DeadLetter",
     "Effect",

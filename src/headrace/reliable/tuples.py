@@ -35,6 +35,13 @@ in one call, grows the tree inline and builds the children with one ``map``.
 ``ack_many(items)`` acks a list of items with one bulk acker update (a fan-out's acks);
 ``ack_many_ids`` is the same for the spout, which needs completed root ids, not events.
 
+A fan-out over many roots of one batch (``emit_each(values, roots)``) makes no item per
+child: a ``ChildRun`` holds the root ids, the edge ids and each root's XOR of its edges
+(one numpy reduction), applied to the roots at once; ``run[i]`` makes child ``i``'s
+``ChildItem`` when read, and ``ack_many(run)`` acks the whole run with one acker update per
+root (adjusted by the ``ack_val`` of children that were read and anchored to). Same
+arithmetic as ``emit_many`` per root, with other ids.
+
 Ids are drawn from an injected ``id_source`` (default ``random_id``: 64 random bits, zero
 redrawn, drawn 1024 at a time from ``os.urandom``). Thread-safety: none; the shell
 serialises calls.
@@ -46,10 +53,12 @@ import enum
 import operator
 import os
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import reduce
 from itertools import repeat
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
+
+import numpy as np
 
 from headrace.reliable.acker import AckerEvent, AckerPool, RootCompleted, RootFailed
 from headrace.reliable.errors import ReliableUsageError
@@ -96,6 +105,8 @@ class _IdPool:
 
 fast_random_id: IdSource = _IdPool()
 _state_of = operator.attrgetter("state")
+_batch_of = operator.attrgetter("batch")
+_index_of = operator.attrgetter("index")
 
 
 class ItemState(enum.Enum):
@@ -204,6 +215,63 @@ class ChildItem(Item):
         return self.origin.source
 
 
+class ChildRun(Sequence[Item]):
+    """The children ``emit_each`` made for a run of batch roots: ``len(values)`` per root,
+    root by root. They are kept as arrays (each root's id, the edge ids, and per root the
+    XOR of its edges, already applied to the root's ``ack_val``); reading ``run[i]`` makes
+    that child's ``ChildItem`` once, and it is then an item like any other (anchor to it,
+    ack it, fail it). ``ack_many(run)`` acks every child of the run with one acker update
+    per root: the root's XOR, adjusted by the ``ack_val`` of the children that were made
+    and anchored to. It raises, changing nothing, if a child was already acked or failed,
+    as ``ack_many`` of the same children in a list does."""
+
+    __slots__ = ("_made", "edges", "k", "origins", "root_ids", "settled", "values", "xors")
+
+    def __init__(self, values: Sequence[tuple[Any, ...]], root_ids: list[int],
+                 origins: Sequence[Item], edges: list[int], xors: list[int]) -> None:
+        self.values = values
+        self.k = len(values)
+        self.root_ids = root_ids
+        self.origins = origins
+        self.edges = edges  # child i's edge id is edges[i]
+        self.xors = xors  # per root: the XOR of its children's edge ids
+        self.settled = False  # acked as a whole: every child not made is acked
+        self._made: dict[int, ChildItem] = {}
+
+    def __len__(self) -> int:
+        return len(self.root_ids) * self.k
+
+    @overload
+    def __getitem__(self, i: int) -> Item: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Item]: ...
+
+    def __getitem__(self, i: int | slice) -> Item | list[Item]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("child run index out of range")
+        it = self._made.get(i)
+        if it is None:
+            r = i // self.k
+            it = self._made[i] = ChildItem(self.values[i - r * self.k], self.root_ids[r],
+                                           self.edges[i], self.origins[r])
+            if self.settled:
+                it.state = _ACKED
+        return it
+
+    def __iter__(self) -> Iterator[Item]:
+        return map(self.__getitem__, range(len(self)))
+
+    def __repr__(self) -> str:
+        return (f"ChildRun({len(self.root_ids)} roots x {self.k}, "
+                f"{'acked' if self.settled else 'pending'})")
+
+
 class TupleTracker:
     """Creates items and turns their anchoring, acks and fails into acker updates."""
 
@@ -306,6 +374,55 @@ class TupleTracker:
         anchor.ack_val = reduce(operator.xor, edge_ids, anchor.ack_val)
         return list(map(ChildItem, values, repeat(root_id), edge_ids, repeat(origin)))
 
+    def emit_each(self, values: Sequence[tuple[Any, ...]],
+                  anchors: Sequence[Item]) -> Sequence[Item]:
+        """``emit_many(values, a)`` for each of ``anchors``, root by root (``len(anchors) *
+        len(values)`` children). Distinct pending roots of one tracked batch (a batch bolt's
+        fan-out) give a ``ChildRun``: the ids drawn in one call, each root's edges XORed in
+        one numpy reduction, no item made until read, and ``ack_many(run)`` one acker
+        update per root. Other anchors give a list of ``emit_many``'s items. Raises,
+        changing nothing, if an anchor is already acked or failed."""
+        n, k = len(anchors), len(values)
+        states = list(map(_state_of, anchors))
+        if states.count(_PENDING) != n:
+            state = next(s for s in states if s is not _PENDING)
+            raise ReliableUsageError(f"emit anchored to an item already {state.value}")
+        if not n or not k:
+            return []
+        first = anchors[0]
+        batch = first.batch if type(first) is RootItem else None
+        index = None
+        if (batch is not None and batch.tracked and set(map(type, anchors)) == {RootItem}
+                and len(set(map(_batch_of, anchors))) == 1):
+            index = list(map(_index_of, anchors))
+            if len(set(index)) != n:
+                index = None  # a root twice: the general path XORs it twice
+        if batch is None or index is None:
+            out: list[Item] = []
+            for anchor in anchors:
+                out += self.emit_many(values, anchor)
+            return out
+        m = n * k
+        ids = self._new_ids(m + n)  # the edges, then item ids for trees that start here
+        xors = np.bitwise_xor.reduce(np.array(ids[:m], dtype=np.uint64).reshape(n, k),
+                                     axis=1).tolist()
+        base = batch.batch_id << BATCH_INDEX_BITS
+        root_ids = [base | i for i in index]
+        items = batch._items
+        if items is None:
+            items = batch._items = {}
+        owner = batch.owner
+        ackers = self.ackers
+        only = ackers.ackers[0] if ackers.num_ackers == 1 else None
+        roots: Sequence[RootItem] = anchors  # type: ignore[assignment]  # checked above
+        for root, root_id, x, item_id in zip(roots, root_ids, xors, ids[m:], strict=True):
+            if not root.item_id:
+                root.item_id = item_id
+                items.setdefault(root.index, root)
+                (only or ackers.acker_for(root_id)).start(root_id, owner, item_id)
+            root.ack_val ^= x
+        return ChildRun(values, root_ids, anchors, ids, xors)
+
     def _grow(self, root: RootItem) -> None:
         """The root's tree gets its first child: the acker starts tracking it."""
         batch = root.batch
@@ -356,6 +473,8 @@ class TupleTracker:
                                                         list[AckerEvent]]:
         """Mark ``items`` acked: their acker updates XORed per root, and the completions of
         roots that never reached the acker."""
+        if type(items) is ChildRun:
+            return self._combine_run(items), []
         if list(map(_state_of, items)).count(_PENDING) != len(items):
             for item in items:
                 if item.state is not _PENDING:
@@ -383,6 +502,27 @@ class TupleTracker:
                 for root_id, edge_ids in item.anchors_to_ids.items():
                     combined[root_id] = get(root_id, 0) ^ edge_ids ^ ack_val
         return list(combined.items()), events
+
+    @staticmethod
+    def _combine_run(run: ChildRun) -> list[tuple[int, int]]:
+        """A whole ``ChildRun`` acked: one update per root (its children's edges, and the
+        ``ack_val`` of each child that was made and anchored to)."""
+        made = run._made
+        if run.settled or (made and list(map(_state_of, made.values())).count(_PENDING)
+                           != len(made)):
+            state = _ACKED if run.settled else next(
+                it.state for it in made.values() if it.state is not _PENDING)
+            raise ReliableUsageError(f"item already {state.value}")
+        xors = run.xors
+        if made:
+            xors = list(xors)
+            k = run.k
+            for i, it in made.items():
+                it.state = _ACKED
+                if it.ack_val:
+                    xors[i // k] ^= it.ack_val
+        run.settled = True
+        return list(zip(run.root_ids, xors, strict=True))
 
     def fail(self, item: Item, error: str = "failed") -> list[AckerEvent]:
         self._finish(item, ItemState.FAILED)
