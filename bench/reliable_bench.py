@@ -22,6 +22,7 @@ import threading
 import time
 import tracemalloc
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,9 @@ def bench_pure(n: int) -> None:
                 if hasattr(e, "offsets"):
                     spout.committed(e.offsets)
 
-    def spout_fanout5(n: int) -> None:
+    def spout_fanout5(n: int, each: bool = False) -> None:
+        """Batches of 500 roots, 5 children each: ``emit_many`` per root, or (``each``) one
+        ``emit_each`` per batch (a ``ChildRun``, acked whole)."""
         tp = TopicPartition("t", 0)
         spout = ReliableSpout(SpoutConfig(offset_commit_period_ms=100,
                                           max_uncommitted_offsets=1 << 30), 0)
@@ -137,26 +140,13 @@ def bench_pure(n: int) -> None:
         for start in range(0, n, 500):
             batch = spout.on_batch(tp, range(start, start + 500), 0)
             assert batch is not None
-            kids: list[Item] = []
-            for root in batch.items():
-                kids += spout.tracker.emit_many(vals, root)
+            kids: Sequence[Item] = []
+            if each:
+                kids = spout.tracker.emit_each(vals, batch.items())
+            else:
+                kids = [k for root in batch.items() for k in spout.tracker.emit_many(vals, root)]
             spout.ack_batch(batch, 0)  # the 500 roots
             spout.ack_many(kids, 0)  # their 2,500 children
-        assert spout.num_pending_roots == 0
-
-    def spout_fanout5_each(n: int) -> None:
-        """The same trees from one ``emit_each`` per batch (a ``ChildRun``, acked whole)."""
-        tp = TopicPartition("t", 0)
-        spout = ReliableSpout(SpoutConfig(offset_commit_period_ms=100,
-                                          max_uncommitted_offsets=1 << 30), 0)
-        spout.assigned(tp, 0)
-        vals = [("w",)] * 5
-        for start in range(0, n, 500):
-            batch = spout.on_batch(tp, range(start, start + 500), 0)
-            assert batch is not None
-            kids = spout.tracker.emit_each(vals, batch.items())
-            spout.ack_batch(batch, 0)
-            spout.ack_many(kids, 0)
         assert spout.num_pending_roots == 0
 
     per_record_us("acker: init + ack (root of 1 item)", n, acker_only)
@@ -171,7 +161,7 @@ def bench_pure(n: int) -> None:
                        n // 5, spout_fanout5)
     print(f"{'  = roots/s, emit_many per root':58} {1e6 / us:10,.0f} roots/s")
     us = best_per_record_us("the same, one emit_each per batch (ChildRun), best of 5",
-                            n // 5, spout_fanout5_each)
+                            n // 5, lambda k: spout_fanout5(k, each=True))
     print(f"{'  = roots/s, emit_each per batch':58} {1e6 / us:10,.0f} roots/s")
 
     for tree in (1, 100):
