@@ -463,6 +463,11 @@ def test_a_child_run_acked_whole_with_a_grandchild_pending() -> None:
     spout, batch, tp = _run_spout(3)
     run = spout.tracker.emit_each([("a",)] * 4, batch.items())  # type: ignore[attr-defined]
     grandchild = spout.emit(("g",), [run[5]])  # type: ignore[attr-defined]  # root 1
+    anchors = batch.items()  # type: ignore[attr-defined]
+    other = spout.tracker.emit_each([("o",)], anchors)  # type: ignore[attr-defined]
+    anchors.reverse()  # the caller's list changes: the run keeps its own roots
+    assert [c.origin.index for c in other] == [0, 1, 2]  # type: ignore[attr-defined]
+    spout.ack_many(other, 0)  # type: ignore[attr-defined]
     spout.ack_batch(batch, 0)  # type: ignore[attr-defined]
     spout.ack_many(run, 0)  # type: ignore[attr-defined]
     assert spout.num_pending_roots == 1 and spout.committable() == {tp: 1}  # type: ignore[attr-defined]

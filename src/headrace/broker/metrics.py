@@ -139,15 +139,18 @@ class BrokerMetrics:
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self.bound_port = 0
-        # records out are read from the batch headers (~0.4 us per batch on the Fetch path):
-        # counted only while /metrics is served
-        self.counting_records_out = False
 
     # ------------------------------------------------------------ counting (event loop)
     def produced(self, topic: str, size_bytes: int, records: int) -> None:
         """A client's batch appended to ``topic`` (one call per partition of a Produce)."""
         self.bytes_in[topic] += size_bytes
         self.messages_in[topic] += records
+
+    @property
+    def counting_records_out(self) -> bool:
+        """Records out are read from the batch headers (~0.4 us per batch on the Fetch
+        path): counted only while /metrics is served."""
+        return self._server is not None
 
     def fetched(self, topic: str, size_bytes: int, records: int) -> None:
         """Record bytes and records of ``topic`` sent in a consumer's Fetch response."""
@@ -278,7 +281,6 @@ class BrokerMetrics:
                                          handler_class=_QuietHandler)
         self._server = server
         self.bound_port = int(server.server_address[1])
-        self.counting_records_out = True
         self._thread = threading.Thread(target=server.serve_forever, kwargs={
             "poll_interval": 0.2}, name="headrace-metrics", daemon=True)
         self._thread.start()

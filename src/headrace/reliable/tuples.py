@@ -397,7 +397,7 @@ class TupleTracker:
             index = list(map(_index_of, anchors))
             if len(set(index)) != n:
                 index = None  # a root twice: the general path XORs it twice
-        if batch is None or index is None:
+        if batch is None or index is None:  # (batch: for the type checker)
             out: list[Item] = []
             for anchor in anchors:
                 out += self.emit_many(values, anchor)
@@ -421,7 +421,8 @@ class TupleTracker:
                 items.setdefault(root.index, root)
                 (only or ackers.acker_for(root_id)).start(root_id, owner, item_id)
             root.ack_val ^= x
-        return ChildRun(values, root_ids, anchors, ids, xors)
+        # the anchors copied: the caller's list may change after the call
+        return ChildRun(values, root_ids, list(anchors), ids, xors)
 
     def _grow(self, root: RootItem) -> None:
         """The root's tree gets its first child: the acker starts tracking it."""

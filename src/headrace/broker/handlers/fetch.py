@@ -316,13 +316,15 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id,
                                                  replica_id, first=False)
     if replica_id < 0:  # BytesOutPerSec and records out: consumers' reads, per topic
+        count_records = broker.metrics.counting_records_out
         for (_, asked), (_, out) in zip(plan.entries, topics, strict=True):
             size = sum(fp.records_size for fp in out)
-            if size:
-                name = next(tp.topic for tp, _, _ in asked if tp is not None)
-                broker.metrics.fetched(name, size, sum(  # three field reads per batch
-                    records_in_batches(c) for fp in out for c in fp.records)
-                    if broker.metrics.counting_records_out else 0)
+            if not size:
+                continue
+            name = next(tp.topic for tp, _, _ in asked if tp is not None)
+            records = sum(records_in_batches(c) for fp in out for c in fp.records) \
+                if count_records else 0  # three field reads per batch
+            broker.metrics.fetched(name, size, records)
     if session is None:
         return encode_fetch_body(ctx.api_version, 0, 0, 0, topics)
     # what this response tells the follower becomes the session's memory; an incremental
