@@ -13,6 +13,8 @@ from headrace.config import LogConfig
 from headrace.log.checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from headrace.log.partition_log import PartitionLog
 from headrace.protocol.records import InvalidRecordError
+from headrace.replication.epochs import Truncation, truncation
+from headrace.replication.leader import FollowerFetchCheck, check_follower_fetch
 
 T0 = 1_700_000_000_000
 
@@ -109,21 +111,53 @@ def test_end_offset_for_epoch(tmp_path: Path, requested: int,
 
 
 def test_diverged_follower_truncates_and_converges(tmp_path: Path) -> None:
-    """KIP-101: the old leader appended at epoch 0 what no follower got; the new leader
-    (epoch 1) appended other records at the same offsets. Truncating the old leader to the
-    new leader's end offset for epoch 0 and re-fetching gives identical logs."""
+    """KIP-101 / KIP-320 with the real rules: the old leader appended at epoch 0 what no
+    follower got; the new leader (epoch 1) appended other records at the same offsets. The
+    old leader's fetch with its last epoch is answered a diverging epoch
+    (``check_follower_fetch``), it truncates where ``truncation`` says, re-fetches, and the
+    logs are identical."""
     old, new = open_log(tmp_path / "o" / "t-0"), open_log(tmp_path / "n" / "t-0")
     old.append_as_leader(batch("a"), 0)
     new.append_as_follower(everything(old))
     old.append_as_leader(batch("lost"), 0)  # never replicated
     new.assign_epoch(1, new.log_end_offset)
     new.append_as_leader(batch("b"), 1)
-    epoch, end = new.end_offset_for_epoch(old.latest_epoch() or 0)
-    assert (epoch, end) == (0, 3)
-    old.truncate_to(min(end, old.log_end_offset))
+    check = check_follower_fetch(new.leader_epochs, new.log_start_offset,
+                                 new.log_end_offset, old.latest_epoch() or 0,
+                                 old.log_end_offset)
+    assert check.check is FollowerFetchCheck.DIVERGING and check.diverging == (0, 3)
+    t = truncation(old.leader_epochs, old.log_end_offset, old.high_watermark,
+                   *check.diverging)
+    assert t == Truncation(3, True)
+    old.truncate_to(t.offset)
+    again = check_follower_fetch(new.leader_epochs, new.log_start_offset,
+                                 new.log_end_offset, old.latest_epoch() or 0,
+                                 old.log_end_offset)
+    assert again.check is FollowerFetchCheck.READ
     old.append_as_follower(everything(new)[_position_of(everything(new), 3):])
     assert log_bytes(old) == log_bytes(new)
     assert old.leader_epochs == new.leader_epochs == [(0, 0), (1, 3)]
+
+
+def test_truncating_at_the_log_end_drops_an_epoch_never_written_in(tmp_path: Path) -> None:
+    """Kafka's truncateTo: a leader that assigned epoch 2 at its log end and appended
+    nothing before another broker was elected (epoch 3) must not keep claiming epoch 2, or
+    its fetches would diverge forever."""
+    old, new = open_log(tmp_path / "o" / "t-0"), open_log(tmp_path / "n" / "t-0")
+    old.append_as_leader(batch("a"), 1)
+    new.append_as_follower(everything(old))
+    old.assign_epoch(2, old.log_end_offset)  # led at epoch 2, wrote nothing
+    new.assign_epoch(3, new.log_end_offset)
+    new.append_as_leader(batch("b"), 3)
+    check = check_follower_fetch(new.leader_epochs, 0, new.log_end_offset, 2, 3)
+    assert check.diverging == (1, 3)
+    t = truncation(old.leader_epochs, old.log_end_offset, 0, *check.diverging)
+    assert t == Truncation(3, True)
+    old.truncate_to(t.offset)
+    assert old.leader_epochs == [(1, 0)]
+    assert open_log(tmp_path / "o" / "t-0").leader_epochs == [(1, 0)]  # checkpointed
+    assert check_follower_fetch(new.leader_epochs, 0, new.log_end_offset, 1,
+                                3).check is FollowerFetchCheck.READ
 
 
 def test_truncate_fully_and_start_at(tmp_path: Path) -> None:

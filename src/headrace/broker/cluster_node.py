@@ -38,6 +38,7 @@ from headrace.broker.replica_manager import Partition, TopicPartition, partition
 from headrace.cluster.replica_fetcher import ReplicaFetcherManager
 from headrace.log.checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from headrace.metadata.store import PartitionState, TopicState
+from headrace.replication.leader import IsrChange
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -341,21 +342,23 @@ class ClusterNode:
         if state.zk_version >= 0 and 0 <= state.zk_version < old.zk_version:
             return
         new_epoch = state.leader_epoch != old.leader_epoch
-        if old.leader == state.leader == self.node_id and not p.isr_change_in_flight:
+        if (old.leader == state.leader == self.node_id and not p.isr_change_in_flight
+                and old.isr != state.isr):
             # the controller changed the ISR of a partition led here (one written by this
             # broker is counted in _change_isr)
             self.broker.metrics.isr_changed(len(old.isr), len(state.isr))
-        p.state = replace(state, replicas=list(state.replicas), isr=list(state.isr))
+        fresh_state = replace(state, replicas=list(state.replicas), isr=list(state.isr))
         if self.fenced:
+            p.state = fresh_state
             return
         now = self.broker.clock.wall_ms()
         if state.leader == self.node_id:
             if not p.leading or new_epoch:
+                p.state = fresh_state
                 self.fetchers.remove(p.tp)
                 if p.log.offline is None:
                     p.log.assign_epoch(state.leader_epoch, p.log.log_end_offset)
                 p.become_leader(now)
-                p._advance_hw()
                 log.debug("leading %s at epoch %d (ISR %s, log end %d, high watermark %d)",
                           p.tp, state.leader_epoch, state.isr, p.log.log_end_offset,
                           p.log.high_watermark)
@@ -364,9 +367,10 @@ class ClusterNode:
                 self.broker.txns.partition_led(p.tp)
                 self.replicas.wake(p.tp)
             else:
-                p._advance_hw()  # the ISR may have changed
+                p.update_state(fresh_state, now)  # the ISR or the replicas may have changed
             return
         # a follower (or nobody leads)
+        p.state = fresh_state
         if p.leading:
             p.become_follower()
             self.broker.groups.partition_unloaded(p.tp)
@@ -385,60 +389,60 @@ class ClusterNode:
     # ------------------------------------------------------------------ ISR changes
     def follower_fetched(self, p: Partition, replica_id: int) -> None:
         """After a follower's fetch (leader side): maybe it rejoins the ISR."""
-        if self.fenced or p.isr_change_in_flight:
+        if self.fenced:
             return
-        epochs = p.log.leader_epochs
-        epoch_start = epochs[-1][1] if epochs else 0
-        if p.may_join_isr(replica_id, epoch_start):
-            isr = [*p.state.isr, replica_id]
-            self._spawn_isr_change(p, isr, f"broker {replica_id} caught up")
+        # KIP-841: only a registered broker not shutting down is taken back
+        eligible = (self.store.broker(replica_id) is not None
+                    and replica_id not in self.store.controlled_shutdown_requests())
+        change = p.maybe_expand_isr(replica_id, eligible)
+        if change is not None:
+            self._spawn_isr_change(p, change)
 
     def _shrink_isrs(self) -> None:
         if self.fenced:
             return
         now = self.broker.clock.wall_ms()
         for p in list(self.replicas.partitions.values()):
-            if not p.leading or p.isr_change_in_flight or len(p.state.isr) <= 1:
-                continue
-            out = p.out_of_sync(now, self.lag_ms)
-            if out:
-                isr = [r for r in p.state.isr if r not in out]
-                self._spawn_isr_change(
-                    p, isr, f"broker(s) {out} not caught up for {self.lag_ms} ms")
+            if p.leading and len(p.state.isr) > 1:
+                change = p.maybe_shrink_isr(now, self.lag_ms)
+                if change is not None:
+                    self._spawn_isr_change(p, change)
 
-    def _spawn_isr_change(self, p: Partition, isr: list[int], why: str) -> None:
-        p.isr_change_in_flight = True
-        task = asyncio.get_running_loop().create_task(self._change_isr(p, isr, why))
+    def _spawn_isr_change(self, p: Partition, change: IsrChange) -> None:
+        task = asyncio.get_running_loop().create_task(self._change_isr(p, change))
         self.broker.track(task)
 
-    async def _change_isr(self, p: Partition, isr: list[int], why: str) -> None:
+    async def _change_isr(self, p: Partition, change: IsrChange) -> None:
+        """Write ``change`` (pending in the partition's core, so the high watermark counts
+        a joiner already) conditionally on the state acted on; it takes effect only once
+        written. A lost race or an error drops it: the cache brings what was decided."""
+        acted = p.state
+        core = p.core
+        committed = False
         try:
-            acted = p.state
-            new = replace(acted, isr=sorted(isr, key=acted.replicas.index)
-                          if set(isr) <= set(acted.replicas) else isr)
+            new = replace(acted, isr=list(change.isr))
             try:
                 version = await asyncio.to_thread(self.store.update_isr, p.tp.topic,
                                                   p.tp.partition, new)
             except Exception as e:
-                log.warning("ISR change of %s failed: %s", p.tp, e)
+                log.warning("ISR change of %s (%s) failed: %s", p.tp, change.reason,
+                            f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
                 return
             if version is None:
                 log.debug("ISR change of %s lost a race (the state changed); re-reading", p.tp)
                 return
             if (self.replicas.partitions.get(p.tp) is not p or not p.leading
-                    or p.state.leader_epoch != acted.leader_epoch
+                    or p.core is not core or p.state.leader_epoch != acted.leader_epoch
                     or p.state.zk_version > version):
                 return
-            p.state = replace(new, zk_version=version)
+            p.isr_committed(change, replace(new, zk_version=version),
+                            self.broker.clock.wall_ms())
+            committed = True
             self.broker.metrics.isr_changed(len(acted.isr), len(p.state.isr))
-            log.debug("ISR of %s: %s -> %s (%s)", p.tp, acted.isr, p.state.isr, why)
-            self._isr_changes.append(f"{p.tp}: {acted.isr} -> {p.state.isr} ({why})")
+            log.debug("ISR of %s: %s -> %s (%s)", p.tp, acted.isr, p.state.isr, change.reason)
+            self._isr_changes.append(f"{p.tp}: {acted.isr} -> {p.state.isr} ({change.reason})")
             if len(self._isr_changes) == 1:
                 asyncio.get_running_loop().call_later(0.5, self._log_isr_changes)
-            now = self.broker.clock.wall_ms()
-            for r in p.state.isr:
-                if r not in acted.isr:
-                    p.caught_up_ms[r] = now
-            p._advance_hw()
         finally:
-            p.isr_change_in_flight = False
+            if not committed and core is not None:
+                core.isr_failed(change)

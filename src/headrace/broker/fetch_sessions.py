@@ -45,6 +45,7 @@ class CachedPartition:
     partition_max_bytes: int
     current_leader_epoch: int
     log_start_offset: int
+    last_fetched_epoch: int = -1  # a follower's (KIP-320), checked for divergence
     # what the last response carrying this partition said (-1: never sent)
     high_watermark: int = -1
     last_stable_offset: int = -1
@@ -88,6 +89,7 @@ class FetchSession:
                     cached.partition_max_bytes = int(p.partition_max_bytes)
                     cached.current_leader_epoch = int(getattr(p, "current_leader_epoch", -1))
                     cached.log_start_offset = int(getattr(p, "log_start_offset", -1))
+                    cached.last_fetched_epoch = int(getattr(p, "last_fetched_epoch", -1))
         for t in forgotten or ():
             for index in t.partitions or ():
                 self.partitions.pop((str(t.topic), int(index)), None)
@@ -102,7 +104,8 @@ class FetchSession:
 def _cached(p: Any) -> CachedPartition:
     return CachedPartition(int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes),
                            int(getattr(p, "current_leader_epoch", -1)),
-                           int(getattr(p, "log_start_offset", -1)))
+                           int(getattr(p, "log_start_offset", -1)),
+                           int(getattr(p, "last_fetched_epoch", -1)))
 
 
 class FetchSessionCache:

@@ -54,6 +54,12 @@ from headrace.log.partition_log import (
     write_partition_metadata,
 )
 from headrace.metadata.store import MetadataStore, PartitionState, TopicState
+from headrace.replication.leader import (
+    FollowerFetch,
+    IsrChange,
+    PartitionLeader,
+    check_follower_fetch,
+)
 
 log = logging.getLogger("headrace.replica")
 
@@ -75,12 +81,11 @@ class Partition:
     another broker leads or the session is lost, so a deposed or fenced leader answers
     NOT_LEADER_OR_FOLLOWER at once.
 
-    Leader side of replication (Kafka's ``Partition`` / ``Replica``): each follower's log
-    end offset (its last fetch offset) and the last time it was caught up, by Kafka's rule
-    (``updateFollowerFetchState``): a fetch at or past the leader's log end offset catches
-    the follower up now; a fetch at or past the leader's log end offset of the follower's
-    previous fetch catches it up as of that previous fetch. The high watermark is the
-    smallest log end offset over the ISR (R-REP-4) and never moves back.
+    The leader side of replication is ``core``, a pure ``replication.leader.PartitionLeader``
+    (follower states, the ISR with its pending change, the high watermark over the maximal
+    ISR, R-REP-3/R-REP-4): this shell gives it the log end offset and the time, writes the
+    high watermark it computes into the log, and wakes waiters when it moved. ``state.isr``
+    is the committed ISR (``core.isr``); ``core`` exists while leading.
     """
 
     def __init__(self, tp: TopicPartition, log_: PartitionLog, state: PartitionState,
@@ -88,18 +93,20 @@ class Partition:
         self.tp = tp
         self.log = log_
         self.state = state
-        self.leading = leading
-        self.follower_leo: dict[int, int] = {}
-        self.caught_up_ms: dict[int, int] = {}
-        self._last_fetch: dict[int, tuple[int, int]] = {}  # node -> (leader LEO, time)
-        self.leader_since_ms = 0
-        self.isr_change_in_flight = False
+        self.leading = False
+        self.core: PartitionLeader | None = None
         self.wake: Callable[[TopicPartition], None] | None = None  # long polls
         self._hw_waiters: list[tuple[int, asyncio.Future[bool]]] = []
+        if leading:
+            self.become_leader(0)
 
     @property
     def leader_epoch(self) -> int:
         return self.state.leader_epoch
+
+    @property
+    def isr_change_in_flight(self) -> bool:
+        return self.core is not None and self.core.pending is not None
 
     def is_leader(self, node_id: int) -> bool:
         return self.leading and self.state.leader == node_id
@@ -132,16 +139,18 @@ class Partition:
             self.wake(self.tp)  # followers long-polling for new data
 
     def _advance_hw(self) -> None:
-        if not self.leading:
+        core = self.core
+        if core is None:
             return
-        leo = self.log.log_end_offset
-        others = [min(self.follower_leo.get(r, 0), leo)
-                  for r in self.state.isr if r != self.state.leader]
-        new_hw = min([leo, *others])
-        if new_hw > self.log.high_watermark:
-            self.log.high_watermark = new_hw
-            if self.wake is not None and others:
-                self.wake(self.tp)  # consumers see more
+        if core.maybe_increment_high_watermark(self.log.log_end_offset):
+            self._hw_moved()
+
+    def _hw_moved(self) -> None:
+        """The core's high watermark moved: into the log, then wake who waits for it."""
+        assert self.core is not None
+        self.log.high_watermark = self.core.high_watermark
+        if self.wake is not None and len(self.core.followers):
+            self.wake(self.tp)  # consumers see more
         if self._hw_waiters:
             hw = self.log.high_watermark
             still = []
@@ -153,48 +162,68 @@ class Partition:
                     still.append((offset, fut))
             self._hw_waiters = still
 
-    def update_follower(self, node_id: int, log_end_offset: int) -> None:
-        self.follower_leo[node_id] = log_end_offset
-        self._advance_hw()
-
     def follower_fetched(self, node_id: int, fetch_offset: int, now_ms: int) -> None:
-        """A follower fetched at ``fetch_offset`` (its log end offset) at ``now_ms``."""
-        leo = self.log.log_end_offset
-        prev_leo, prev_ms = self._last_fetch.get(node_id, (-1, 0))
-        caught = self.caught_up_ms.get(node_id, 0)
-        if fetch_offset >= leo:
-            caught = max(caught, now_ms)
-        elif prev_leo >= 0 and fetch_offset >= prev_leo:
-            caught = max(caught, prev_ms)
-        self.caught_up_ms[node_id] = caught
-        self._last_fetch[node_id] = (leo, now_ms)
-        self.update_follower(node_id, fetch_offset)
+        """A follower's fetch at ``fetch_offset`` (its log end offset) was served from this
+        log at ``now_ms`` (only after a successful read: ``check_follower_fetch``)."""
+        if self.core is not None and self.core.follower_fetched(
+                node_id, fetch_offset, self.log.log_end_offset, now_ms):
+            self._hw_moved()
 
-    def out_of_sync(self, now_ms: int, lag_ms: int) -> list[int]:
-        """ISR followers not caught up for ``lag_ms`` (``replica.lag.time.max.ms``)."""
-        return [r for r in self.state.isr if r != self.state.leader
-                and now_ms - max(self.caught_up_ms.get(r, 0), self.leader_since_ms) > lag_ms]
+    def follower_caught_up(self, node_id: int, now_ms: int) -> None:
+        """An idle ISR follower's session fetch with nothing new: still caught up."""
+        if self.core is not None:
+            self.core.follower_caught_up(node_id, now_ms)
 
-    def may_join_isr(self, node_id: int, epoch_start: int) -> bool:
-        """A follower outside the ISR whose log end offset reached the high watermark and
-        the start of the leader's current epoch (Kafka's ``isFollowerInSync``)."""
-        if node_id in self.state.isr or node_id not in self.state.replicas:
-            return False
-        leo = self.follower_leo.get(node_id, -1)
-        return leo >= self.log.high_watermark and leo >= epoch_start
+    def check_follower_fetch(self, last_fetched_epoch: int, fetch_offset: int
+                             ) -> FollowerFetch:
+        return check_follower_fetch(self.log.leader_epochs, self.log.log_start_offset,
+                                    self.log.log_end_offset, last_fetched_epoch, fetch_offset)
+
+    def maybe_expand_isr(self, node_id: int, eligible: bool = True) -> IsrChange | None:
+        return None if self.core is None else self.core.maybe_expand_isr(node_id, eligible)
+
+    def maybe_shrink_isr(self, now_ms: int, lag_ms: int) -> IsrChange | None:
+        """ISR followers not caught up for ``lag_ms`` (``replica.lag.time.max.ms``), as a
+        pending change, or None."""
+        if self.core is None:
+            return None
+        return self.core.maybe_shrink_isr(self.log.log_end_offset, now_ms, lag_ms)
+
+    def isr_committed(self, change: IsrChange, state: PartitionState, now_ms: int) -> None:
+        """The state store took ``change``; ``state`` is the partition state written."""
+        self.state = state
+        if self.core is not None and self.core.isr_committed(
+                change, self.log.log_end_offset, now_ms):
+            self._hw_moved()
+
+    def isr_failed(self, change: IsrChange) -> None:
+        if self.core is not None:
+            self.core.isr_failed(change)
+
+    def update_state(self, state: PartitionState, now_ms: int) -> None:
+        """New state from the metadata for the leader and epoch acted on (the controller
+        changed the ISR, a reassignment the replicas)."""
+        self.state = state
+        core = self.core
+        if core is None or core.leader_epoch != state.leader_epoch:
+            return
+        if tuple(state.replicas) != core.replicas:
+            core.set_replicas(state.replicas)
+        if tuple(state.isr) != core.isr and core.set_isr(
+                state.isr, self.log.log_end_offset, now_ms):
+            self._hw_moved()
 
     def become_leader(self, now_ms: int) -> None:
+        """Lead at ``state``'s epoch, from the log end offset (Kafka's ``makeLeader``)."""
         self.leading = True
-        self.leader_since_ms = now_ms
-        self.follower_leo.clear()
-        self._last_fetch.clear()
-        self.caught_up_ms = {r: now_ms for r in self.state.isr}
+        self.core = PartitionLeader(
+            self.state.leader, self.state.leader_epoch, self.state.replicas, self.state.isr,
+            self.log.log_end_offset, self.log.high_watermark, now_ms)
+        self._advance_hw()
 
     def become_follower(self) -> None:
         self.leading = False
-        self.follower_leo.clear()
-        self._last_fetch.clear()
-        self.caught_up_ms.clear()
+        self.core = None
         self.fail_waiters()
 
     def fail_waiters(self) -> None:

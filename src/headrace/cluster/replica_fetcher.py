@@ -42,6 +42,7 @@ from headrace.cluster.client import BrokerConnection, BrokerConnectionError
 from headrace.log.errors import LogError
 from headrace.metadata.store import BrokerInfo
 from headrace.protocol.records import InvalidRecordError
+from headrace.replication.epochs import latest_epoch, truncation
 
 if TYPE_CHECKING:
     from headrace.broker.replica_manager import Partition, ReplicaManager, TopicPartition
@@ -137,7 +138,7 @@ class Fetcher:
         # KIP-227: the session with the leader and what it holds (offset, log start, epoch)
         self._session_id = 0
         self._session_epoch = INITIAL_EPOCH
-        self._sent: dict[TopicPartition, tuple[int, int, int]] = {}
+        self._sent: dict[TopicPartition, tuple[int, int, int, int]] = {}
         cfg = manager.config
         self.wait_ms = int(cfg["replica.fetch.wait.max.ms"])
         self.min_bytes = int(cfg["replica.fetch.min.bytes"])
@@ -294,29 +295,25 @@ class Fetcher:
                 if code != ErrorCode.none:
                     self._on_error(tp, state, code, "OffsetForLeaderEpoch")
                     continue
-                self._truncate_one(p, latest, int(r.leader_epoch), int(r.end_offset))
-                state.truncated = True
+                state.truncated = self._truncate_one(p, latest, int(r.leader_epoch),
+                                                     int(r.end_offset))
 
     def _truncate_one(self, p: Partition, latest: int, leader_epoch: int,
-                      end_offset: int) -> None:
+                      end_offset: int) -> bool:
+        """Truncate as the leader's (epoch, end offset) for our ``latest`` epoch says
+        (``replication.epochs.truncation``); True if that settles it, False if we must ask
+        again about the older epoch we end with now."""
         plog = p.log
         leo = plog.log_end_offset
-        if end_offset < 0:  # the leader has no epoch at or below ours: Kafka's fallback
-            target = min(plog.high_watermark, leo)
-            why = "the leader knows no epoch at or below ours"
-        elif leader_epoch == latest:
-            target = min(end_offset, leo)
-            why = f"epoch {latest} ends at {end_offset} on the leader"
-        else:
-            _, own_end = plog.end_offset_for_epoch(leader_epoch)
-            target = min(end_offset, own_end if own_end >= 0 else end_offset, leo)
-            why = (f"the leader's latest epoch up to {latest} is {leader_epoch}, "
-                   f"ending at {end_offset}")
-        if target < leo:
-            log.warning("truncating %s from %d to %d (%s)", p.tp, leo, target, why)
-            plog.truncate_to(target)
+        t = truncation(plog.leader_epochs, leo, plog.high_watermark, leader_epoch, end_offset)
+        if t.offset < leo:
+            log.warning("truncating %s from %d to %d (our epoch %d: the leader's largest "
+                        "epoch at or below it is %d, ending at %d)", p.tp, leo, t.offset,
+                        latest, leader_epoch, end_offset)
+        plog.truncate_to(t.offset)  # at the log end: drops an epoch we never wrote in
         if plog.high_watermark > plog.log_end_offset:
             plog.high_watermark = plog.log_end_offset
+        return t.complete
 
     # ------------------------------------------------------------------ fetch
     async def _fetch(self, conn: BrokerConnection) -> None:
@@ -326,7 +323,7 @@ class Fetcher:
         get back only partitions with something new. A session the leader lost (or none
         granted) falls back to a full fetch."""
         batch: dict[TopicPartition, FetchState] = {}
-        want: dict[TopicPartition, tuple[int, int, int]] = {}
+        want: dict[TopicPartition, tuple[int, int, int, int]] = {}
         for tp, state in self._active().items():
             if not state.truncated:
                 continue
@@ -334,7 +331,8 @@ class Fetcher:
             if p is None:
                 continue
             batch[tp] = state
-            want[tp] = (p.log.log_end_offset, p.log.log_start_offset, state.epoch)
+            want[tp] = (p.log.log_end_offset, p.log.log_start_offset, state.epoch,
+                        latest_epoch(p.log.leader_epochs))
         if not batch:
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
@@ -353,10 +351,10 @@ class Fetcher:
                     forgotten.setdefault(tp.topic, []).append(tp.partition)
             epoch = self._session_epoch
         topics: dict[str, list[dict[str, Any]]] = {}
-        for tp, (offset, log_start, leader_epoch) in send.items():
+        for tp, (offset, log_start, leader_epoch, last_epoch) in send.items():
             topics.setdefault(tp.topic, []).append({
                 "partition": tp.partition, "current_leader_epoch": leader_epoch,
-                "fetch_offset": offset, "last_fetched_epoch": -1,
+                "fetch_offset": offset, "last_fetched_epoch": last_epoch,
                 "log_start_offset": log_start, "partition_max_bytes": self.max_bytes})
         resp = await conn.request(FETCH, FETCH_VERSION, {
             "replica_id": self.manager.node_id, "max_wait": self.wait_ms,
@@ -400,7 +398,17 @@ class Fetcher:
                 if p is None:
                     continue
                 code = ErrorCode(r.error_code)
-                if code == ErrorCode.none:
+                diverging = r.diverging_epoch
+                if code == ErrorCode.none and (diverging.epoch >= 0
+                                               or diverging.end_offset >= 0):
+                    # KIP-320: our log diverged from the leader's; truncate now (and ask
+                    # with OffsetForLeaderEpoch if an older epoch must be checked too)
+                    latest = p.log.latest_epoch()
+                    state.truncated = self._truncate_one(
+                        p, -1 if latest is None else latest, int(diverging.epoch),
+                        int(diverging.end_offset))
+                    self._sent.pop(tp, None)  # the fetch position changed: name it again
+                elif code == ErrorCode.none:
                     self._append(p, state, r)
                 elif code == ErrorCode.offset_out_of_range:
                     self._out_of_range(p, state, int(r.log_start_offset))

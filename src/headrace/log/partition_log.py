@@ -140,6 +140,7 @@ from headrace.protocol.records import (
     split_batches,
     whole_batches_length,
 )
+from headrace.replication.epochs import end_offset_for_epoch
 
 log = logging.getLogger("headrace.log")
 
@@ -771,21 +772,9 @@ class PartitionLog:
         self._save_epochs()
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """Kafka's ``LeaderEpochFileCache.endOffsetFor`` (KIP-101, KIP-279): (the largest
-        epoch at or below ``epoch``, where it ends: the start of the next larger epoch, or
-        the log end offset for the latest); (-1, -1) if ``epoch`` is above every epoch or
-        undefined; (``epoch``, the first epoch's start) if below the first."""
-        epochs = self.leader_epochs
-        if epoch < 0 or not epochs:
-            return -1, -1
-        if epoch == epochs[-1][0]:
-            return epoch, self.log_end_offset
-        higher = next((i for i, (e, _) in enumerate(epochs) if e > epoch), None)
-        if higher is None:
-            return -1, -1
-        if higher == 0:
-            return epoch, epochs[0][1]
-        return epochs[higher - 1][0], epochs[higher][1]
+        """Kafka's ``LeaderEpochFileCache.endOffsetFor`` over this log's epochs
+        (``replication.epochs.end_offset_for_epoch``)."""
+        return end_offset_for_epoch(self.leader_epochs, epoch, self.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empty the log and restart it at ``offset`` (a follower whose leader's log starts
@@ -1240,8 +1229,15 @@ class PartitionLog:
     def truncate_to(self, offset: int) -> None:
         """Remove every batch with offsets >= ``offset`` (a follower diverging from its
         leader, R-REP-7). A batch containing ``offset`` is removed whole. Below the log start
-        offset the log is emptied and restarts at ``offset``."""
+        offset the log is emptied and restarts at ``offset``. At or past the log end offset
+        no batch goes, but epochs starting at the log end do (Kafka's ``truncateTo``): a
+        former leader that assigned its epoch and appended nothing before another was
+        elected would otherwise keep claiming that epoch."""
         if offset >= self.log_end_offset:
+            leo = self.log_end_offset
+            if self.leader_epochs and self.leader_epochs[-1][1] >= leo:
+                self.leader_epochs = [(e, o) for e, o in self.leader_epochs if o < leo]
+                self._save_epochs()
             return
         log.warning("truncating log %s from %d to %d", self.dir, self.log_end_offset, offset)
         self._generation += 1

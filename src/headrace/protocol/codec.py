@@ -257,6 +257,7 @@ class FetchPartition:
 
     __slots__ = (
         "aborted_transactions",
+        "diverging_epoch",
         "error_code",
         "high_watermark",
         "index",
@@ -276,6 +277,12 @@ class FetchPartition:
         self.aborted_transactions = aborted_transactions  # (producer id, first offset)
         self.records: list[bytes | memoryview] = []
         self.records_size = 0
+        self.diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset), v12+
+
+
+# A partition's tagged DivergingEpoch (tag 0, v12+): EpochEndOffset {epoch int32,
+# end_offset int64, no tagged fields}: one tagged field, tag 0, size 13.
+_DIVERGING_EPOCH = struct.Struct(">BBBiqB")
 
 
 def encode_fetch_body(
@@ -284,8 +291,9 @@ def encode_fetch_body(
 ) -> EncodedBody:
     """A FetchResponse (v4-v16) body; ``topics`` holds (name, or UUID from v13, partitions).
 
-    Tagged fields (diverging epoch, current leader, snapshot id, node endpoints) are never
-    written: their defaults, as Kafka does. Records are never null.
+    Of the tagged fields only a partition's diverging epoch is written (to a follower whose
+    log diverged, Fetch v12+); current leader, snapshot id and node endpoints keep their
+    defaults, as Kafka does for a leader's answer. Records are never null.
     """
     flexible = api_version >= FETCH_FLEXIBLE_VERSION
     chunks: list[bytes | memoryview] = []
@@ -329,7 +337,10 @@ def encode_fetch_body(
                 chunks.extend(p.records)
                 size += n
             if flexible:
-                head += b"\0"
+                if p.diverging_epoch is None:
+                    head += b"\0"
+                else:
+                    head += _DIVERGING_EPOCH.pack(1, 0, 13, *p.diverging_epoch, 0)
         if flexible:
             head += b"\0"
     if flexible:

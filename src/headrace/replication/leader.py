@@ -22,7 +22,8 @@ Everything that decides the ISR and the high watermark lives here:
    high watermark never moves back.
 3. **ISR expansion** (R-REP-3, ``isFollowerInSync``): a replica outside the ISR whose LEO
    reached the high watermark and the start offset of the leader's epoch, while no change
-   is in flight, is proposed for the ISR.
+   is in flight, is proposed for the ISR — if its broker is eligible (registered, not
+   shutting down: KIP-841's ``isReplicaIsrEligible``).
 4. **ISR shrink** (``getOutOfSyncReplicas``): an ISR follower whose LEO is not the leader's
    and that has not been caught up for ``lag_ms`` is proposed for removal. The leader
    never removes itself.
@@ -199,17 +200,17 @@ class PartitionLeader:
         return out
 
     # ------------------------------------------------------------------ ISR changes
-    def maybe_expand_isr(self, replica: int) -> IsrChange | None:
-        """Propose ``replica`` for the ISR if rule 3 allows it (it becomes pending)."""
-        if (self.pending is not None or replica in self.isr or replica not in self.followers
-                or not self.is_follower_in_sync(replica)):
+    def maybe_expand_isr(self, replica: int, eligible: bool = True) -> IsrChange | None:
+        """Propose ``replica`` for the ISR if rule 3 allows it (it becomes pending).
+        ``eligible``: its broker is registered and not shutting down (KIP-841); one that is
+        not is never added back, or the leader would fight the controller that took it
+        out."""
+        if (not eligible or self.pending is not None or replica in self.isr
+                or replica not in self.followers or not self.is_follower_in_sync(replica)):
             return None
         isr = tuple(r for r in self.replicas if r in self.isr or r == replica)
         isr += tuple(r for r in self.isr if r not in isr)  # an ISR member not in replicas
-        f = self.followers[replica]
-        change = IsrChange(IsrChangeKind.EXPAND, isr, (replica,),
-                           f"broker {replica} caught up (log end {f.log_end_offset}, high "
-                           f"watermark {self.high_watermark})")
+        change = IsrChange(IsrChangeKind.EXPAND, isr, (replica,), f"broker {replica} caught up")
         self.pending = change
         return change
 

@@ -286,3 +286,14 @@ def test_reassignment_adds_followers_unknown() -> None:
     assert p.follower_log_end_offset(4) == -1
     p.set_replicas((1, 4))
     assert set(p.followers) == {4}
+
+
+def test_a_follower_whose_broker_is_not_eligible_is_not_taken_back() -> None:
+    """KIP-841: the controller took broker 3 out (its registration vanished); the leader
+    must not add it back while it is not registered, or the two fight over it."""
+    p = leader(isr=(1, 2))
+    p.follower_fetched(2, 10, 10, T0)
+    p.follower_fetched(3, 10, 10, T0)
+    assert p.maybe_expand_isr(3, eligible=False) is None
+    assert p.pending is None
+    assert p.maybe_expand_isr(3, eligible=True) is not None

@@ -36,6 +36,7 @@ from headrace.broker.security import CLUSTER_ACTION, READ, TOPIC
 from headrace.log.errors import LogError
 from headrace.protocol.codec import FetchPartition, encode_fetch_body
 from headrace.protocol.records import records_in_batches
+from headrace.replication.leader import FollowerFetchCheck
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -150,18 +151,29 @@ def _read_all(
             entry.high_watermark = plog.high_watermark
             entry.last_stable_offset = plog.last_stable_offset
             entry.log_start_offset = plog.log_start_offset
+            follower = False
             if replica_id >= 0:
-                # a follower (R-REP-3): it reads up to the log end offset, and its fetch
-                # offset is its log end offset (once per request, not per long-poll pass).
-                # Only a replica of the partition may: anything else claiming a replica id
-                # could move the high watermark (Kafka answers the same).
+                # a follower (R-REP-3): it reads up to the log end offset. Only a replica of
+                # the partition may: anything else claiming a replica id could move the high
+                # watermark (Kafka answers the same). A follower whose last fetched epoch
+                # diverges from this log gets the diverging epoch instead of records
+                # (KIP-320, Fetch v12+) and truncates; one out of range gets the error.
+                # Neither is counted: follower state changes only after a successful read.
                 if replica_id not in partition.state.replicas or replica_id == broker.node_id:
                     entry.error_code = int(ErrorCode.not_leader_or_follower)
                     any_error = True
                     continue
-                if first:
-                    broker.follower_fetched(partition, replica_id, int(p.fetch_offset))
-                    entry.high_watermark = plog.high_watermark
+                check = partition.check_follower_fetch(
+                    int(getattr(p, "last_fetched_epoch", -1)), int(p.fetch_offset))
+                if check.check is FollowerFetchCheck.DIVERGING:
+                    entry.diverging_epoch = check.diverging
+                    any_error = True  # answer at once: the follower must truncate
+                    continue
+                if check.check is FollowerFetchCheck.OUT_OF_RANGE:
+                    entry.error_code = int(ErrorCode.offset_out_of_range)
+                    any_error = True
+                    continue
+                follower = first  # counted once per request, not per long-poll pass
                 max_offset = plog.log_end_offset
             else:
                 max_offset = plog.last_stable_offset if read_committed else plog.high_watermark
@@ -179,6 +191,9 @@ def _read_all(
                 continue
             entry.records = chunks
             entry.records_size = size
+            if follower:  # its fetch offset is its log end offset
+                broker.follower_fetched(partition, replica_id, int(p.fetch_offset))
+                entry.high_watermark = plog.high_watermark
             if read_committed and size and plog.txns.aborted:
                 # the aborted transactions overlapping what was read (up to the LSO): the
                 # consumer drops their records (Kafka's fetchAbortedTransactions)
@@ -215,12 +230,15 @@ def _session_plan(broker: Broker, session: FetchSession, named: set[tuple[str, i
                         and plog.last_stable_offset == cached.last_stable_offset
                         and plog.log_start_offset == cached.leader_log_start
                         and cached.current_leader_epoch in (-1, part.leader_epoch)
-                        and replica_id in part.state.replicas):
+                        and replica_id in part.state.replicas
+                        and part.check_follower_fetch(cached.last_fetched_epoch,
+                                                      cached.fetch_offset).check
+                        is FollowerFetchCheck.READ):
                     if first:
                         if replica_id not in part.state.isr:
                             broker.follower_fetched(part, replica_id, cached.fetch_offset)
-                        elif part.caught_up_ms.get(replica_id, 0) < now_ms:
-                            part.caught_up_ms[replica_id] = now_ms
+                        else:
+                            part.follower_caught_up(replica_id, now_ms)
                     continue
         active.setdefault(key[0], []).append(cached)
     return _Plan(broker, [_SessionTopic(name, parts) for name, parts in active.items()],
@@ -336,7 +354,8 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             cached = session.partitions.get((name, fp.index))
             if cached is None or cached.must_respond(
                     fp.error_code, fp.records_size, fp.high_watermark,
-                    fp.last_stable_offset, fp.log_start_offset) or not incremental:
+                    fp.last_stable_offset, fp.log_start_offset) or not incremental \
+                    or fp.diverging_epoch is not None:
                 news.append(fp)
         if news:
             kept.append((name, news))
