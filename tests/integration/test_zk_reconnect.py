@@ -223,7 +223,7 @@ async def test_what_changed_during_a_blip_is_told_once_after_it(
     await until(lambda: rig.state("t").leader == 2, 5, "a leader elected after the blip")
     assert rig.rec.events.count(("topic_changed", "v")) >= 1
     assert ("session_restored", None) not in rig.rec.events
-    resyncs = [r for r in caplog.records if "re-reading everything" in r.getMessage()]
+    resyncs = [r for r in caplog.records if "with the same session" in r.getMessage()]
     assert len(resyncs) == 1, [r.getMessage() for r in resyncs]
 
 

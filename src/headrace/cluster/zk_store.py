@@ -23,9 +23,26 @@ notifications it has not seen, so all brokers converge on
 the same ACLs within a watch round trip; the writer installs its own result at once.
 Notifications past the newest ``NOTIFICATIONS_KEPT`` are removed by writers.
 
-Session: a lost session (expired) fences the broker (``session_lost``); when kazoo
-reconnects with a new session the broker registers again, the whole layout is read again
-(watches re-armed) and ``session_restored`` follows.
+Connection and session. A watch lives on one connection to ZooKeeper: the server drops a
+connection's watches with it, and kazoo, which does not implement ZooKeeper's SetWatches
+(the Java client's re-registration of its watches on a new connection, which Kafka
+relies on), forgets its own and fires each with a NONE event (ignored here). So:
+
+- a connection lost and re-established **with the same session** (a blip, a partition
+  from ZooKeeper healed within the session timeout) leaves the broker registered but with
+  no watch at all: the whole layout is read again (every watch re-armed) and what changed
+  meanwhile is told as ordinary change notifications (``topic_changed`` with
+  ``changed_partitions``, ``topic_deleted``, ``brokers_changed``, ``controller_changed``,
+  ``admin_changed``): nothing is missed, as with SetWatches. One INFO line says so.
+- a lost session (expired) fences the broker (``session_lost``); when kazoo reconnects
+  with a new session the broker registers again, the whole layout is read again (watches
+  re-armed) and ``session_restored`` follows.
+
+A path is marked watched only once its read succeeded, and a failed re-read is queued
+again unless the session is lost (then the new session's full read replaces it), so no
+path is ever left neither watched nor queued. kazoo reconnects with a backoff capped at
+one second (the Java client's), not its default of up to an hour, so a healed partition
+is noticed at once.
 
 Writing: blocking methods, called from worker threads (``asyncio.to_thread``). Controller
 writes are fenced by the version of ``/controller_epoch`` (a transaction's ``check``), the
@@ -84,6 +101,9 @@ from headrace.security.scram import (
 log = logging.getLogger("headrace.zookeeper")
 
 PRODUCER_ID_BLOCK_SIZE = 1000
+# kazoo's reconnection backoff (its default grows to an hour between attempts); capped at
+# one second like the Java client's, so a broker notices a healed partition at once
+RECONNECT = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
 NOTIFICATIONS_KEPT = 1000  # change notifications kept per list (older ones are removed)
 _EXTENDED = {L.ACL_CHANGES: False, L.ACL_EXTENDED_CHANGES: True}
 
@@ -145,6 +165,7 @@ class ZkMetadataStore:
         self._worker: threading.Thread | None = None
         self._closed = False
         self._session_lost = False
+        self._watches_lost = False  # the connection dropped: no watch is left
         self._watched_states: set[tuple[str, int]] = set()
         self._watched_topics: set[str] = set()
         # during a topic_changed notification: the partitions whose state changed (None:
@@ -163,7 +184,7 @@ class ZkMetadataStore:
                                 f"{self._cluster_id}")
         await asyncio.to_thread(self._register)
         snapshot = await asyncio.to_thread(self._read_all)
-        self._install_snapshot(snapshot, notify=False)
+        self._install_snapshot(snapshot, "start")
         self._worker = threading.Thread(target=self._work, name="zk-sync", daemon=True)
         self._worker.start()
         log.info("registered broker %d in ZooKeeper %s%s (cluster %s, %d topics, "
@@ -180,7 +201,8 @@ class ZkMetadataStore:
                 finally:
                     bare.stop()
                     bare.close()
-            client = KazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_s)
+            client = KazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_s,
+                                 connection_retry=RECONNECT)
             client.start(timeout=self.connection_timeout_s)
         except (KazooTimeoutError, KazooException, OSError) as e:
             raise MetadataError(f"cannot reach ZooKeeper at {self.hosts}: {e or 'timed out'}"
@@ -243,9 +265,15 @@ class ZkMetadataStore:
         if state == KazooState.LOST:
             self._session_lost = True
             self.loop.call_soon_threadsafe(self._notify, "session_lost")
-        elif state == KazooState.CONNECTED and self._session_lost:
-            self._session_lost = False
-            self._enqueue("session", "")
+        elif state == KazooState.SUSPENDED:
+            self._watches_lost = True  # kazoo drops every watch with the connection
+        elif state == KazooState.CONNECTED:
+            if self._session_lost:
+                self._session_lost = self._watches_lost = False
+                self._enqueue("session", "")
+            elif self._watches_lost:
+                self._watches_lost = False
+                self._enqueue("resync", "")
 
     def _enqueue(self, kind: str, path: str) -> None:
         key = (kind, path)
@@ -264,7 +292,10 @@ class ZkMetadataStore:
     def _work(self) -> None:
         """Re-read what watches named, in batches: everything queued is drained, partition
         states are read pipelined, and the loop gets one update for the whole batch (a
-        controller writing 3,000 states costs a few loop passes, not 3,000)."""
+        controller writing 3,000 states costs a few loop passes, not 3,000). When a read
+        fails (connection trouble), what was read is still handed over and what was not
+        is queued again after a pause, unless the session is lost: then the new session's
+        full read replaces it."""
         while True:
             item = self._queue.get()
             if item is None or self._closed:
@@ -281,25 +312,42 @@ class ZkMetadataStore:
             with self._queued_lock:
                 for key in batch:
                     self._queued.discard(key)
+            if ("session", "") in batch:  # it reads everything again too
+                batch = [key for key in batch if key != ("resync", "")]
             updates: list[tuple[str, Any]] = []
+            failed: list[tuple[str, str]] = []
+            error: Exception | None = None
             states = [path for kind, path in batch if kind == "state"]
-            try:
-                if states:
+            if states:
+                try:
                     updates += self._read_states(states)
-                for kind, path in batch:
-                    if kind != "state":
-                        updates += self._refresh(kind, path)
-            except Exception as e:  # connection trouble: retried after a pause
-                if self._closed:
-                    return
-                log.warning("re-reading %d path(s) from ZooKeeper failed: %s", len(batch), e)
-                time.sleep(0.2)
-                if not self._session_lost:
-                    for kind, path in batch:
-                        self._enqueue(kind, path)
-                continue
-            if updates:
+                except Exception as e:
+                    error = e
+                    failed += [("state", path) for path in states]
+            for kind, path in batch:
+                if kind == "state":
+                    continue
+                if error is not None:  # the connection is in trouble: all later
+                    failed.append((kind, path))
+                    continue
+                try:
+                    updates += self._refresh(kind, path)
+                except Exception as e:
+                    error = e
+                    failed.append((kind, path))
+            if updates and not self._closed:
                 self.loop.call_soon_threadsafe(self._apply, updates)
+            if error is None:
+                continue
+            if self._closed:
+                return
+            log.warning("re-reading %d path(s) from ZooKeeper failed: %s", len(failed),
+                        f"{type(error).__name__}: {error}" if str(error)
+                        else type(error).__name__)
+            time.sleep(0.2)
+            if not self._session_lost:
+                for kind, path in failed:
+                    self._enqueue(kind, path)
 
     def _read_states(self, paths: list[str]) -> list[tuple[str, Any]]:
         assert self.client is not None
@@ -358,16 +406,17 @@ class ZkMetadataStore:
         assert self.client is not None
         if kind == "session":
             self._register()
-            return [("snapshot", self._read_all())]
+            return [("session", self._read_all())]
+        if kind == "resync":  # the same session: still registered, but no watch is left
+            return [("resync", self._read_all())]
         if kind == "brokers":
             return [("brokers", self._read_brokers())]
         if kind == "topics":
             names = self._children(L.TOPICS, "topics")
-            out: list[tuple[str, Any]] = [("topic_names", names)]
-            for name in names:
+            for name in names:  # new topics: each its own read (retried on its own)
                 if name not in self._watched_topics:
-                    out += self._read_topic(name)
-            return out
+                    self._enqueue("topic", L.topic_path(name))
+            return [("topic_names", names)]
         if kind == "topic":
             return self._read_topic(path.rsplit("/", 1)[1])
         if kind == "state":
@@ -549,9 +598,9 @@ class ZkMetadataStore:
 
     def _read_topic(self, name: str) -> list[tuple[str, Any]]:
         """A topic's assignment and config (watched) and the state of partitions not
-        watched yet (their watches then keep them current)."""
+        watched yet (their watches then keep them current). Each is marked watched only
+        once its read succeeded: a read that fails is retried whole."""
         assert self.client is not None
-        self._watched_topics.add(name)
         data = self._get(L.topic_path(name), "topic")
         out: list[tuple[str, Any]] = [("topic", (name, data))]
         if data is None:
@@ -562,6 +611,7 @@ class ZkMetadataStore:
         try:
             assignment = L.decode_topic(name, data)
         except L.LayoutError:
+            self._watched_topics.add(name)
             return out
         todo = [p for p in assignment.partitions if (name, p) not in self._watched_states]
         # pipelined reads: thousands of partitions load in one round of requests
@@ -572,7 +622,6 @@ class ZkMetadataStore:
                 path, watch=self._watch("state", path))))
         missing = []
         for p, path, res in results:
-            self._watched_states.add((name, p))
             try:
                 data_p, stat = res.get(timeout=self.session_timeout_s)
                 out.append(("state", (name, p, data_p, stat.version)))
@@ -584,6 +633,9 @@ class ZkMetadataStore:
             if res.get(timeout=self.session_timeout_s) is not None:
                 self._enqueue("state", path)
             out.append(("state", (name, p, None, -1)))
+        # every read succeeded: from now on the watches keep them current
+        self._watched_states.update((name, p) for p in todo)
+        self._watched_topics.add(name)
         return out
 
     def _read_all(self) -> dict[str, Any]:
@@ -607,8 +659,17 @@ class ZkMetadataStore:
         return snap
 
     # ------------------------------------------------------------------ the cache (loop)
-    def _install_snapshot(self, snap: dict[str, Any], notify: bool) -> None:
-        before = dict(self._topics)
+    def _install_snapshot(self, snap: dict[str, Any], how: str) -> None:
+        """The whole layout as read by ``_read_all``. ``how``: "start" (no listener is
+        told), "session" (a new session: ``session_restored``, then every topic that
+        changed, the brokers and the controller), "resync" (the same session after a
+        reconnect: only what differs from the cache, as ordinary change notifications)."""
+        before = dict(self._topics)  # TopicStates are rebuilt below, never changed in place
+        before_brokers, before_controller = self._brokers, self._controller
+        before_admin = {"delete_topics": self._deletions,
+                        "controlled_shutdown": self._shutdowns,
+                        "reassign_partitions": self._reassign_request,
+                        "preferred_replica_election": self._preferred}
         self._assign.clear()
         self._states.clear()
         self._configs.clear()
@@ -630,7 +691,7 @@ class ZkMetadataStore:
         for entity, values in security["quotas"]:
             quotas.set(entity, values)
         self._quotas = quotas
-        if notify:
+        if how == "session":
             self._notify("session_restored")
             for name in set(before) | set(self._topics):
                 if name not in self._topics:
@@ -639,6 +700,55 @@ class ZkMetadataStore:
                     self._notify("topic_changed", name)
             self._notify("brokers_changed")
             self._notify("controller_changed", self._controller)
+        elif how == "resync":
+            self._notify_differences(before, before_brokers, before_controller, before_admin)
+
+    def _notify_differences(self, before: dict[str, TopicState],
+                            brokers: dict[int, BrokerInfo], controller: int,
+                            admin: dict[str, Any]) -> None:
+        """After a re-read on the same session: tell what differs from the cache as it
+        was, as the watches would have (SetWatches' effect), and say so in one line."""
+        deleted = sorted(n for n in before if n not in self._topics)
+        changed: dict[str, set[int] | None] = {}
+        for name, t in self._topics.items():
+            old = before.get(name)
+            if old == t:
+                continue
+            if (old is None or old.topic_id != t.topic_id or old.configs != t.configs
+                    or len(old.partitions) != len(t.partitions)
+                    or any(a.replicas != b.replicas
+                           for a, b in zip(old.partitions, t.partitions, strict=True))):
+                changed[name] = None  # the whole topic
+            else:
+                changed[name] = {i for i, (a, b) in enumerate(
+                    zip(old.partitions, t.partitions, strict=True)) if a != b}
+        now_admin = {"delete_topics": self._deletions,
+                     "controlled_shutdown": self._shutdowns,
+                     "reassign_partitions": self._reassign_request,
+                     "preferred_replica_election": self._preferred}
+        admin_changed = [k for k in now_admin if now_admin[k] != admin[k]]
+        log.info("ZooKeeper connection re-established with the same session: its watches "
+                 "had gone with the connection, everything was read again (watches "
+                 "re-armed); changed meanwhile: %d topic(s), %d deleted%s%s%s",
+                 len(changed), len(deleted),
+                 ", the brokers" if brokers != self._brokers else "",
+                 f", the controller ({controller} -> {self._controller})"
+                 if controller != self._controller else "",
+                 "".join(f", {k}" for k in admin_changed))
+        for name in deleted:
+            self._notify("topic_deleted", name)
+        self.changed_partitions = dict(changed)
+        try:
+            for name in sorted(changed):
+                self._notify("topic_changed", name)
+        finally:
+            self.changed_partitions = {}
+        if brokers != self._brokers:
+            self._notify("brokers_changed")
+        if controller != self._controller:
+            self._notify("controller_changed", self._controller)
+        for kind in admin_changed:
+            self._notify("admin_changed", kind)
 
     def _apply(self, updates: list[tuple[str, Any]], notify: bool = True) -> None:
         if self._closed:
@@ -648,8 +758,8 @@ class ZkMetadataStore:
         deleted: set[str] = set()
         events: list[tuple[str, Any]] = []
         for kind, value in updates:
-            if kind == "snapshot":
-                self._install_snapshot(value, notify=True)
+            if kind in ("session", "resync"):
+                self._install_snapshot(value, kind)
                 continue
             if kind == "brokers":
                 if value != self._brokers:
