@@ -256,6 +256,11 @@ class ControllerService:
         return out
 
     async def controlled_shutdown(self, broker_id: int) -> None:
+        if broker_id == self.node_id:
+            # announced as any broker's request is (``/admin/controlled_shutdown/<id>``,
+            # ephemeral): the leaders read it and do not take this broker back into the
+            # ISRs it is removed from below while it still fetches (KIP-841)
+            await asyncio.to_thread(self.store.request_controlled_shutdown, broker_id)
         async with self._lock:
             live = self._live() - {broker_id}
             await self._write(decide.controlled_shutdown(self.store.topics(), broker_id, live))

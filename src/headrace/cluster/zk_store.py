@@ -267,6 +267,8 @@ class ZkMetadataStore:
             self.loop.call_soon_threadsafe(self._notify, "session_lost")
         elif state == KazooState.SUSPENDED:
             self._watches_lost = True  # kazoo drops every watch with the connection
+            log.warning("ZooKeeper connection lost; reconnecting (the session lasts %.1f s "
+                        "without one)", self.session_timeout_s)
         elif state == KazooState.CONNECTED:
             if self._session_lost:
                 self._session_lost = self._watches_lost = False
