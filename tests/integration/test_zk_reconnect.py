@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooState
+from kazoo.handlers.threading import KazooTimeoutError
 
 from headrace.cluster.zk_store import ZkMetadataStore
 from headrace.cluster.zookeeper_server import ZooKeeperServer
@@ -294,3 +295,36 @@ async def test_an_expired_session_registers_again_and_follows(rig: Rig) -> None:
     await asyncio.to_thread(rig.controller.create_topic_znodes, "x", [[1]], {}, uuid.uuid4())
     await until(lambda: rig.store.topic("x"), 5, "a topic created after the new session")
 
+
+
+async def test_a_read_that_fails_is_read_again_not_forgotten(rig: Rig) -> None:
+    """A read that fails without a disconnect (a slow server: kazoo's timeout) is retried
+    until it succeeds; nothing it was to read is taken as watched meanwhile."""
+    assert rig.store.client is not None
+    client = rig.store.client
+    real = client.get_async
+    failed: list[str] = []
+
+    def flaky(path: str, watch: Any = None) -> Any:
+        if "/y/partitions/" in path and not failed:
+            failed.append(path)
+            raise KazooTimeoutError("injected: the server is slow")
+        return real(path, watch=watch)
+
+    client.get_async = flaky
+    try:
+        await asyncio.to_thread(rig.controller.create_topic_znodes, "y", [[1, 2], [2, 1]], {},
+                                uuid.uuid4())
+        await until(lambda: failed, 5, "the injected failure")
+        await until(lambda: rig.store.topic("y"), 5, "topic y despite the failed read")
+        await until(lambda: rig.controller.topic("y"), 5, "topic y (controller)")
+        states = [("y", p, PartitionState([1, 2], 2, 0, [2, 1], 0, rig.epoch, -1))
+                  for p in range(2)]
+        await asyncio.to_thread(rig.controller.write_partition_states, states, rig.epoch,
+                                rig.epoch_version)
+        await until(lambda: all(rig.state("y", p).leader == 2 for p in range(2)), 5,
+                    "the states of y")
+        await rig.write_state("y", 1, leader=1, leader_epoch=1, isr=[1])
+        await until(lambda: rig.state("y", 1).leader == 1, 5, "a later change of y-1")
+    finally:
+        client.get_async = real

@@ -389,10 +389,14 @@ class ZkMetadataStore:
             return None, -1
 
     def _children(self, path: str, kind: str) -> list[str]:
+        """Children of ``path`` with a child watch (or an exists watch if it is missing:
+        never a path left unwatched)."""
         assert self.client is not None
         try:
             return list(self.client.get_children(path, watch=self._watch(kind, path)))
         except NoNodeError:
+            if self.client.exists(path, watch=self._watch(kind, path)) is not None:
+                return self._children(path, kind)
             return []
 
     def _list(self, path: str) -> list[str]:
