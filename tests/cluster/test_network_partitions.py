@@ -420,3 +420,28 @@ def test_partitions_heal_writable_with_nothing_lost_or_duplicated(net: Net) -> N
         assert not bad, f"broker {b.broker_id} logged a traceback:\n" + "".join(
             b.log[max(bad[0] - 10, 0):bad[0] + 40])
     print("\n".join(report))
+
+
+def test_a_controller_shutting_down_is_not_taken_back_into_isrs(net: Net) -> None:
+    """The controller stopping (SIGTERM) moves its leadership away and leaves the ISRs it
+    follows in; it announces that in /admin/controlled_shutdown as any broker does, so
+    the leaders do not take it back while it still fetches (KIP-841): one state change per
+    partition, and it is in no ISR afterwards."""
+    topic = f"cs-{uuid.uuid4().hex[:6]}"
+    admin = net.admin()  # referenced until the result is in
+    admin.create_topics([NewTopic(topic, PARTITIONS, 3)])[topic].result(30)
+    net.wait_healthy([topic], 60, "before the controller stops")
+    c = net.controller()
+    versions = net.versions(topic)
+    net.brokers[c].stop()
+    try:
+        wait_until(lambda: c not in net.registered() and net.controller() not in (c, -1), 30,
+                   interval_s=0.1, what="another controller")
+        states = net.states(topic)
+        # (the new controller had nothing left to remove)
+        changes = {p: v - versions[p] for p, v in net.versions(topic).items()}
+        assert all(c not in isr and leader != c for leader, isr in states.values()), states
+        assert max(changes.values()) == 1, f"state changes per partition: {changes}"
+    finally:
+        net.brokers[c].start()
+    net.wait_healthy([topic], 60, "after the controller came back")
