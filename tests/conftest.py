@@ -46,9 +46,6 @@ def data_dir(tmp_path: Path) -> Path:
 
 ALLOWED_SKIPS: dict[str, str] = {
     # node id (or a prefix of it, ending at "::" or "[") -> why it may be skipped under CI.
-    "tests/integration/test_process_lanes.py::test_a_cpu_bound_handler_gains_throughput_with_two_process_lanes":
-        "a throughput comparison of process lanes needs the second core free: it skips, "
-        "with the numbers, when two bare worker processes do not gain 1.4x either",
 }
 
 
