@@ -93,6 +93,8 @@ SLOW_MODULES = {
     "tests/integration/test_zk_store.py": "ZooKeeper",
     "tests/integration/test_zk_acl_store.py": "ZooKeeper",
     "tests/integration/test_server_properties.py": "ZooKeeper and broker processes",
+    "tests/integration/test_security_quickstart.py": "the README's security walk-through",
+    "tests/integration/test_quota_produce_rate.py": "a 1 MB/s quota measured for 30 s",
 }
 SERIAL_MODULES = {
     "tests/integration/test_quota_produce_rate.py": "measures a produce rate",

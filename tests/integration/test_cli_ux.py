@@ -109,6 +109,7 @@ def test_bad_input_is_one_line_exit_2_no_traceback(argv: tuple[str, ...]) -> Non
     assert len(lines) == 1 and lines[0].startswith("headrace: "), r.stderr
 
 
+@pytest.mark.slow
 def test_bad_command_config_contents(tmp_path: Path) -> None:
     cfg = tmp_path / "bad.properties"
     cfg.write_text("security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n")

@@ -144,6 +144,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_cli_set_describe_remove_and_restart(broker: BrokerProcess) -> None:
     bs = ["--bootstrap-server", broker.bootstrap]
     r = run_cli("set", *bs, "--user", "alice", "--client-id", "app",
@@ -170,6 +171,7 @@ def test_cli_set_describe_remove_and_restart(broker: BrokerProcess) -> None:
     assert r.returncode == 0 and run_cli("describe", *bs).stdout == ""
 
 
+@pytest.mark.slow
 def test_kafka_python_sees_the_throttle_and_the_connection_is_muted(
         broker: BrokerProcess) -> None:
     from kafka import KafkaProducer
@@ -195,6 +197,7 @@ def test_kafka_python_sees_the_throttle_and_the_connection_is_muted(
         producer.close(timeout=5)
 
 
+@pytest.mark.slow
 def test_a_consumer_quota_holds_a_fetching_consumer_to_its_rate(broker: BrokerProcess) -> None:
     """consumer_byte_rate on a client id: after the bucket's initial credit (11 windows of
     quota), a confluent-kafka consumer reading as fast as it can gets the quota, and its

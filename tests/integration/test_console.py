@@ -336,6 +336,7 @@ def test_missing_topic_and_partition(broker: BrokerProcess, topic_name: str) -> 
                                     "(it has 2)\n"
 
 
+@pytest.mark.slow
 def test_unreachable_broker_is_one_line(tmp_path: Path) -> None:
     import socket
 
@@ -368,6 +369,7 @@ def test_env_bootstrap_and_command_config(broker: BrokerProcess, topic_name: str
         assert r.returncode == 2 and b"not.a.librdkafka.setting" in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_a_million_small_records_each_way_within_a_minute(broker: BrokerProcess,
                                                           topic_name: str,
                                                           tmp_path: Path) -> None:

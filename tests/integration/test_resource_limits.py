@@ -167,6 +167,7 @@ def limited(tmp_path: Path) -> Iterator[BrokerProcess]:
 # ------------------------------------------------------------------ request memory
 
 
+@pytest.mark.slow
 def test_half_sent_frames_are_bounded_by_the_shared_memory_pool(limited: BrokerProcess) -> None:
     """R-NF-3: 40 connections each sending 7 MB of an 8 MB frame hold at most the pool
     (queued.max.request.bytes = 32 MB) — not 280 MB; a good client keeps producing; and the
@@ -221,6 +222,7 @@ def test_a_frame_larger_than_the_pool_can_ever_give_is_refused(tmp_path: Path) -
 # ------------------------------------------------------------------ unread responses
 
 
+@pytest.mark.slow
 def test_pipelined_fetches_never_read_are_bounded_and_dropped_on_close(
         limited: BrokerProcess) -> None:
     """R-NF-3: 30 clients pipelining 20 Fetches of a 10 MB partition and never reading

@@ -333,6 +333,7 @@ def test_cli_lists_and_describes_transactions(txb: BrokerProcess) -> None:
     assert r.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in r.stderr
 
 
+@pytest.mark.slow
 def test_kill_9_with_many_segments_keeps_transactions_through_snapshots_and_txnindexes(
     tmp_path: Path,
 ) -> None:
