@@ -7,8 +7,9 @@
 # console's browser test).
 #
 # --fast runs only the fast tier (tests not marked slow: the pure cores, wire and protocol
-# tests, fuzzers, in-process and single-broker tests; under 5 minutes on 2 cores), for use
-# while developing. tests/conftest.py says which tests are slow, and why.
+# tests, fuzzers at a quarter of their budget, in-process and single-broker tests; under 5
+# minutes on 2 cores), for use while developing. tests/conftest.py says which tests are
+# slow, and why.
 #
 # Two passes: first the tests that may run side by side, on HEADRACE_TEST_WORKERS
 # pytest-xdist workers (default 2; 0 runs them in this process), then, one at a time, the
@@ -47,7 +48,14 @@ unset PYTHONDONTWRITEBYTECODE
 workers="${HEADRACE_TEST_WORKERS:-2}"
 xdist=()
 [ "$workers" -gt 0 ] && xdist=(-n "$workers" --dist loadfile)
-if [ "$fast" = 1 ]; then first=parallel; second=fast-serial; else first=parallel; second=rest; fi
+if [ "$fast" = 1 ]; then
+  first=parallel; second=fast-serial
+  # the fuzzers at a quarter of their budget (the full suite runs the whole budget)
+  export FUZZ_EXAMPLES="${FUZZ_EXAMPLES:-300}" FUZZ_TAGGED="${FUZZ_TAGGED:-750}" \
+    FUZZ_SECONDS="${FUZZ_SECONDS:-6}" FUZZ_BATCH_EXAMPLES="${FUZZ_BATCH_EXAMPLES:-400}"
+else
+  first=parallel; second=rest
+fi
 pytest=(.venv/bin/python -m pytest -q -p no:cacheprovider)
 set +e
 "${pytest[@]}" --tier "$first" "${xdist[@]}" ${args[@]+"${args[@]}"}
