@@ -12,7 +12,7 @@ when the test
    JVM, Chromium, a ``headrace demo`` run (``SLOW_FIXTURES``, and any fixture whose name
    contains one of ``SLOW_FIXTURE_WORDS``);
 3. is in a module of ``SLOW_MODULES`` (each says why: the demo, README walk-throughs,
-   external tools, modules whose every test restarts broker processes);
+   external tools, the command-line modules, which start an interpreter per command);
 4. or carries ``@pytest.mark.slow`` itself (a test that restarts a broker process or waits
    out a real timeout; its logic has a fast twin).
 
@@ -20,9 +20,10 @@ Everything else is fast: the pure cores under ``tests/unit`` (a new test there i
 default, as long as it starts none of the above), the fuzzers, wire and protocol tests
 against an in-process broker (``tests/inproc.py``) or a module's broker process.
 
-Serial. Tests that measure rates or throughput (quotas, process lanes) are marked ``serial``
-(``SERIAL_MODULES``, or ``@pytest.mark.serial``): ``scripts/test.sh`` runs them in a pass of
-their own with nothing beside them, after the parallel pass (pytest-xdist, ``-n 2 --dist
+Serial. Modules whose tests measure rates or throughput (quotas, process lanes) are listed
+in ``SERIAL_MODULES`` (by module: the fast tier's serial pass collects only those), and
+their tests marked ``serial``: ``scripts/test.sh`` runs them in a pass of their own with
+nothing beside them, after the parallel pass (pytest-xdist, ``-n 2 --dist
 loadfile``: a module's fixtures stay in one worker). ``--tier`` selects a pass: ``fast``
 (not slow), ``parallel`` (not slow, not serial), ``fast-serial`` (not slow, serial),
 ``rest`` (slow or serial); ``pytest -m "not slow"`` is the fast tier too.
@@ -95,6 +96,11 @@ SLOW_MODULES = {
     "tests/integration/test_server_properties.py": "ZooKeeper and broker processes",
     "tests/integration/test_security_quickstart.py": "the README's security walk-through",
     "tests/integration/test_quota_produce_rate.py": "a 1 MB/s quota measured for 30 s",
+    # the command line as users run it: an interpreter start (and imports) per command
+    "tests/integration/test_console.py": "the produce/consume commands, one process each",
+    "tests/integration/test_cli.py": "the headrace command, one process per call",
+    "tests/integration/test_cli_ux.py": "the headrace command, one process per call",
+    "tests/integration/test_groups_cli.py": "the groups commands, one process per call",
 }
 SERIAL_MODULES = {
     "tests/integration/test_quota_produce_rate.py": "measures a produce rate",
@@ -102,6 +108,30 @@ SERIAL_MODULES = {
     "tests/integration/test_process_lanes.py": "CPU-bound worker processes",
 }
 TIERS = ("all", "fast", "parallel", "fast-serial", "rest")
+
+
+def _rel(path: Path, config: pytest.Config) -> str:
+    try:
+        return path.relative_to(config.rootpath).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Modules a pass of ``--tier`` cannot select are not even imported (every xdist worker
+    collects again): slow directories and modules for the fast passes, all but the serial
+    modules for ``fast-serial``."""
+    tier = config.getoption("--tier", "all")
+    if tier in ("all", "rest"):
+        return None
+    rel = _rel(collection_path, config)
+    if tier in ("fast", "parallel") and (
+            (rel + "/").startswith(SLOW_DIRS) or rel in SLOW_MODULES):
+        return True
+    if (tier == "fast-serial" and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_") and rel not in SERIAL_MODULES):
+        return True
+    return None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
