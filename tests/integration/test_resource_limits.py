@@ -116,9 +116,14 @@ def fill_sockets(socks: list[socket.socket], payloads: list[bytes],
         todo = [i for i, s in enumerate(socks) if sent[i] < len(payloads[i])]
         if not todo:
             break
-        _, writable, _ = select.select([], [socks[i] for i in todo], [], 0.2)
-        for s in writable:
-            i = socks.index(s)
+        # poll, not select: past descriptor 1024 (a long pytest process) select fails
+        poller = select.poll()
+        for i in todo:
+            poller.register(socks[i], select.POLLOUT)
+        by_fd = {socks[i].fileno(): i for i in todo}
+        for fd, _ in poller.poll(200):
+            i = by_fd[fd]
+            s = socks[i]
             try:
                 n = s.send(memoryview(payloads[i])[sent[i]:sent[i] + 4 * MB])
             except (BlockingIOError, ConnectionError):
