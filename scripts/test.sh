@@ -1,13 +1,29 @@
 #!/usr/bin/env bash
-# Runs every test. Installs what the tests need first (Python packages into .venv with the
-# test and spark extras, Java 17 for Spark, Debian's kcat, built on the old librdkafka
-# 2.0.2 that real users still have, Debian's ZooKeeper for the cluster tests and Debian's
-# Burrow, a sarama-based lag monitor, for the old-protocol tests; Debian's Chromium for the
-# web console's browser test).
-# Arguments go to pytest. Under CI=true a skipped test fails the run unless
-# tests/conftest.py allows it (a missing kcat or ZooKeeper fails their tests).
+# Runs every test: bash scripts/test.sh [--fast] [pytest arguments]
+# Installs what the tests need first (Python packages into .venv with the test and spark
+# extras, Java 17 for Spark, Debian's kcat, built on the old librdkafka 2.0.2 that real
+# users still have, Debian's ZooKeeper for the cluster tests and Debian's Burrow, a
+# sarama-based lag monitor, for the old-protocol tests; Debian's Chromium for the web
+# console's browser test).
+#
+# --fast runs only the fast tier (tests not marked slow: the pure cores, wire and protocol
+# tests, fuzzers at a quarter of their budget, in-process and single-broker tests; under 5
+# minutes on 2 cores), for use while developing. tests/conftest.py says which tests are
+# slow, and why.
+#
+# Two passes: first the tests that may run side by side, on HEADRACE_TEST_WORKERS
+# pytest-xdist workers (default 2; 0 runs them in this process), then, one at a time, the
+# tests marked serial (they measure rates) and, without --fast, the slow ones (clusters,
+# kills and restarts, Spark, the demo). Other arguments go to pytest, in both passes.
+# Under CI=true a skipped test fails the run unless tests/conftest.py allows it (a missing
+# kcat or ZooKeeper fails their tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+fast=0
+args=()
+for a in "$@"; do
+  if [ "$a" = "--fast" ]; then fast=1; else args+=("$a"); fi
+done
 missing=""
 command -v kcat >/dev/null 2>&1 || missing="$missing kcat"
 [ -x /usr/share/zookeeper/bin/zkServer.sh ] || missing="$missing zookeeper"
@@ -26,4 +42,31 @@ if [ -n "$missing" ]; then
 fi
 bash scripts/setup.sh test,spark
 . scripts/spark-env.sh
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# cached bytecode (and pytest's rewritten test modules) halves collection, which every
+# xdist worker does again; __pycache__ is git-ignored
+unset PYTHONDONTWRITEBYTECODE
+workers="${HEADRACE_TEST_WORKERS:-2}"
+xdist=()
+[ "$workers" -gt 0 ] && xdist=(-n "$workers" --dist loadfile)
+if [ "$fast" = 1 ]; then
+  first=parallel; second=fast-serial
+  # the fuzzers at a quarter of their budget (the full suite runs the whole budget)
+  export FUZZ_EXAMPLES="${FUZZ_EXAMPLES:-300}" FUZZ_TAGGED="${FUZZ_TAGGED:-750}" \
+    FUZZ_SECONDS="${FUZZ_SECONDS:-6}" FUZZ_BATCH_EXAMPLES="${FUZZ_BATCH_EXAMPLES:-400}"
+else
+  first=parallel; second=rest
+fi
+pytest=(.venv/bin/python -m pytest -q -p no:cacheprovider)
+set +e
+"${pytest[@]}" --tier "$first" "${xdist[@]}" ${args[@]+"${args[@]}"}
+rc1=$?
+echo "scripts/test.sh: pass 2 of 2, one test at a time: --tier $second" >&2
+"${pytest[@]}" --tier "$second" ${args[@]+"${args[@]}"}
+rc2=$?
+set -e
+# 5 is "no test selected": fine for one pass (the arguments chose tests of the other)
+for rc in "$rc1" "$rc2"; do
+  if [ "$rc" != 0 ] && [ "$rc" != 5 ]; then exit "$rc"; fi
+done
+if [ "$rc1" = 5 ] && [ "$rc2" = 5 ]; then exit 5; fi
+exit 0

@@ -1,10 +1,39 @@
-"""Shared fixtures (a broker process per test module, fresh topics per test) and the
-suite's skip policy.
+"""Shared fixtures (a broker process per test module, fresh topics per test), the suite's two
+tiers and its skip policy.
+
+Tiers. ``bash scripts/test.sh`` runs every test; ``bash scripts/test.sh --fast`` only the
+fast tier, for use while developing (under 5 minutes on 2 cores). A test is in the fast tier
+unless it is marked ``slow``, which this file does by rule (``pytest_collection_modifyitems``)
+when the test
+
+1. lives under ``tests/cluster/`` or ``tests/fault/`` (ZooKeeper and three-broker clusters;
+   brokers and clients killed with SIGKILL and restarted): ``SLOW_DIRS``;
+2. uses a fixture that starts something heavy, anywhere in the tree: ZooKeeper, Spark's
+   JVM, Chromium, a ``headrace demo`` run (``SLOW_FIXTURES``, and any fixture whose name
+   contains one of ``SLOW_FIXTURE_WORDS``);
+3. is in a module of ``SLOW_MODULES`` (each says why: the demo, README walk-throughs,
+   external tools, the command-line modules, which start an interpreter per command);
+4. or carries ``@pytest.mark.slow`` itself (a test that restarts a broker process or waits
+   out a real timeout; its logic has a fast twin).
+
+Everything else is fast: the pure cores under ``tests/unit`` (a new test there is fast by
+default, as long as it starts none of the above), the fuzzers, wire and protocol tests
+against an in-process broker (``tests/inproc.py``) or a module's broker process.
+
+Serial. Modules whose tests measure rates or throughput (quotas, process lanes) are listed
+in ``SERIAL_MODULES`` (by module: the fast tier's serial pass collects only those), and
+their tests marked ``serial``: ``scripts/test.sh`` runs them in a pass of their own with
+nothing beside them, after the parallel pass (pytest-xdist, ``-n 2 --dist
+loadfile``: a module's fixtures stay in one worker). ``--tier`` selects a pass: ``fast``
+(not slow), ``parallel`` (not slow, not serial), ``fast-serial`` (not slow, serial),
+``rest`` (slow or serial); ``pytest -m "not slow"`` is the fast tier too.
 
 Skip policy: a skipped test proves nothing, so under CI (``CI`` set to a true value, as
 ``.ci/run`` does) the session fails when any test was skipped unless its node id is in
 ``ALLOWED_SKIPS`` with the reason it may skip. Every skip is listed in the summary (``-rs``)
-either way. Outside CI, skips are reported and allowed (a developer without Java, say).
+either way. Outside CI, skips are reported and allowed (a developer without Java, say). With
+pytest-xdist the workers' reports reach these hooks in the controlling process, which sets
+the exit status.
 """
 
 from __future__ import annotations
@@ -42,13 +71,121 @@ def data_dir(tmp_path: Path) -> Path:
     return d
 
 
+# ------------------------------------------------------------------ tiers (see the docstring)
+
+SLOW_DIRS = ("tests/cluster/", "tests/fault/")
+SLOW_FIXTURES = {
+    "zookeeper": "a ZooKeeper JVM",
+    "spark": "Spark's JVM",
+    "page": "Chromium (Playwright)",
+    "console": "the web console's process and its scene of clients",
+}
+SLOW_FIXTURE_WORDS = ("zookeeper", "spark", "demo", "chromium", "browser", "cluster")
+SLOW_MODULES = {
+    # demo-owned: each runs ``headrace demo`` (Spark) or a README shell walk-through
+    "tests/integration/test_spark.py": "Spark and the demo",
+    "tests/integration/test_spark_executor_kill.py": "Spark; kills an executor",
+    "tests/integration/test_examples.py": "the examples, each a process with Spark",
+    "tests/integration/test_audit_exit.py": "headrace demo runs",
+    "tests/integration/test_readme_quickstart.py": "the README's shell session, Spark",
+    "tests/integration/test_readme_setup.py": "scripts/setup.sh in a fresh venv",
+    "tests/integration/test_burrow.py": "Burrow, an external lag monitor polled for minutes",
+    "tests/integration/test_web_console.py": "Chromium and the console process",
+    "tests/integration/test_zk_store.py": "ZooKeeper",
+    "tests/integration/test_zk_acl_store.py": "ZooKeeper",
+    "tests/integration/test_server_properties.py": "ZooKeeper and broker processes",
+    "tests/integration/test_security_quickstart.py": "the README's security walk-through",
+    "tests/integration/test_quota_produce_rate.py": "a 1 MB/s quota measured for 30 s",
+    # the command line as users run it: an interpreter start (and imports) per command
+    "tests/integration/test_console.py": "the produce/consume commands, one process each",
+    "tests/integration/test_cli.py": "the headrace command, one process per call",
+    "tests/integration/test_cli_ux.py": "the headrace command, one process per call",
+    "tests/integration/test_groups_cli.py": "the groups commands, one process per call",
+}
+SERIAL_MODULES = {
+    "tests/integration/test_quota_produce_rate.py": "measures a produce rate",
+    "tests/integration/test_client_quotas.py": "measures throttled rates and delays",
+    "tests/integration/test_process_lanes.py": "CPU-bound worker processes",
+}
+TIERS = ("all", "fast", "parallel", "fast-serial", "rest")
+
+
+def _rel(path: Path, config: pytest.Config) -> str:
+    try:
+        return path.relative_to(config.rootpath).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Modules a pass of ``--tier`` cannot select are not even imported (every xdist worker
+    collects again): slow directories and modules for the fast passes, all but the serial
+    modules for ``fast-serial``."""
+    tier = config.getoption("--tier", "all")
+    if tier in ("all", "rest"):
+        return None
+    rel = _rel(collection_path, config)
+    if tier in ("fast", "parallel") and (
+            (rel + "/").startswith(SLOW_DIRS) or rel in SLOW_MODULES):
+        return True
+    if (tier == "fast-serial" and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_") and rel not in SERIAL_MODULES):
+        return True
+    return None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--tier", choices=TIERS, default="all",
+                     help="fast: not slow; parallel: not slow and not serial; fast-serial: "
+                          "not slow and serial; rest: slow or serial (tests/conftest.py)")
+
+
+def _module_path(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def slow_reason(item: pytest.Item) -> str | None:
+    """Why ``item`` is not in the fast tier, or None."""
+    path = _module_path(item)
+    if path.startswith(SLOW_DIRS):
+        return f"under {path.split('/')[1]}/"
+    if path in SLOW_MODULES:
+        return SLOW_MODULES[path]
+    for name in getattr(item, "fixturenames", ()):
+        if name in SLOW_FIXTURES:
+            return SLOW_FIXTURES[name]
+        if any(w in name for w in SLOW_FIXTURE_WORDS):
+            return f"fixture {name}"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") is None and slow_reason(item) is not None:
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("serial") is None and _module_path(item) in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
+    tier = config.getoption("--tier", "all")
+    if tier == "all":
+        return
+
+    def keep(item: pytest.Item) -> bool:
+        slow = item.get_closest_marker("slow") is not None
+        serial = item.get_closest_marker("serial") is not None
+        return {"fast": not slow, "parallel": not slow and not serial,
+                "fast-serial": not slow and serial, "rest": slow or serial}[tier]
+
+    kept = [i for i in items if keep(i)]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if not keep(i)])
+        items[:] = kept
+
+
 # ------------------------------------------------------------------ skip policy
 
 ALLOWED_SKIPS: dict[str, str] = {
     # node id (or a prefix of it, ending at "::" or "[") -> why it may be skipped under CI.
-    "tests/integration/test_process_lanes.py::test_a_cpu_bound_handler_gains_throughput_with_two_process_lanes":
-        "a throughput comparison of process lanes needs the second core free: it skips, "
-        "with the numbers, when two bare worker processes do not gain 1.4x either",
 }
 
 

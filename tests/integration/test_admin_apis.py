@@ -410,6 +410,7 @@ def _segment_bases(data_dir: Path, topic: str, partition: int) -> list[int]:
 
 
 @pytest.mark.parametrize("graceful", [True, False], ids=["sigterm", "kill-9"])
+@pytest.mark.slow
 def test_delete_records_survives_a_restart(data_dir: Path, graceful: bool) -> None:
     """The moved log start offset is stored: after a restart (SIGTERM or kill -9)
     ListOffsets earliest, fetches and consumers still start there; segments wholly below

@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.batches import make_batch
 from tests.brokerproc import BrokerProcess, wait_until
+from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 
 pytestmark = pytest.mark.timeout(120)
@@ -45,7 +46,7 @@ def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
                               "num.partitions": "1"}) as b:
         yield b
 
-def wire(b: BrokerProcess) -> WireClient:
+def wire(b: BrokerProcess | InProcessBroker) -> WireClient:
     return WireClient.to(b.bootstrap, timeout_s=10)
 
 
@@ -207,11 +208,44 @@ def test_negative_size_prefix_is_closed(strict: BrokerProcess, witness: Witness)
 
 def test_partial_frame_then_disconnect_leaves_the_broker_serving(strict: BrokerProcess,
                                                                  witness: Witness) -> None:
-    """R-NF-1: a client that sends half a frame and vanishes costs nothing."""
+    """R-NF-1: a client that sends half a frame and vanishes costs nothing: the broker
+    process keeps serving (the witness checks). The memory it held: the next test."""
     for _ in range(20):
         s = socket.create_connection(("127.0.0.1", strict.port), timeout=5)
         s.sendall(struct.pack(">i", 1000) + b"\0" * 100)
         s.close()
+
+
+@pytest.fixture(scope="module")
+def inproc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    """The strict broker's settings, in this process: its memory pool can be read."""
+    with InProcessBroker(tmp_path_factory.mktemp("strict-inproc"),
+                         {"auto.create.topics.enable": "false"}) as b:
+        yield b
+
+
+def test_a_vanished_half_frame_gives_its_memory_and_slot_back(inproc: InProcessBroker) -> None:
+    """R-NF-1, R-NF-3: the size prefix of a frame reserves its bytes of the shared memory
+    pool (``queued.max.request.bytes``) and a request slot; a client that sends half the
+    frame and vanishes gives both back. Checked on the broker's own pool: held while the
+    half frame waits, all returned after 20 such clients, and the broker still serves."""
+    def pool(b: Any) -> tuple[int, int, int]:
+        return b.memory_pool.used, b.memory_pool.waiting, b.queued_requests
+
+    assert inproc.call(pool) == (0, 0, 0)
+    for i in range(20):
+        s = socket.create_connection(("127.0.0.1", inproc.port), timeout=5)
+        s.sendall(struct.pack(">i", 1000 + i) + b"\0" * 100)
+        # the prefix reserved the frame's bytes and a slot while the rest is awaited
+        wait_until(lambda i=i: inproc.call(pool) == (1000 + i, 0, 1), 10,
+                   what=f"half frame {i}'s reservation: {inproc.call(pool)}")
+        s.close()
+        wait_until(lambda: inproc.call(pool) == (0, 0, 0), 10,
+                   what=f"the memory back after client {i} vanished: {inproc.call(pool)}")
+    with wire(inproc) as wc:
+        resp = wc.request(18, 3, {"client_software_name": "after",
+                                  "client_software_version": "1"})
+        assert resp.error_code == ErrorCode.none
 
 
 # ------------------------------------------------------------------ api keys and versions

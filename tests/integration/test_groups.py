@@ -156,6 +156,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_killed_member_partitions_move_after_session_timeout(
         broker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
     """R-GRP-3: a member kill -9'd stops heartbeating; after session.timeout.ms it is

@@ -8,6 +8,7 @@ import sys
 import time
 import uuid
 
+import pytest
 from confluent_kafka import Consumer, Producer
 
 from tests.brokerproc import BrokerProcess, wait_until
@@ -57,6 +58,7 @@ def _produce(bootstrap: str, topic: str) -> None:
     assert producer.flush(30) == 0
 
 
+@pytest.mark.slow
 def test_groups_commands(broker: BrokerProcess, topic_name: str) -> None:
     bs = ["--bootstrap-server", broker.bootstrap]
     group = f"cli-group-{uuid.uuid4().hex[:6]}"

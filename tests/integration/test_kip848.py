@@ -290,6 +290,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_killed_member_partitions_move_after_the_session_timeout(
         broker: BrokerProcess) -> None:
     import subprocess
@@ -331,6 +332,7 @@ def described_members(bootstrap: str, group: str) -> dict[str, tuple[int, list[i
 
 
 @pytest.mark.parametrize("graceful", [True, False], ids=["sigterm", "kill-9"])
+@pytest.mark.slow
 def test_consumer_group_survives_a_broker_restart(tmp_path: Path, graceful: bool) -> None:
     """R-GRP-6/7: the KIP-848 group's state is in __consumer_offsets, so after a restart
     (graceful or kill -9) the same member carries on with its member id, epoch and

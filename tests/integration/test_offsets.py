@@ -112,6 +112,7 @@ def consume_and_commit(client: str, bootstrap: str, topic: str, group: str, n: i
 
 @pytest.mark.parametrize("graceful", [True, False], ids=["sigterm", "kill-9"])
 @pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.slow
 def test_offsets_survive_broker_restart(tmp_path: Path, client: str, graceful: bool) -> None:
     """R-GRP-6: commits are in __consumer_offsets; after a restart (even kill -9 after
     the acks=all commit) a new consumer of the group resumes exactly there."""

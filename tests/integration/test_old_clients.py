@@ -280,7 +280,10 @@ def test_librdkafka_0011_record_fail(old: BrokerProcess, one_per_batch: bool) ->
         "cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)])
     for fut in admin.incremental_alter_configs([res]).values():
         fut.result(timeout=30)
-    conf = {"bootstrap.servers": old.bootstrap, "linger.ms": 200}
+    # all 100 in one batch: a linger longer than any produce loop on a loaded machine (with
+    # 200 ms a slow loop split them, 22 keyed ones then delivered in a batch of their own);
+    # flush() sends at once, linger or not
+    conf = {"bootstrap.servers": old.bootstrap, "linger.ms": 30_000}
     if one_per_batch:
         conf["batch.size"] = 1
     producer = Producer(conf)

@@ -189,6 +189,7 @@ def expected(values: list[str], partitions: int) -> set[tuple[int, int]]:
 # ---------------------------------------------------------------------------- the tests
 
 
+@pytest.mark.slow
 def test_kill_9_mid_stream_and_restart_loses_nothing(group_broker: BrokerProcess,
                                                      tmp_path: Path) -> None:
     """R-REL-4, R-REL-5: after kill -9 of the consumer process, its successor processes
@@ -260,6 +261,7 @@ def test_poison_record_goes_to_the_dead_letter_topic(group_broker: BrokerProcess
     assert all(n == 1 for o, n in attempts.items() if o != 7)  # 8.. not re-processed
 
 
+@pytest.mark.slow
 def test_rebalance_mid_flight_loses_nothing(group_broker: BrokerProcess,
                                             tmp_path: Path) -> None:
     """R-REL-4, R-REL-5: a second consumer joins mid-flight. No record is lost; a record is
@@ -318,6 +320,7 @@ def test_rebalance_mid_flight_loses_nothing(group_broker: BrokerProcess,
 
 
 @pytest.mark.parametrize("protocol", ["cooperative-sticky", "kip848"])
+@pytest.mark.slow
 def test_cooperative_rebalance_in_flight_commits_only_acked_and_keeps_the_rest(
         group_broker: BrokerProcess, tmp_path: Path, protocol: str) -> None:
     """Issue 14: a rebalance with cooperative-sticky (and KIP-848's consumer protocol) while

@@ -194,6 +194,7 @@ def test_confluent_kafka_produces_and_consumes(env: Env, listener: str) -> None:
     assert sorted(got) == sorted(b"r%d" % i for i in range(20))
 
 
+@pytest.mark.slow
 def test_oauthbearer_with_the_jwks_fetched_over_http(env: Env) -> None:
     conf = confluent_conf(env, "OAUTH", **{"bootstrap.servers": env.bootstrap("OAUTHURL")})
     assert sorted(roundtrip_confluent(conf, 5)) == [b"r%d" % i for i in range(5)]
@@ -201,6 +202,7 @@ def test_oauthbearer_with_the_jwks_fetched_over_http(env: Env) -> None:
                                              time.time() + 300)})
 
 
+@pytest.mark.slow
 def test_unsecured_oauthbearer_takes_unsigned_tokens_only(env: Env) -> None:
     """Kafka's development mode (no JWKS): librdkafka's unsigned token gets in; a signed
     one is refused (and on the JWKS listeners an unsigned one is)."""
@@ -237,6 +239,7 @@ def test_metadata_answers_each_listener_with_its_own_endpoints(env: Env) -> None
             ("127.0.0.1", env.ports[listener])], listener
 
 
+@pytest.mark.slow
 def test_kafka_python_over_ssl_mtls_and_sasl(env: Env) -> None:
     from kafka import KafkaConsumer, KafkaProducer
 
@@ -472,6 +475,7 @@ def test_every_client_produces_and_consumes_over_every_mode(env: Env, client: st
 # ----------------------------------------------------------------------- SCRAM
 
 
+@pytest.mark.slow
 def test_scram_users_created_through_the_admin_api_authenticate(env: Env) -> None:
     """SCRAM-SHA-512 and -256 (RFC 5802/7677): credentials made with
     AlterUserScramCredentials (salted; the broker keeps StoredKey and ServerKey, never the
@@ -538,6 +542,7 @@ def refused(conf: dict[str, Any]) -> str:
     return str(info.value)
 
 
+@pytest.mark.slow
 def test_wrong_password_and_unknown_user_are_refused(env: Env) -> None:
     for user, password in (("alice", "wrong"), ("nobody", "x")):
         refused(confluent_conf(env, "SASL_PLAINTEXT", **{"sasl.username": user,
@@ -565,6 +570,7 @@ def test_expired_and_foreign_tokens_are_refused(env: Env) -> None:
             assert w.is_closed_by_peer()
 
 
+@pytest.mark.slow
 def test_untrusted_or_missing_client_certificates_are_refused(env: Env) -> None:
     # mutual TLS: no certificate, or one signed by a CA the broker does not trust
     refused(confluent_conf(env, "SSL", **{"bootstrap.servers": env.bootstrap("MTLS")}))
@@ -643,6 +649,7 @@ def test_session_lifetime_and_reauthentication(env: Env) -> None:
         assert w.is_closed_by_peer()
 
 
+@pytest.mark.slow
 def test_confluent_kafka_reauthenticates_and_keeps_consuming(env: Env) -> None:
     """librdkafka re-authenticates before the 3 s session ends (KIP-368): a consumer
     polling for 8 s keeps its connection and gets records produced throughout."""

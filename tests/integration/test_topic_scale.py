@@ -51,6 +51,7 @@ def delivered_to(out: list[Any]) -> Any:
     return lambda err, msg: out.append(err)
 
 
+@pytest.mark.slow
 def test_clients_are_served_during_a_10000_partition_create(tmp_path: Path) -> None:
     """A 10,000-partition CreateTopics blocked every client for 6.4 s (issue 8 item 10):
     its directories and logs are now made in a worker thread and the metadata is one SQLite
@@ -109,6 +110,7 @@ def test_clients_are_served_during_a_10000_partition_create(tmp_path: Path) -> N
         no_traceback(b)
 
 
+@pytest.mark.slow
 def test_a_thousand_topics_are_created_in_bounded_time(tmp_path: Path) -> None:
     """Creating 1,000 topics took 74 s when every change rewrote and fsynced one JSON
     document (issue 8 item 10; 9.6-22 s on this test's machine, depending on its load).

@@ -297,6 +297,7 @@ def test_describe_and_list_transactions_on_the_wire(txb: BrokerProcess) -> None:
         assert d.transaction_states[0].transaction_state in ("PrepareAbort", "CompleteAbort")
 
 
+@pytest.mark.slow  # the command line: a process per call
 def test_cli_lists_and_describes_transactions(txb: BrokerProcess) -> None:
     """``headrace transactions list|describe`` (kafka-transactions.sh's columns)."""
     import subprocess
@@ -333,6 +334,7 @@ def test_cli_lists_and_describes_transactions(txb: BrokerProcess) -> None:
     assert r.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in r.stderr
 
 
+@pytest.mark.slow
 def test_kill_9_with_many_segments_keeps_transactions_through_snapshots_and_txnindexes(
     tmp_path: Path,
 ) -> None:
