@@ -4,7 +4,7 @@
 # extras, Java 17 for Spark, Debian's kcat, built on the old librdkafka 2.0.2 that real
 # users still have, Debian's ZooKeeper for the cluster tests and Debian's Burrow, a
 # sarama-based lag monitor, for the old-protocol tests; Debian's Chromium for the web
-# console's browser test).
+# console's browser test; iptables for the cluster's network-partition tests).
 #
 # --fast runs only the fast tier (tests not marked slow: the pure cores, wire and protocol
 # tests, fuzzers at a quarter of their budget, in-process and single-broker tests; under 5
@@ -31,6 +31,8 @@ command -v Burrow >/dev/null 2>&1 || missing="$missing burrow"
 # Debian's Chromium for the web console's browser test (Playwright drives it; no download)
 { command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]; } || missing="$missing chromium"
 command -v curl >/dev/null 2>&1 || missing="$missing curl"
+# iptables: the network-partition tests cut loopback traffic per broker (owner match)
+command -v iptables >/dev/null 2>&1 || missing="$missing iptables"
 if [ -n "$missing" ]; then
   if command -v apt-get >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
