@@ -15,7 +15,7 @@ from tests.cluster.test_failover import produce_acked
 from tests.clusterproc import Cluster
 from tests.kafka_wire import WireClient
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("cluster")]
 
 
 def _topic(prefix: str) -> str:
