@@ -281,12 +281,9 @@ class Cluster:
             parts[(t, p)] = (sorted(replicas), leader, sorted(isr))
         return ids, controller, parts, pending
 
-    def problems(self, topics_left: bool = True) -> list[str]:
-        """What keeps the cluster from being healthy (see the class); [] when it is.
-        ``topics_left=False``: a topic other than the internal ones is a problem too."""
+    def problems(self) -> list[str]:
+        """What keeps the cluster from being healthy (see the class); [] when it is."""
         ids, controller, parts, out = self.zk_partitions()
-        if not topics_left and (left := sorted({t for t, _ in parts if not _internal(t)})):
-            out.append(f"topic(s) not deleted yet: {', '.join(left[:5])}")
         if missing := sorted(set(self.brokers) - ids):
             out.append(f"broker(s) {missing} not registered in ZooKeeper")
         if controller not in ids:
@@ -350,14 +347,14 @@ class Cluster:
             raise ClusterUnhealthy("; ".join(errors))
         return crashed
 
-    def wait_healthy(self, timeout_s: float = 90.0, topics_left: bool = True) -> None:
+    def wait_healthy(self, timeout_s: float = 90.0) -> None:
         """Poll ``problems()`` until there are none; ClusterUnhealthy with the last ones
         after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         last: list[str] = []
         while True:
             try:
-                last = self.problems(topics_left)
+                last = self.problems()
             except LayoutError as e:  # permanent: no use waiting
                 raise ClusterUnhealthy(f"a znode is not in Kafka's layout: {e}") from None
             except Exception as e:  # ZooKeeper or a broker busy: ask again
@@ -368,22 +365,6 @@ class Cluster:
                 raise ClusterUnhealthy(f"not healthy after {timeout_s:.0f} s: "
                                        + "; ".join(last))
             time.sleep(0.1)
-
-    def delete_topics(self) -> None:
-        """Delete every topic but the internal ones; ``wait_healthy(topics_left=False)``
-        then waits until they are gone everywhere."""
-        from confluent_kafka import KafkaError, KafkaException
-
-        topics = [t for t in self.zk().get_children("/brokers/topics") if not _internal(t)]
-        if not topics:
-            return
-        admin = self.admin()  # referenced until the results are in
-        for f in admin.delete_topics(topics, request_timeout=30).values():
-            try:
-                f.result(40)
-            except KafkaException as e:
-                if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    raise
 
     # ------------------------------------------------------------------ faults
     def kill_all(self) -> None:
@@ -452,10 +433,6 @@ class Cluster:
 
 
 _PartitionView = tuple[list[int], int, list[int]]  # (replicas, leader, ISR), sorted
-
-
-def _internal(topic: str) -> bool:
-    return topic.startswith("__")
 
 
 def _metadata(address: str) -> tuple[set[int], int, dict[tuple[str, int], _PartitionView]]:

@@ -9,8 +9,8 @@ for equal settings, each restored to health between tests.
 - ``healthy`` (each test): the module's cluster, healthy (``Cluster.problems``: every
   broker registered, a controller, no offline partition, full ISRs, every broker's
   metadata caught up). After the test, paused brokers are resumed, dead ones restarted,
-  health is waited for with a deadline, then every topic but the internal ones is
-  deleted and health waited for again. A
+  and health is waited for with a deadline. Topics stay (each test makes its own, with a
+  unique name): a test must not assume it has the cluster to itself. A
   test that leaves the cluster unhealthy (or a broker that crashed or logged a traceback)
   fails in its own teardown, saying what is off; the next test then gets a fresh cluster
   instead of the broken one.
@@ -121,10 +121,6 @@ def healthy(cluster_pool: ClusterPool, cluster_overrides: dict[str, str]) -> Ite
     try:
         failures += c.restore()
         c.wait_healthy(HEALTH_DEADLINE_S)
-        # deleted once quiet: a deletion racing with elections can leave a topic znode
-        # without data behind (see Cluster.problems)
-        c.delete_topics()
-        c.wait_healthy(HEALTH_DEADLINE_S, topics_left=False)
     except Exception as e:
         failures.append(f"{type(e).__name__}: {e}")
         cluster_pool.discard(c)
@@ -132,11 +128,4 @@ def healthy(cluster_pool: ClusterPool, cluster_overrides: dict[str, str]) -> Ite
         failures.append(tb)
     if failures:
         pytest.fail("the test left its cluster unhealthy (brokers resumed and restarted, "
-                    "topics deleted, then health waited for): " + "\n".join(failures),
-                    pytrace=False)
-
-
-@pytest.fixture
-def cluster(healthy: Cluster) -> Cluster:
-    """The same as ``healthy``."""
-    return healthy
+                    "then health waited for): " + "\n".join(failures), pytrace=False)
