@@ -16,7 +16,10 @@ for equal settings, each restored to health between tests.
   instead of the broken one.
 
 Every cluster module is marked ``xdist_group("cluster")`` so that under pytest-xdist
-(``--dist loadgroup``) they run in one worker and share its ZooKeeper and clusters.
+(``--dist loadgroup``) they run in one worker and share its ZooKeeper and clusters. (With
+pytest 9.2 and pytest-xdist 3.8.0 the mark has no effect: xdist tags the group onto
+``item._nodeid``, which pytest 9 no longer reads, so loadgroup distributes like load;
+each worker then starts its own ZooKeeper and clusters, which is correct but costs more.)
 """
 
 from __future__ import annotations
