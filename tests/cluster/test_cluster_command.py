@@ -25,7 +25,7 @@ from tests.brokerproc import wait_until
 from tests.readme import ROOT, commands
 from tests.zk import ZK_SERVER
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.xdist_group("cluster")]
 
 
 def _free_block(n: int) -> int:

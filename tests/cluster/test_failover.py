@@ -1,8 +1,10 @@
 """Seed 002's replication scenarios on a real 3-broker cluster (R-REP-2..8, R-PROD-2).
 
-Brokers are separate processes (``zookeeper.session.timeout.ms=4000``,
-``replica.lag.time.max.ms=5000``) killed with SIGKILL, paused with SIGSTOP and stopped
-with SIGTERM; every wait is a poll with a deadline.
+Brokers are separate processes (``zookeeper.session.timeout.ms=3000``,
+``replica.lag.time.max.ms=3000``: tests/clusterproc.py FAULT_TIMEOUTS) killed with
+SIGKILL, paused with SIGSTOP and stopped with SIGTERM; every wait is a poll with a
+deadline or a ZooKeeper watch. No automatic preferred-leader rebalance
+(tests/cluster/conftest.py BASE_OVERRIDES): every election here is one a test causes.
 """
 
 from __future__ import annotations
@@ -16,22 +18,14 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from headrace.cluster import zk_layout as L
 from tests.batches import make_batch
 from tests.brokerproc import wait_until
 from tests.cluster.test_replication import producer, read_all, segment_bytes
-from tests.clusterproc import Cluster
+from tests.clusterproc import LAG_TIME_MS, Cluster
 from tests.kafka_wire import WireClient
 
-pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture(scope="module")
-def cluster_overrides() -> dict[str, str]:
-    """Every election in these scenarios is one a test causes: the automatic preferred
-    rebalance (Kafka's default: on, every 300 s) would move a leader back to its preferred
-    replica in the middle of one (seen: a fenced leader's partition moved back to it right
-    after it rejoined, 300 s into the module)."""
-    return {"auto.leader.rebalance.enable": "false"}
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("cluster")]
 
 
 def _topic(prefix: str) -> str:
@@ -54,6 +48,33 @@ def wire_produce(cluster: Cluster, broker_id: int, topic: str, values: list[byte
 
 def followers(cluster: Cluster, topic: str, leader: int) -> list[int]:
     return [int(r) for r in cluster.describe(topic)[0].replicas if int(r) != leader]
+
+
+def _zk_state(cluster: Cluster, topic: str, partition: int = 0) -> tuple[int, list[int]]:
+    """(leader, ISR) of a partition as its state znode has it."""
+    path = L.state_path(topic, partition)
+    leader, _, isr, _ = L.decode_state(path, cluster.zk().get(path)[0])
+    return leader, isr
+
+
+def _create_assigned(cluster: Cluster, topic: str, assignment: list[list[int]]) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    admin = cluster.admin()  # referenced until the result is in
+    admin.create_topics([NewTopic(topic, num_partitions=len(assignment),
+                                 replica_assignment=assignment)])[topic].result(30)
+
+
+def high_watermark(cluster: Cluster, broker_id: int, topic: str) -> int:
+    """ListOffsets v7 latest, read_uncommitted, asked of ``broker_id``: the partition's
+    high watermark as its leader has it."""
+    with WireClient.to(cluster.brokers[broker_id].address) as wc:
+        resp = wc.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                            "timestamp": -1}]}]})
+    (p,) = resp.topics[0].partitions
+    assert p.error_code == ErrorCode.none, p
+    return int(p.offset)
 
 
 def produce_acked(cluster: Cluster, topic: str, values: list[bytes]) -> None:
@@ -133,12 +154,24 @@ def test_unclean_off_keeps_partition_offline_until_the_leader_returns(healthy: C
     cluster.brokers[leader].kill()
     for f in fs:
         cluster.brokers[f].resume()
-    # both followers are back and registered, yet nobody leads
-    wait_until(lambda: all(cluster.brokers[f].alive for f in fs), 5)
-    deadline = time.monotonic() + 12
-    while time.monotonic() < deadline:
-        assert cluster.leader(topic, 0) in (-1, leader)
-        time.sleep(0.5)
+    # The controller's verdict, awaited as events rather than watched for a while: once
+    # ZooKeeper has the leader gone (its session expired), both followers registered and
+    # the partition without a leader (the controller acted on the death), a probe topic
+    # with one partition on each follower is created. Its two leaders are elected by a
+    # controller that sees both followers alive, and every reconcile decides every
+    # partition: that one left this partition offline rather than elect an out-of-sync
+    # replica. Nothing later (no broker or topic change) makes it decide again.
+    def verdict_due() -> bool:
+        ids = {int(x) for x in cluster.zk().get_children(L.BROKER_IDS)}
+        return ids == set(fs) and _zk_state(cluster, topic)[0] == -1
+
+    wait_until(verdict_due, 40, 0.1, "the leader's death acted on, both followers back")
+    probe = _topic("probe")
+    _create_assigned(cluster, probe, [[fs[0]], [fs[1]]])
+    for p in (0, 1):
+        assert cluster.wait_leader(probe, p, timeout_s=30) == fs[p]
+    assert _zk_state(cluster, topic)[0] == -1
+    assert cluster.leader(topic, 0) == -1
     cluster.brokers[leader].start()
     assert cluster.wait_leader(topic, 0, timeout_s=40) == leader
     got = read_all(cluster, topic, 1, 20)
@@ -258,17 +291,40 @@ def test_session_expiry_fences_the_leader(healthy: Cluster) -> None:
 
 
 def test_controlled_shutdown_moves_leadership_before_exit(healthy: Cluster) -> None:
-    """A controlled shutdown (SIGTERM): leadership is moved away before the process exits,
-    so the partition has a live leader at once (not after the session timeout)."""
+    """A controlled shutdown (SIGTERM): leadership is moved away while the broker is still
+    registered, so the partition never waits for a dead leader. ZooKeeper watches on the
+    partition's state and on the registered brokers see, in ZooKeeper's order, the new
+    leader before the broker's registration goes (without a controlled shutdown the
+    election follows the deregistration, whatever the session timeout)."""
     cluster = healthy
     topic = _topic("ctlshut")
     cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
     leader = cluster.wait_leader(topic, 0)
-    assert cluster.brokers[leader].stop() == 0
-    t0 = time.monotonic()
-    new = cluster.wait_leader(topic, 0, ok=lambda x: x != leader, timeout_s=10)
-    assert new != leader
-    assert time.monotonic() - t0 < 3  # well inside the 4 s session timeout
+    zk = cluster.zk()
+    events: list[str] = []
+    watching = True
+
+    @zk.DataWatch(L.state_path(topic, 0))
+    def _state(data: bytes | None, stat: Any) -> bool:
+        if data:
+            events.append(f"leader {L.decode_state('state', data)[0]}")
+        return watching
+
+    @zk.ChildrenWatch(L.BROKER_IDS)
+    def _ids(children: list[str]) -> bool:
+        events.append("registered" if str(leader) in children else "deregistered")
+        return watching
+
+    try:
+        assert cluster.brokers[leader].stop() == 0
+        wait_until(lambda: "deregistered" in events, 10, 0.05, "the broker to deregister")
+        new = cluster.wait_leader(topic, 0, ok=lambda x: x != leader, timeout_s=10)
+    finally:
+        watching = False
+    moved = [i for i, e in enumerate(events)
+             if e.startswith("leader ") and e not in (f"leader {leader}", "leader -1")]
+    assert moved and moved[0] < events.index("deregistered"), events
+    assert events[moved[0]] == f"leader {new}"
     assert any("controlled shutdown" in line for line in cluster.brokers[leader].log)
     cluster.brokers[leader].start()
 
@@ -340,26 +396,63 @@ def test_reassignment_moves_a_partition_to_another_broker(healthy: Cluster) -> N
     assert cancel.returncode == 1 and "NO_REASSIGNMENT_IN_PROGRESS" in cancel.stderr
 
 
-def test_fetch_as_a_non_replica_cannot_move_the_high_watermark(healthy: Cluster) -> None:
-    """A client claiming a replica id that is not one of the partition's replicas gets
-    NOT_LEADER_OR_FOLLOWER and cannot make the leader count unreplicated records as
-    committed (R-REP-4)."""
-    cluster = healthy
-    topic = _topic("spoof")
-    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
-    leader = cluster.wait_leader(topic, 0)
-    with WireClient.to(cluster.brokers[leader].address) as wc:
+def _fetch_as(cluster: Cluster, broker_id: int, replica_id: int, topic: str,
+              offset: int) -> int:
+    """The error code of a Fetch v12 of partition 0 at ``offset`` claiming to come from
+    replica ``replica_id``."""
+    with WireClient.to(cluster.brokers[broker_id].address) as wc:
         resp = wc.request(1, 12, {
-            "replica_id": 99, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+            "replica_id": replica_id, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
             "isolation_level": 0, "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": topic, "partitions": [{
-                "partition": 0, "current_leader_epoch": -1, "fetch_offset": 1_000_000,
+                "partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
                 "last_fetched_epoch": -1, "log_start_offset": -1,
                 "partition_max_bytes": 1 << 20}]}],
             "forgotten_topics_data": [], "rack_id": ""})
     (p,) = resp.responses[0].partitions
-    assert p.error_code == ErrorCode.not_leader_or_follower
-    produce_acked(cluster, topic, [b"still-fine"])
+    return int(p.error_code)
+
+
+def test_fetch_as_a_non_replica_cannot_move_the_high_watermark(healthy: Cluster) -> None:
+    """A client claiming a replica id that is not one of the partition's replicas gets
+    NOT_LEADER_OR_FOLLOWER and cannot make the leader count unreplicated records as
+    committed (R-REP-4). A follower is paused (still in the ISR) and 3 records are
+    produced with acks=1, so the high watermark stays below the log end; a Fetch at the
+    log end as replica 99 leaves it where it was (ListOffsets latest = the high
+    watermark), and it moves once the real follower replicates."""
+    cluster = healthy
+    topic = _topic("spoof")
+    cluster.create_topic(topic, 1, 3, {"min.insync.replicas": "1"})
+    produce_acked(cluster, topic, [b"committed"] * 5)
+    leader = cluster.wait_leader(topic, 0)
+    lagging = followers(cluster, topic, leader)[0]
+    for _attempt in range(3):
+        cluster.wait_isr(topic, 0, lambda isr: isr == {1, 2, 3}, 60)
+        committed = high_watermark(cluster, leader, topic)
+        cluster.brokers[lagging].pause()
+        try:
+            code, base = wire_produce(cluster, leader, topic, [b"unreplicated"] * 3, acks=1)
+            assert code == ErrorCode.none
+            log_end = base + 3
+            before = high_watermark(cluster, leader, topic)
+            spoofed = _fetch_as(cluster, leader, 99, topic, log_end)
+            after = high_watermark(cluster, leader, topic)
+            # conclusive only if the paused follower was in the ISR throughout: the leader
+            # drops it (and may then advance the high watermark) only after ZooKeeper
+            # has the smaller ISR, so it still being there now means it was before
+            conclusive = lagging in _zk_state(cluster, topic)[1]
+        finally:
+            cluster.brokers[lagging].resume()
+        if conclusive:
+            break
+    else:
+        pytest.fail(f"the paused follower left the ISR (after {LAG_TIME_MS} ms) before the "
+                    "checks ended, three times")
+    assert before == committed < log_end
+    assert spoofed == ErrorCode.not_leader_or_follower
+    assert after == committed, "a non-replica's fetch moved the high watermark"
+    wait_until(lambda: high_watermark(cluster, leader, topic) == log_end, 30, 0.05,
+               "the high watermark to reach the log end once the follower replicates")
 
 
 def test_produce_requests_pipeline_on_one_connection(healthy: Cluster) -> None:

@@ -16,7 +16,7 @@ from tests.brokerproc import wait_until
 from tests.cluster.test_replication import producer
 from tests.clusterproc import Cluster
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("cluster")]
 
 PARTITIONS = 6
 

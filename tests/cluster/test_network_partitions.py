@@ -49,7 +49,7 @@ from tests.kafka_wire import WireClient
 from tests.netcut import NetBroker, NetCut, NetCutUnavailable, free_gids
 from tests.zk import zookeeper  # noqa: F401  (the module's ZooKeeper server)
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("cluster")]
 
 SESSION_TIMEOUT_MS = 6000
 LAG_TIME_MS = 3000

@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from tests.brokerproc import wait_until
 from tests.clusterproc import Cluster
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("cluster")]
 
 
 def _topic(prefix: str) -> str:

@@ -33,6 +33,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from kazoo.client import KazooClient
 
 from headrace.cluster import zk_layout as L
+from headrace.cluster.zookeeper_server import ZooKeeperServer
 from headrace.security.devcerts import write_dev_certs
 from headrace.security.scram import format_credential, from_password
 from tests.brokerproc import wait_until
@@ -47,9 +48,8 @@ from tests.security_helpers import (
     sasl_conf,
     scram_user,
 )
-from tests.zk import zookeeper  # noqa: F401  (the module's ZooKeeper server)
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.xdist_group("cluster")]
 
 MECH = "SCRAM-SHA-512"
 SEEDED = {"broker": "broker-secret", "admin": "admin-secret"}
@@ -92,7 +92,7 @@ def seed_credentials(connect: str, chroot: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def secured(zookeeper, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
+def secured(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[Secured]:
     root: Path = tmp_path_factory.mktemp("secured")
     certs = write_dev_certs(root / "certs")
@@ -117,12 +117,25 @@ def secured(zookeeper, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
         client_ports[i] = free_port()
         b.overrides["listeners"] = (f"INTERNAL://127.0.0.1:{b.port},"
                                     f"CLIENT://127.0.0.1:{client_ports[i]}")
+    c.wire_health = False  # no plaintext listener: health as ZooKeeper has it
     c.start()
     try:
+        c.wait_healthy()
         yield Secured(c, client_ports, certs["ca.pem"])
     finally:
-        c.stop()
-        c.keep_logs(root)
+        c.stop(kill=True)
+        c.write_logs()
+
+
+@pytest.fixture(autouse=True)
+def restored(secured: Secured) -> Iterator[None]:
+    """After each test: killed brokers restarted, health waited for, no traceback logged."""
+    yield
+    c = secured.cluster
+    crashed = c.restore()
+    c.wait_healthy()
+    tb = c.new_tracebacks()
+    assert not crashed and tb is None, "\n".join([*crashed, tb or ""])
 
 
 def leader_of(s: Secured, topic: str, not_: int = -1) -> int:
@@ -179,9 +192,6 @@ def test_replication_over_the_secured_inter_broker_listener(secured: Secured) ->
 
 def test_acls_answer_alike_on_every_broker(secured: Secured) -> None:
     s = secured
-    for b in s.cluster.brokers.values():
-        if not b.alive:
-            b.start()
     a = s.admin(1)
     # alice, a SCRAM user, created through broker 1
     ok(a.alter_user_scram_credentials([scram_user("alice", "alice-secret")])["alice"])
@@ -228,9 +238,6 @@ def test_acls_answer_alike_on_every_broker(secured: Secured) -> None:
 def test_scram_user_created_on_one_broker_authenticates_on_every_broker(
         secured: Secured) -> None:
     s = secured
-    for b in s.cluster.brokers.values():
-        if not b.alive:
-            b.start()
     a = s.admin(2)  # created through broker 2 (kept referenced until the answer)
     ok(a.alter_user_scram_credentials([scram_user("carol", "carol-secret")])["carol"])
 

@@ -23,7 +23,7 @@ from tests.clusterproc import Cluster
 from tests.txn_worker import HUNG_EXIT
 from tests.workerproc import WorkerProcess
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("cluster")]
 
 PARTS = 3
 
