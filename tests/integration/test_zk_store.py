@@ -198,3 +198,20 @@ async def test_session_expiry_is_reported_and_recovered(zookeeper: ZooKeeperServ
         assert s.topic("x") is not None
     finally:
         s.close()
+
+
+async def test_new_states_of_a_deleted_topic_do_not_bring_its_znode_back(
+        pair: tuple[ZkMetadataStore, ...]) -> None:
+    """A controller whose cache still had a deleted topic wrote its partitions as new, and the
+    recursive create of their parent brought back /brokers/topics/T with no data (every
+    broker then logged 'not JSON' for good). Now nothing is written and the write says so."""
+    a, _ = pair
+    await asyncio.to_thread(a.create_topic_znodes, "gone", [[1]], {}, uuid.uuid4())
+    won = await asyncio.to_thread(a.elect_controller, 1)
+    assert won is not None
+    epoch, version = won
+    await asyncio.to_thread(a.delete_topic_znodes, "gone", version)
+    states = [("gone", 0, PartitionState([1], 1, 0, [1]))]
+    assert await asyncio.to_thread(a.write_partition_states, states, epoch, version) == [None]
+    assert a.client is not None
+    assert await asyncio.to_thread(a.client.exists, L.topic_path("gone")) is None

@@ -1092,7 +1092,8 @@ class ZkMetadataStore:
         the check failed; per update the new version or None (BadVersion: re-decide)."""
         c = self._c()
         parents_known: set[str] = set()
-        pending = []
+        gone: set[str] = set()
+        pending: list[tuple[str, int, PartitionState, bytes, Any]] = []
         for topic, p, st in updates:
             path = L.state_path(topic, p)
             data = L.encode_state(st, controller_epoch)
@@ -1100,8 +1101,18 @@ class ZkMetadataStore:
             t.check(L.CONTROLLER_EPOCH, epoch_zk_version)
             if st.zk_version < 0:
                 if topic not in parents_known:  # once per topic, not once per partition
-                    c.ensure_path(L.partitions_path(topic))
                     parents_known.add(topic)
+                    # never recursive: a topic deleted meanwhile must not come back as an
+                    # empty /brokers/topics/T (a cache that still had it made new states)
+                    try:
+                        c.create(L.partitions_path(topic))
+                    except NodeExistsError:
+                        pass
+                    except NoNodeError:
+                        gone.add(topic)
+                if topic in gone:
+                    pending.append((topic, p, st, data, None))
+                    continue
                 t.create(L.partition_path(topic, p))
                 t.create(path, data)
             else:
@@ -1110,6 +1121,9 @@ class ZkMetadataStore:
         out: list[int | None] = []
         moved = False
         for topic, p, st, data, res in pending:
+            if res is None:  # its topic is gone: nothing written
+                out.append(None)
+                continue
             results = res.get(timeout=max(self.session_timeout_s, 10))
             first, last = results[0], results[-1]
             if isinstance(first, Exception) and type(first).__name__ != "RolledBackError":
