@@ -415,18 +415,28 @@ class ClusterNode:
     async def _change_isr(self, p: Partition, change: IsrChange) -> None:
         """Write ``change`` (pending in the partition's core, so the high watermark counts
         a joiner already) conditionally on the state acted on; it takes effect only once
-        written. A lost race or an error drops it: the cache brings what was decided."""
+        written. A lost race drops it (the cache brings what was decided); a write without
+        an answer may have been applied, so it stays pending until a newer state settles it
+        (``Partition.update_state``) or the session's loss fences this leader."""
         acted = p.state
         core = p.core
-        committed = False
+        keep = False
         try:
             new = replace(acted, isr=list(change.isr))
             try:
                 version = await asyncio.to_thread(self.store.update_isr, p.tp.topic,
                                                   p.tp.partition, new)
             except Exception as e:
-                log.warning("ISR change of %s (%s) failed: %s", p.tp, change.reason,
+                # its outcome is unknown (the store retried within the session): the
+                # change stays pending, so the high watermark keeps counting a joiner that
+                # ZooKeeper may already list, until the session's loss fences this leader
+                # or a new state (through the cache) settles it
+                keep = True
+                log.warning("ISR change of %s (%s) has no answer: %s", p.tp, change.reason,
                             f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+                return
+            if core is not None and core.pending is not change:
+                keep = True  # settled meanwhile (by a newer state, or a new leadership)
                 return
             if version is None:
                 log.debug("ISR change of %s lost a race (the state changed); re-reading", p.tp)
@@ -437,12 +447,12 @@ class ClusterNode:
                 return
             p.isr_committed(change, replace(new, zk_version=version),
                             self.broker.clock.wall_ms())
-            committed = True
+            keep = True
             self.broker.metrics.isr_changed(len(acted.isr), len(p.state.isr))
             log.debug("ISR of %s: %s -> %s (%s)", p.tp, acted.isr, p.state.isr, change.reason)
             self._isr_changes.append(f"{p.tp}: {acted.isr} -> {p.state.isr} ({change.reason})")
             if len(self._isr_changes) == 1:
                 asyncio.get_running_loop().call_later(0.5, self._log_isr_changes)
         finally:
-            if not committed and core is not None:
+            if not keep and core is not None:
                 core.isr_failed(change)

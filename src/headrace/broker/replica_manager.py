@@ -209,6 +209,15 @@ class Partition:
             return
         if tuple(state.replicas) != core.replicas:
             core.set_replicas(state.replicas)
+        pending = core.pending
+        if pending is not None:
+            # a newer state settles a pending change: ours if it lists that ISR (its answer
+            # may have been lost), else someone else decided and ours will be refused
+            if tuple(state.isr) == pending.isr:
+                if core.isr_committed(pending, self.log.log_end_offset, now_ms):
+                    self._hw_moved()
+                return
+            core.isr_failed(pending)
         if tuple(state.isr) != core.isr and core.set_isr(
                 state.isr, self.log.log_end_offset, now_ms):
             self._hw_moved()

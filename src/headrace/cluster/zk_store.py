@@ -71,6 +71,7 @@ from kazoo.exceptions import (
     NotEmptyError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 from headrace.cluster import zk_layout as L
 from headrace.config import BrokerConfig
@@ -1020,14 +1021,33 @@ class ZkMetadataStore:
                              makepath=True)
 
     def update_isr(self, topic: str, partition: int, state: PartitionState) -> int | None:
-        """A leader's conditional ISR change; the new znode version, None if it changed."""
-        try:
-            stat = self._c().set(L.state_path(topic, partition),
-                                 L.encode_state(state, state.controller_epoch),
-                                 version=state.zk_version)
-        except (BadVersionError, NoNodeError):
-            return None
-        return int(stat.version)
+        """A leader's conditional ISR change; the new znode version, None if someone else
+        changed the state first.
+
+        A write whose answer was lost with the connection may have been applied: it is sent
+        again once kazoo has reconnected (within the session), and a BadVersion is then
+        checked against what the znode holds — our own leader, epoch and ISR mean it was
+        ours (Kafka's ``conditionalUpdatePath`` with its data checker). Only the session's
+        expiry (the broker is fenced then) ends the retries with an exception; a change
+        is never reported failed while it may be in ZooKeeper."""
+        path = L.state_path(topic, partition)
+        data = L.encode_state(state, state.controller_epoch)
+
+        def attempt() -> int | None:
+            c = self._c()
+            try:
+                return int(c.set(path, data, version=state.zk_version).version)
+            except NoNodeError:
+                return None
+            except BadVersionError:
+                current, stat = c.get(path)
+                mine = L.decode_state(path, data)[:3]
+                return int(stat.version) if L.decode_state(path, current)[:3] == mine else None
+
+        retry = KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0, ignore_expire=False,
+                           deadline=max(self.session_timeout_s * 2, 10.0))
+        version: int | None = retry(attempt)
+        return version
 
     def allocate_producer_ids(self, count: int) -> int:
         c = self._c()

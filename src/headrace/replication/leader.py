@@ -244,7 +244,9 @@ class PartitionLeader:
         return self.maybe_increment_high_watermark(log_end_offset)
 
     def isr_failed(self, change: IsrChange) -> None:
-        """The state store refused ``change`` (a lost race, an error): nothing changes."""
+        """The state store refused ``change`` (a lost race: someone else decided): nothing
+        changes. Never for a write without an answer — it may have been applied; it stays
+        pending until a newer state settles it."""
         if self.pending is change:
             self.pending = None
 
