@@ -12,7 +12,10 @@ A fault is ``kind:broker@at_ms+duration_ms`` (``expire:1@900+0``). Kinds:
 - ``zkcut``: the broker is cut from ZooKeeper only; ``peercut``: from the other brokers
   only; ``isolate``: from both; ``minority``: the other brokers are cut from ZooKeeper and
   from this one (the minority holds ZooKeeper).
-- ``slowdisk``: the broker's disk flushes ten times less often.
+- ``slowdisk``: the broker's disk is slow: its follower writes take ten ticks (and, with
+  a flush interval, it flushes ten times less often).
+- ``leadercrash``: ``crash`` on whichever broker leads partition ``broker % partitions`` at
+  that moment (a leader failure while a follower may be catching up).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
     from headrace.simulation.world import World
 
 KINDS = ("crash", "pause", "expire", "ctlloss", "zkcut", "peercut", "isolate", "minority",
-         "slowdisk")
+         "slowdisk", "leadercrash")
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,12 @@ class Fault:
     def apply(self, w: World) -> None:
         b = w.brokers[self.broker]
         end = w.now + self.duration_ms
-        if self.kind == "crash":
+        if self.kind == "leadercrash":
+            leader = w.leader_of(self.broker % w.p.partitions)
+            if leader >= 0 and w.brokers[leader].up:
+                w.brokers[leader].crash()
+                w.at(end, self._restart_broker, w, leader)
+        elif self.kind == "crash":
             if b.up:
                 b.crash()
                 w.at(end, self._restart, w)
@@ -87,6 +95,10 @@ class Fault:
     def _restart(self, w: World) -> None:
         w.trace(f"HEAL {self.describe()}")
         w.brokers[self.broker].restart()
+
+    def _restart_broker(self, w: World, broker: int) -> None:
+        w.trace(f"HEAL {self.describe()} (broker {broker})")
+        w.brokers[broker].restart()
 
     def _heal(self, w: World) -> None:
         w.trace(f"HEAL {self.describe()}")

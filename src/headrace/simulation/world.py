@@ -36,6 +36,10 @@ every replica holding a record within one flush interval loses it even though it
 acknowledged: such records are recorded in ``lost_to_crash`` and excluded from the
 lost-record and consumer checks (and only those).
 
+**Followers** truncate before fetching with OffsetForLeaderEpoch (as the real shell) or,
+chosen at random each time they start following, rely on the fetch's diverging epoch alone
+(as Kafka 2.7+ followers); the leader checks every fetch with ``check_follower_fetch``.
+
 **Clients**: one idempotent acks=all producer per partition (one request in flight,
 retried with the same sequence number until acknowledged; duplicates are detected at the
 leader from the log) and one read_committed consumer per partition reading up to the high
@@ -83,7 +87,7 @@ class Params:
     loss: float = 0.01
     request_timeout_ms: int = 250
     isr_write_timeout_ms: int = 400
-    fetch_batch: int = 8
+    fetch_batch: int = 2
 
 
 # ---------------------------------------------------------------------- ZooKeeper
@@ -528,7 +532,10 @@ class Broker:
         if new_epoch or r.leader != st.leader:
             r.leader = st.leader
             r.leader_epoch = st.leader_epoch
-            r.truncated = False
+            # Half the time the follower truncates first with OffsetForLeaderEpoch (the
+            # real shell, KIP-101/279), else it relies on the fetch's diverging epoch alone
+            # (Kafka 2.7+ followers, KIP-320 / KAFKA-10554): both must be safe.
+            r.truncated = self.w.rng.random() < 0.5
             r.fetch_due = now
 
     # ------------------------------------------------------------------ leader side
