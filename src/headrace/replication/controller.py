@@ -38,6 +38,7 @@ import enum
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from headrace.cluster.controller import elected, initial_state, offline_election
 from headrace.metadata.store import PartitionState
@@ -91,8 +92,10 @@ REPLICA_TRANSITIONS: dict[ReplicaPhase, frozenset[ReplicaPhase]] = {
 }
 
 
-def check_transition(table: Mapping[enum.Enum, frozenset[enum.Enum]], current: enum.Enum,
-                     target: enum.Enum) -> None:
+S = TypeVar("S", PartitionPhase, ReplicaPhase)
+
+
+def check_transition(table: Mapping[S, frozenset[S]], current: S, target: S) -> None:
     """Raise ``InvalidTransitionError`` unless ``current`` -> ``target`` is in ``table``."""
     if current not in table[target]:
         raise InvalidTransitionError(

@@ -326,7 +326,8 @@ class Broker:
         keep = []
         for e in self.purgatory:
             if p is None or e.p == p:
-                self.w.send(self.id, e.client, ("produce_resp", e.p, e.pid, e.seq, "not_leader", -1))
+                self.w.send(self.id, e.client,
+                            ("produce_resp", e.p, e.pid, e.seq, "not_leader", -1))
             else:
                 keep.append(e)
         self.purgatory = keep
@@ -597,7 +598,12 @@ class Broker:
                 w.send(self.id, src, ("consume_resp", p, offset, None))
             else:
                 w.send(self.id, src, ("consume_resp", p, offset,
-                                      r.log[offset:min(r.hw, offset + 4)]))
+                                      r.log[offset:min(self.fetch_end(r), offset + 4)]))
+
+    def fetch_end(self, r: Replica) -> int:
+        """Where a read_committed consumer's read ends: the last stable offset, which is the
+        high watermark (no transactions are simulated)."""
+        return r.hw
 
     def serve_fetch(self, src: int, p: int, cur_epoch: int, fetch_offset: int,
                     last_epoch: int) -> None:
@@ -970,7 +976,7 @@ class World:
 
     def client_msg(self, msg: tuple[Any, ...]) -> None:
         if msg[0] == "produce_resp":
-            _, p, pid, seq, code, offset = msg
+            _, p, _pid, seq, code, _offset = msg
             pr = self.producers[p]
             if seq != pr.seq:
                 return
@@ -1051,9 +1057,10 @@ class World:
     def consumed(self, p: int, offset: int, rec: tuple[int, int, int]) -> None:
         com = self.committed[p]
         if offset >= len(com) or com[offset] != rec:
+            there = com[offset] if offset < len(com) else None
             raise Violation("consumer read committed",
                             f"a consumer read {rec} at partition {p} offset {offset}, the "
-                            f"committed record there is {com[offset] if offset < len(com) else None}")
+                            f"committed record there is {there}")
         self.seen.append((p, offset, rec))
 
     def lost_in_crash(self, p: int, lost: list[tuple[int, int, int]]) -> None:

@@ -80,3 +80,40 @@ def first_failing_seed(mutation: str, seeds: range) -> Result | None:
             if not r.ok:
                 return r
     return None
+
+
+def election_keeps_epoch() -> contextlib.AbstractContextManager[None]:
+    """The controller's election does not move the leader epoch (two leaders, one epoch)."""
+    from dataclasses import replace
+
+    from headrace.replication import controller as ctl
+
+    def elected(st, leader, isr):  # type: ignore[no-untyped-def]
+        return replace(st, leader=leader, isr=list(isr), replicas=list(st.replicas))
+
+    return _patch(ctl, "elected", elected)
+
+
+def hw_follows_candidate() -> contextlib.AbstractContextManager[None]:
+    """``maybe_increment_high_watermark`` takes the candidate even when it is lower."""
+    def move(self: ld.PartitionLeader, log_end_offset: int) -> bool:
+        new = self.high_watermark_candidate(log_end_offset)
+        moved = new != self.high_watermark
+        self.high_watermark = new
+        return moved
+
+    return _patch(ld.PartitionLeader, "maybe_increment_high_watermark", move)
+
+
+MUTATIONS["election_keeps_epoch"] = election_keeps_epoch
+MUTATIONS["hw_follows_candidate"] = hw_follows_candidate
+
+
+def consumer_reads_past_hw() -> contextlib.AbstractContextManager[None]:
+    """A consumer's fetch is served up to the log end, not the high watermark."""
+    from headrace.simulation.world import Broker
+
+    return _patch(Broker, "fetch_end", lambda self, r: r.leo)
+
+
+MUTATIONS["consumer_reads_past_hw"] = consumer_reads_past_hw
