@@ -88,6 +88,14 @@ class Params:
     request_timeout_ms: int = 250
     isr_write_timeout_ms: int = 400
     fetch_batch: int = 2
+    # the current cluster_node._change_isr: an ISR write that raised (no answer: applied
+    # or not) is dropped with isr_failed; False: it stays pending until a re-read says
+    isr_error_drops_change: bool = False
+    # the current cluster_node._transition: a state re-read (after a restart or a new
+    # session) naming this broker leader makes it lead at that epoch, even one this
+    # process never led; False: only a LeaderAndIsr does (the controller bumps the epoch
+    # of a bounced broker's partitions first)
+    reread_leads: bool = False
 
 
 # ---------------------------------------------------------------------- ZooKeeper
@@ -346,6 +354,7 @@ class Broker:
                 for p in sorted(self.reread):
                     st = w.zk.partition_state(p)
                     if st is not None:
+                        self.resolve_isr_change(self.replicas[p], st)
                         self.apply_state(p, st)
                 self.reread.clear()
             if self.controller is not None and self.controller_resync:
@@ -355,7 +364,10 @@ class Broker:
             r = self.replicas[p]
             if r.core is not None:
                 if r.core.pending is not None and now >= r.isr_deadline:
-                    r.core.isr_failed(r.core.pending)
+                    # no answer: the write may have been applied or not
+                    if w.p.isr_error_drops_change:
+                        r.core.isr_failed(r.core.pending)
+                    r.isr_deadline = now + w.p.isr_write_timeout_ms
                     self.reread.add(p)
                 change = r.core.maybe_shrink_isr(r.leo, now, w.p.lag_ms)
                 if change is not None:
@@ -491,7 +503,8 @@ class Broker:
                 return  # a deposed controller's request
             self.controller_epoch_seen = controller_epoch
         r = self.replicas[p]
-        if controller_epoch < 0 and st.leader == self.id and r.led_epoch != st.leader_epoch:
+        if (controller_epoch < 0 and st.leader == self.id and r.led_epoch != st.leader_epoch
+                and not self.w.p.reread_leads):
             # a re-read naming this broker leader at an epoch this process never led (it
             # restarted, its log may be shorter): only the controller, once it has seen
             # this broker's new registration, makes it lead (at a new epoch)
@@ -546,6 +559,25 @@ class Broker:
         new = replace(r.state, isr=list(change.isr), replicas=list(r.state.replicas))
         self.w.send(self.id, ZK, ("isr_write", r.p, new, r.state.zk_version, self.sid,
                                   change))
+
+    def resolve_isr_change(self, r: Replica, st: PartitionState) -> None:
+        """An ISR write whose answer never came: the re-read state says whether it was
+        applied (the same leader epoch with exactly its ISR, at a newer version) or not.
+        Until then the change stays pending: the joiner keeps counting in the high
+        watermark (it may be in the ISR in ZooKeeper already)."""
+        core = r.core
+        if core is None or core.pending is None or r.state is None:
+            return
+        change = core.pending
+        if (st.leader == self.id and st.leader_epoch == core.leader_epoch
+                and st.zk_version > r.state.zk_version and list(st.isr) == list(change.isr)):
+            r.state = st
+            core.isr_committed(change, r.leo, self.w.now)
+            self.w.trace(f"b{self.id} p{r.p} isr -> {list(change.isr)} (found applied)")
+            self.w.observe_hw(self, r)
+            self.check_purgatory()
+        else:
+            core.isr_failed(change)
 
     def isr_write_resp(self, p: int, version: int | None, change: ld.IsrChange) -> None:
         r = self.replicas[p]

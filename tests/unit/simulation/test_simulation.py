@@ -96,3 +96,17 @@ def test_fault_text_round_trips_and_rejects_unknown_kinds() -> None:
     assert Fault.parse(f.describe()) == f
     with pytest.raises(ValueError, match="unknown fault kind"):
         Fault.parse("meteor:1@5+5")
+
+
+def test_an_isr_write_without_answer_dropped_loses_acknowledged_records() -> None:
+    """Found by the simulation (seed 500): a leader whose ISR expansion got no answer (the
+    write was applied in ZooKeeper, the answer lost in a network cut) and that drops it
+    with ``isr_failed`` — as ``cluster_node._change_isr`` does on an exception — stops
+    counting the joiner while ZooKeeper has it in the ISR; the joiner is elected later
+    without the records acknowledged meanwhile. Kept pending until a re-read tells, the
+    seed is clean."""
+    from headrace.simulation.world import Params
+
+    assert run_seed(500).ok
+    r = run_seed(500, params=Params(isr_error_drops_change=True))
+    assert r.violation is not None and r.violation.prop == "log matching", r.violation
