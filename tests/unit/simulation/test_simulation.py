@@ -110,3 +110,18 @@ def test_an_isr_write_without_answer_dropped_loses_acknowledged_records() -> Non
     assert run_seed(500).ok
     r = run_seed(500, params=Params(isr_error_drops_change=True))
     assert r.violation is not None and r.violation.prop == "log matching", r.violation
+
+
+def test_a_restarted_broker_leading_from_a_reread_moves_the_hw_back() -> None:
+    """Found by the simulation (seed 27, shrunk to one fault ``leadercrash:1@852+79``): the
+    leader of a partition restarts; once its old session expired it registers and re-reads
+    the state znode, which still names it leader at epoch 0 (the controller has not handled
+    the bounce yet). Leading from that re-read — as ``cluster_node._transition`` does — it
+    serves a high watermark from its checkpoint, below the one it served before in the same
+    epoch. Waiting for the controller's LeaderAndIsr (a new epoch first), it is clean."""
+    from headrace.simulation.world import Params
+
+    schedule = [Fault.parse("leadercrash:1@852+79")]
+    assert run_seed(27, params=Params(hw_checkpoint_ms=60), faults=schedule).ok
+    r = run_seed(27, params=Params(hw_checkpoint_ms=60, reread_leads=True), faults=schedule)
+    assert r.violation is not None and r.violation.prop == "high watermark monotonic"
