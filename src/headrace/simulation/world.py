@@ -936,8 +936,12 @@ class World:
         self.at(t, self.deliver_reliable, src, dst, dst_sid, msg)
 
     def deliver_reliable(self, src: int, dst: int, dst_sid: int, msg: tuple[Any, ...]) -> None:
-        if self.brokers[dst].sid == dst_sid:
-            self.deliver(src, dst, msg)
+        if self.brokers[dst].sid != dst_sid:
+            return
+        if not self.net.linked(src, dst):  # cut in flight: the send thread retries
+            self.send_reliable(src, dst, msg[3], dst_sid, msg)
+            return
+        self.deliver(src, dst, msg)
 
     def deliver(self, src: int, dst: int, msg: tuple[Any, ...]) -> None:
         if not self.net.linked(src, dst):
