@@ -264,7 +264,14 @@ class Controller:
             init = initial_state(list(st.replicas), live)
             return [] if init is None else self._write(tp, init, "new partition")
         usable = live - self.shutting_down
-        if st.leader in usable:
+        if st.leader in self.shutting_down and st.leader in live:
+            # controlled shutdown: leadership moves to another live in-sync replica if
+            # there is one; else the broker keeps leading (its shutdown waits)
+            choice = offline_election(st, usable, False)
+            if choice is not None:
+                return self._write(tp, elected(st, choice[0], choice[1]),
+                                   f"controlled shutdown of broker {st.leader}")
+        if st.leader in live:
             dead = [r for r in st.isr if r not in live and r != st.leader]
             if dead:
                 isr = [r for r in st.isr if r not in dead]

@@ -209,6 +209,12 @@ def test_controlled_shutdown_moves_leadership_and_leaves_isrs() -> None:
     ctl.enqueue(ControlledShutdown(1))
     got = {w.tp: (w.state.leader, w.state.isr) for w in writes(ctl.run())}
     assert got == {("t", 0): (2, [2, 3]), ("t", 1): (2, [2, 3])}  # t-2: 1 not in its ISR
+    # the sole in-sync replica keeps leading while it shuts down (not taken offline)
+    ctl.enqueue(BrokerChange({1: 11, 2: 12, 3: 13}))
+    assert all(w.tp != ("t", 2) for w in writes(ctl.run()))
+    ctl2, _ = started({("t", 2): st([2, 1], 2, 0, [2], 0)}, {1: 11, 2: 12})
+    ctl2.enqueue(ControlledShutdown(2))
+    assert writes(ctl2.run()) == []
     ctl.enqueue(ControlledShutdown(9))
     assert ctl.run() == [] and "not live" in ctl.refused[-1]
 
