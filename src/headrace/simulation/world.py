@@ -25,16 +25,26 @@ channel (resent until delivered while the sender is still the controller, as Kaf
 
 **Network**: per-connection FIFO with a random delay, reordering between connections,
 random loss of requests and responses (the RPC times out and is retried), and cuts between
-any two nodes (brokers, ZooKeeper, clients).
+any two nodes (the faults cut brokers from brokers and from ZooKeeper; clients are never cut).
 
 **Disks**: a replica's log is a list of (leader epoch, producer id, sequence) records with an
-fsynced prefix; the disk flushes every ``flush_ms`` (ten times slower under a slow-disk
-fault). A crash keeps only the fsynced prefix (and its leader-epoch entries; the high
-watermark comes back from its checkpoint, never above the log end). This is Kafka's default
-flush policy (the OS flushes, acks=all relies on replication, not fsync), so a crash of
-every replica holding a record within one flush interval loses it even though it was
-acknowledged: such records are recorded in ``lost_to_crash`` and excluded from the
-lost-record and consumer checks (and only those).
+fsynced prefix. A crash keeps only the fsynced prefix (and the leader-epoch entries below
+it); the high watermark comes back from its checkpoint, never above the log end. By default
+(``flush_ms=0``) every append is fsynced before it counts (Kafka's ``flush.messages=1``) and
+the high watermark is checkpointed with every change (``hw_checkpoint_ms=0``), so a crash
+loses nothing acknowledged and the checkers need no exclusion. With ``flush_ms > 0`` the
+disk flushes on an interval (Kafka's default policy: the OS flushes, acks=all relies on
+replication, not fsync): a crash of every replica holding a record within one interval
+loses it although it was acknowledged; such records go to ``lost`` and only the
+lost-record and consumer checks skip them. A slow-disk fault makes a follower's writes
+take ten ticks (and the flush interval ten times longer).
+
+**Shell rules the simulation found necessary** (each has a ``Params`` switch that restores
+the current ``cluster_node`` behaviour, and a test showing the seed it fails):
+an ISR write without an answer (applied or not) stays pending until a re-read of the state
+znode says which (``isr_error_drops_change``); a broker acts on a re-read naming it leader
+only at an epoch this process already led — after a restart only the controller's
+LeaderAndIsr, sent once it has seen the new registration, makes it lead (``reread_leads``).
 
 **Followers** truncate before fetching with OffsetForLeaderEpoch (as the real shell) or,
 chosen at random each time they start following, rely on the fetch's diverging epoch alone
