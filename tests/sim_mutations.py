@@ -117,3 +117,20 @@ def consumer_reads_past_hw() -> contextlib.AbstractContextManager[None]:
 
 
 MUTATIONS["consumer_reads_past_hw"] = consumer_reads_past_hw
+
+
+def no_duplicate_detection() -> contextlib.AbstractContextManager[None]:
+    """The leader forgets the producer state: every retry is appended again."""
+    from headrace.simulation.world import Replica
+
+    real = Replica.append
+
+    def append(self: Replica, rec: tuple[int, int, int]) -> int:
+        o = real(self, rec)
+        self.ids.pop((rec[1], rec[2]), None)
+        return o
+
+    return _patch(Replica, "append", append)
+
+
+MUTATIONS["no_duplicate_detection"] = no_duplicate_detection

@@ -875,6 +875,8 @@ class World:
         self.consumers = [Consumer(p) for p in range(params.partitions)]
         # checker state
         self.committed: list[list[tuple[int, int, int]]] = [[] for _ in range(params.partitions)]
+        self.committed_ids: list[dict[tuple[int, int], int]] = [
+            {} for _ in range(params.partitions)]
         self.acks: list[tuple[int, int, int, int]] = []  # (p, pid, seq, offset)
         self.acked_ids: set[tuple[int, int, int]] = set()
         self.seen: list[tuple[int, int, tuple[int, int, int]]] = []
@@ -1081,11 +1083,19 @@ class World:
                     old = com[o]
                     if (r.p, old[1], old[2]) in self.lost:
                         com[o] = rec
+                        self.committed_ids[r.p].pop((old[1], old[2]), None)
+                        self.committed_ids[r.p][(rec[1], rec[2])] = o
                         continue
                     raise Violation("log matching",
                                     f"partition {r.p} offset {o}: broker {b.id} has {rec} "
                                     f"below its high watermark {r.hw}, committed was {old}")
             else:
+                key = (rec[1], rec[2])
+                if key in self.committed_ids[r.p]:
+                    raise Violation("no duplicate", f"partition {r.p}: producer {rec[1]} "
+                                    f"sequence {rec[2]} committed twice (offset {o} and "
+                                    f"{self.committed_ids[r.p][key]})")
+                self.committed_ids[r.p][key] = o
                 com.append(rec)
         r.checked = max(r.checked, top)
 

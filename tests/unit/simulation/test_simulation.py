@@ -26,6 +26,7 @@ CAUGHT = {
     "election_keeps_epoch": (2, "one leader per epoch"),
     "hw_follows_candidate": (8, "high watermark monotonic"),
     "consumer_reads_past_hw": (0, "consumer read committed"),
+    "no_duplicate_detection": (0, "no duplicate"),
 }
 
 
