@@ -307,6 +307,7 @@ class Broker:
         self.next_flush = 0
         self.reread: set[int] = set()
         self.controller_resync = False
+        self.incarnation = 0  # bumped by a crash: the process behind its connections
 
     # ------------------------------------------------------------------ ZooKeeper link
     def zk_link(self) -> bool:
@@ -626,7 +627,7 @@ class Broker:
             ans = None if r is None else ep.end_offset_for_epoch(r.epochs, epoch, r.leo)
             w.send(self.id, src, ("ofle_resp", p, cur_epoch, epoch, ans))
         elif kind == "ofle_resp":
-            self.ofle_resp(msg[1], msg[2], msg[3], msg[4])
+            self.ofle_resp(src, msg[1], msg[2], msg[3], msg[4])
         elif kind == "fetch":
             self.serve_fetch(src, *msg[1:])
         elif kind == "fetch_resp":
@@ -736,10 +737,10 @@ class Broker:
             return None
         return r
 
-    def ofle_resp(self, p: int, cur_epoch: int, asked: int, ans: tuple[int, int] | None
+    def ofle_resp(self, src: int, p: int, cur_epoch: int, asked: int, ans: tuple[int, int] | None
                   ) -> None:
-        r = self.replicas.get(p)
-        if r is None or r.core is not None or r.leader_epoch != cur_epoch or r.truncated:
+        r = self._following(p, src, cur_epoch)
+        if r is None or r.truncated:
             return
         w = self.w
         if ans is None:
@@ -790,6 +791,7 @@ class Broker:
     def crash(self) -> None:
         """Lose what was not fsynced; forget every role (a new process)."""
         self.up = False
+        self.incarnation += 1
         self.controller = None
         self.purgatory = []
         for r in self.replicas.values():
@@ -926,7 +928,14 @@ class World:
         lo, hi = self.p.delay_ms
         t = max(self.now + self.rng.randint(lo, hi), self.net.last.get((src, dst), 0))
         self.net.last[(src, dst)] = t
-        self.at(t, self.deliver, src, dst, msg)
+        self.at(t, self.deliver, src, dst, msg, self.incarnations(src, dst))
+
+    def incarnations(self, src: int, dst: int) -> tuple[int, int]:
+        """The processes at both ends of a connection: a message in flight when either
+        end crashed is lost with its TCP connection (no answer reaches the next process)."""
+        n = len(self.brokers)
+        return (self.brokers[src].incarnation if 0 <= src < n else 0,
+                self.brokers[dst].incarnation if 0 <= dst < n else 0)
 
     def send_reliable(self, src: int, dst: int, ctl_epoch: int, dst_sid: int,
                       msg: tuple[Any, ...]) -> None:
@@ -953,10 +962,11 @@ class World:
         if not self.net.linked(src, dst):  # cut in flight: the send thread retries
             self.send_reliable(src, dst, msg[3], dst_sid, msg)
             return
-        self.deliver(src, dst, msg)
+        self.deliver(src, dst, msg, self.incarnations(src, dst))
 
-    def deliver(self, src: int, dst: int, msg: tuple[Any, ...]) -> None:
-        if not self.net.linked(src, dst):
+    def deliver(self, src: int, dst: int, msg: tuple[Any, ...], incs: tuple[int, int]
+                ) -> None:
+        if not self.net.linked(src, dst) or incs != self.incarnations(src, dst):
             return
         if dst == ZK:
             self.zk_request(src, msg)
@@ -967,7 +977,7 @@ class World:
             if not b.up:
                 return
             if self.now < b.paused_until:
-                self.at(b.paused_until, self.deliver, src, dst, msg)
+                self.at(b.paused_until, self.deliver, src, dst, msg, incs)
                 return
             b.handle(src, msg)
 

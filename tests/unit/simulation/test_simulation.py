@@ -22,7 +22,7 @@ CAUGHT = {
     "rejoin_without_catching_up": (139, "log matching"),
     "never_truncate": (5, "liveness"),
     "hw_ignores_followers": (0, "no acknowledged record lost"),
-    "count_fetch_past_end": (4, "log matching"),
+    "count_fetch_past_end": (5, "log matching"),
     "election_keeps_epoch": (2, "one leader per epoch"),
     "hw_follows_candidate": (8, "high watermark monotonic"),
     "consumer_reads_past_hw": (0, "consumer read committed"),
