@@ -962,6 +962,10 @@ class World:
         if not self.net.linked(src, dst):  # cut in flight: the send thread retries
             self.send_reliable(src, dst, msg[3], dst_sid, msg)
             return
+        b = self.brokers[dst]
+        if b.up and self.now < b.paused_until:  # read once it runs again (or retried)
+            self.at(b.paused_until, self.deliver_reliable, src, dst, dst_sid, msg)
+            return
         self.deliver(src, dst, msg, self.incarnations(src, dst))
 
     def deliver(self, src: int, dst: int, msg: tuple[Any, ...], incs: tuple[int, int]
