@@ -239,6 +239,9 @@ def _register_subcommands() -> None:
     from headrace.webconsole.command import console_command
 
     main.add_command(console_command)
+    from headrace.simulation.command import simulate_command
+
+    main.add_command(simulate_command)
 
 
 _register_subcommands()

@@ -1,0 +1,400 @@
+"""The controller's partition and replica state machines and its event queue. PURE.
+
+Kafka's ZooKeeper-mode controller (``PartitionStateMachine``, ``ReplicaStateMachine``,
+``ControllerEventManager``) as plain objects: the shell turns ZooKeeper watches, broker
+registrations and admin requests into events, ``Controller.run`` handles them one at a time
+over its snapshot of the partition states and returns effects (conditional writes of a
+partition state znode, LeaderAndIsr requests to brokers) for the shell to carry out.
+
+Rules:
+
+1. **Transitions are tables** (``PARTITION_TRANSITIONS``, ``REPLICA_TRANSITIONS``): each
+   target state lists its valid previous states, as Kafka's ``validPreviousStates``. An
+   invalid transition raises ``InvalidTransitionError`` and changes nothing; the controller
+   records it in ``refused`` and goes on (Kafka logs it).
+2. **Incremental events.** ``BrokerChange`` looks only at the partitions hosted on the
+   brokers that left, came back or bounced (a new broker epoch: a failure followed by a
+   start, Kafka's bounced brokers); ``IsrChange`` at one partition; ``TopicCreated`` at the
+   new partitions; ``ControlledShutdown`` at the partitions hosted on one broker. Only
+   ``Startup`` (the controller just won the election) reads everything, as Kafka's
+   ``onControllerFailover``.
+3. **Writes are conditional.** Every ``WriteState`` carries the znode version the decision
+   was made on and the controller epoch (the shell's store refuses a write from a deposed
+   controller). The snapshot changes only when the shell reports the write done
+   (``StateWritten``); a refused write (``WriteRefused``) brings the znode's current state,
+   which replaces the snapshot and is decided again — someone else decided, never
+   overwrite.
+4. **Elections** are ``cluster.controller``'s pure functions: ``offline_election`` for a
+   partition whose leader left, ``initial_state`` for a new one, the controlled-shutdown
+   move to the first other live in-sync replica. A dead follower leaves the ISR, never
+   emptying it (the last in-sync replica stays so that only it may lead again).
+5. **LeaderAndIsr** goes to the replicas of a partition once its new state is written, and
+   to a broker that (re)starts for every partition it hosts.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+from headrace.cluster.controller import elected, initial_state, offline_election
+from headrace.metadata.store import PartitionState
+
+TP = tuple[str, int]
+
+
+class InvalidTransitionError(ValueError):
+    """A state machine was asked for a transition its table does not allow (our misuse,
+    or a stale event): nothing changed."""
+
+
+# ---------------------------------------------------------------------- partition states
+class PartitionPhase(enum.Enum):
+    NON_EXISTENT = "NonExistentPartition"
+    NEW = "NewPartition"
+    ONLINE = "OnlinePartition"
+    OFFLINE = "OfflinePartition"
+
+
+PARTITION_TRANSITIONS: dict[PartitionPhase, frozenset[PartitionPhase]] = {
+    PartitionPhase.NEW: frozenset({PartitionPhase.NON_EXISTENT}),
+    PartitionPhase.ONLINE: frozenset({PartitionPhase.NEW, PartitionPhase.ONLINE,
+                                      PartitionPhase.OFFLINE}),
+    PartitionPhase.OFFLINE: frozenset({PartitionPhase.NEW, PartitionPhase.ONLINE,
+                                       PartitionPhase.OFFLINE}),
+    PartitionPhase.NON_EXISTENT: frozenset({PartitionPhase.OFFLINE}),
+}
+
+
+# ---------------------------------------------------------------------- replica states
+class ReplicaPhase(enum.Enum):
+    NEW = "NewReplica"
+    ONLINE = "OnlineReplica"
+    OFFLINE = "OfflineReplica"
+    DELETION_STARTED = "ReplicaDeletionStarted"
+    DELETION_SUCCESSFUL = "ReplicaDeletionSuccessful"
+    DELETION_INELIGIBLE = "ReplicaDeletionIneligible"
+    NON_EXISTENT = "NonExistentReplica"
+
+
+_R = ReplicaPhase
+REPLICA_TRANSITIONS: dict[ReplicaPhase, frozenset[ReplicaPhase]] = {
+    _R.NEW: frozenset({_R.NON_EXISTENT}),
+    _R.ONLINE: frozenset({_R.NEW, _R.ONLINE, _R.OFFLINE, _R.DELETION_INELIGIBLE}),
+    _R.OFFLINE: frozenset({_R.NEW, _R.ONLINE, _R.OFFLINE, _R.DELETION_INELIGIBLE}),
+    _R.DELETION_STARTED: frozenset({_R.OFFLINE}),
+    _R.DELETION_SUCCESSFUL: frozenset({_R.DELETION_STARTED}),
+    _R.DELETION_INELIGIBLE: frozenset({_R.OFFLINE, _R.DELETION_STARTED}),
+    _R.NON_EXISTENT: frozenset({_R.DELETION_SUCCESSFUL}),
+}
+
+
+S = TypeVar("S", PartitionPhase, ReplicaPhase)
+
+
+def check_transition(table: Mapping[S, frozenset[S]], current: S, target: S) -> None:
+    """Raise ``InvalidTransitionError`` unless ``current`` -> ``target`` is in ``table``."""
+    if current not in table[target]:
+        raise InvalidTransitionError(
+            f"{current.value} -> {target.value} is not a valid transition (valid previous "
+            f"states: {sorted(s.value for s in table[target])})")
+
+
+# ---------------------------------------------------------------------- events
+@dataclass(frozen=True, slots=True)
+class Startup:
+    """This broker won the controller election: the full read of ZooKeeper."""
+    states: Mapping[TP, PartitionState]
+    live: Mapping[int, int]  # broker id -> broker epoch (its registration's session)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerChange:
+    live: Mapping[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class IsrChange:
+    """A partition's state znode changed (a leader wrote its ISR): the state read."""
+    tp: TP
+    state: PartitionState
+
+
+@dataclass(frozen=True, slots=True)
+class TopicCreated:
+    topic: str
+    assignment: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ControlledShutdown:
+    broker: int
+
+
+@dataclass(frozen=True, slots=True)
+class StateWritten:
+    tp: TP
+    state: PartitionState  # with the znode version the write produced
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRefused:
+    tp: TP
+    current: PartitionState | None  # what the znode holds now
+
+
+Event = Startup | BrokerChange | IsrChange | TopicCreated | ControlledShutdown | \
+    StateWritten | WriteRefused
+
+
+# ---------------------------------------------------------------------- effects
+@dataclass(frozen=True, slots=True)
+class WriteState:
+    """Write ``state`` to the partition's znode if its version is still
+    ``expected_version`` (-1: create it) and ``controller_epoch`` is still current."""
+    tp: TP
+    state: PartitionState
+    expected_version: int
+    controller_epoch: int
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsr:
+    broker: int
+    tp: TP
+    state: PartitionState
+
+
+Effect = WriteState | LeaderAndIsr
+
+
+@dataclass(slots=True)
+class Controller:
+    """The active controller at ``epoch``. ``enqueue`` events, ``run`` to handle them."""
+
+    epoch: int
+    unclean: bool = False
+    states: dict[TP, PartitionState] = field(default_factory=dict)
+    partition_phase: dict[TP, PartitionPhase] = field(default_factory=dict)
+    replica_phase: dict[tuple[TP, int], ReplicaPhase] = field(default_factory=dict)
+    live: dict[int, int] = field(default_factory=dict)
+    hosted: dict[int, set[TP]] = field(default_factory=dict)  # broker -> its partitions
+    shutting_down: set[int] = field(default_factory=set)
+    in_flight: set[TP] = field(default_factory=set)  # a write not yet answered
+    refused: list[str] = field(default_factory=list)
+    queue: deque[Event] = field(default_factory=deque)
+    handled: int = 0
+
+    # ------------------------------------------------------------------ queue
+    def enqueue(self, event: Event) -> None:
+        self.queue.append(event)
+
+    def run(self) -> list[Effect]:
+        """Handle every queued event, in order; the effects of all of them."""
+        out: list[Effect] = []
+        while self.queue:
+            out += self.handle(self.queue.popleft())
+        return out
+
+    def handle(self, event: Event) -> list[Effect]:
+        self.handled += 1
+        if isinstance(event, Startup):
+            return self._startup(event)
+        if isinstance(event, BrokerChange):
+            return self._broker_change(event.live)
+        if isinstance(event, IsrChange):
+            return self._isr_change(event.tp, event.state)
+        if isinstance(event, TopicCreated):
+            return self._topic_created(event)
+        if isinstance(event, ControlledShutdown):
+            return self._controlled_shutdown(event.broker)
+        if isinstance(event, StateWritten):
+            return self._written(event.tp, event.state)
+        return self._refused(event.tp, event.current)
+
+    # ------------------------------------------------------------------ state machines
+    def move_partition(self, tp: TP, target: PartitionPhase) -> bool:
+        current = self.partition_phase.get(tp, PartitionPhase.NON_EXISTENT)
+        try:
+            check_transition(PARTITION_TRANSITIONS, current, target)
+        except InvalidTransitionError as e:
+            self.refused.append(f"partition {tp[0]}-{tp[1]}: {e}")
+            return False
+        self.partition_phase[tp] = target
+        return True
+
+    def move_replica(self, tp: TP, broker: int, target: ReplicaPhase) -> bool:
+        current = self.replica_phase.get((tp, broker), ReplicaPhase.NON_EXISTENT)
+        try:
+            check_transition(REPLICA_TRANSITIONS, current, target)
+        except InvalidTransitionError as e:
+            self.refused.append(f"replica {broker} of {tp[0]}-{tp[1]}: {e}")
+            return False
+        self.replica_phase[(tp, broker)] = target
+        return True
+
+    # ------------------------------------------------------------------ helpers
+    def _index(self, tp: TP, st: PartitionState) -> None:
+        self.states[tp] = st
+        for r in st.replicas:
+            self.hosted.setdefault(r, set()).add(tp)
+
+    def _write(self, tp: TP, st: PartitionState, why: str) -> list[Effect]:
+        if tp in self.in_flight:
+            return []  # decided again when the write in flight is answered
+        old = self.states.get(tp)
+        self.in_flight.add(tp)
+        expected = old.zk_version if old is not None else -1
+        return [WriteState(tp, replace(st, replicas=list(st.replicas), isr=list(st.isr)),
+                           expected, self.epoch, why)]
+
+    def _decide(self, tp: TP) -> list[Effect]:
+        """The one decision for ``tp`` given the live brokers (Kafka's
+        ``onBrokerFailure`` / ``onBrokerStartup`` / ``triggerOnlinePartitionStateChange``
+        for one partition)."""
+        st = self.states.get(tp)
+        if st is None or tp in self.in_flight:
+            return []
+        live = set(self.live)
+        if self.partition_phase.get(tp) is PartitionPhase.NEW or st.zk_version < 0:
+            init = initial_state(list(st.replicas), live)
+            return [] if init is None else self._write(tp, init, "new partition")
+        usable = live - self.shutting_down
+        if st.leader in self.shutting_down and st.leader in live:
+            # controlled shutdown: leadership moves to another live in-sync replica if
+            # there is one; else the broker keeps leading (its shutdown waits)
+            choice = offline_election(st, usable, False)
+            if choice is not None:
+                return self._write(tp, elected(st, choice[0], choice[1]),
+                                   f"controlled shutdown of broker {st.leader}")
+        if st.leader in live:
+            dead = [r for r in st.isr if r not in live and r != st.leader]
+            if dead:
+                isr = [r for r in st.isr if r not in dead]
+                return self._write(tp, replace(st, isr=isr), f"broker(s) {dead} left the ISR")
+            return []
+        choice = offline_election(st, usable, self.unclean)
+        if choice is None:
+            if st.leader != -1:
+                isr = [r for r in st.isr if r in live] or list(st.isr)
+                return self._write(tp, elected(st, -1, isr),
+                                   f"leader {st.leader} gone, no live in-sync replica")
+            return []
+        leader, isr, _ = choice
+        return self._write(tp, elected(st, leader, isr), f"leader {st.leader} gone")
+
+    def _leader_and_isr(self, tp: TP, brokers: Iterable[int]) -> list[Effect]:
+        st = self.states[tp]
+        return [LeaderAndIsr(b, tp, st) for b in sorted(set(brokers)) if b in self.live]
+
+    # ------------------------------------------------------------------ events
+    def _startup(self, ev: Startup) -> list[Effect]:
+        self.live = dict(ev.live)
+        out: list[Effect] = []
+        for tp in sorted(ev.states):
+            st = ev.states[tp]
+            self._index(tp, st)
+            if st.zk_version < 0:
+                self.move_partition(tp, PartitionPhase.NEW)
+            else:
+                self.move_partition(tp, PartitionPhase.NEW)
+                self.move_partition(tp, PartitionPhase.ONLINE if st.leader >= 0
+                                    else PartitionPhase.OFFLINE)
+            for r in st.replicas:
+                self.move_replica(tp, r, ReplicaPhase.NEW)
+                self.move_replica(tp, r, ReplicaPhase.ONLINE if r in self.live
+                                  else ReplicaPhase.OFFLINE)
+        for tp in sorted(self.states):
+            out += self._decide(tp)
+            if tp not in self.in_flight and self.states[tp].zk_version >= 0:
+                out += self._leader_and_isr(tp, self.states[tp].replicas)
+        return out
+
+    def _broker_change(self, live: Mapping[int, int]) -> list[Effect]:
+        gone = {b for b, e in self.live.items() if live.get(b) != e}  # dead or bounced
+        came = {b for b, e in live.items() if self.live.get(b) != e}  # new or bounced
+        touched: set[TP] = set()
+        for b in gone | came:
+            touched |= self.hosted.get(b, set())
+        # a bounced broker: first its failure (out of the ISRs, leadership moved) ...
+        self.live = {b: e for b, e in live.items() if b not in came}
+        self.shutting_down &= set(live)
+        out: list[Effect] = []
+        for tp in sorted(touched):
+            for b in sorted(gone & set(self.states[tp].replicas)):
+                self.move_replica(tp, b, ReplicaPhase.OFFLINE)
+            out += self._decide(tp)
+        # ... then its start: LeaderAndIsr for what it hosts, offline partitions retried
+        self.live = dict(live)
+        for tp in sorted(touched):
+            for b in sorted(came & set(self.states[tp].replicas)):
+                self.move_replica(tp, b, ReplicaPhase.ONLINE)
+            if tp in self.in_flight:
+                continue
+            out += self._decide(tp)
+            if tp not in self.in_flight and self.states[tp].zk_version >= 0:
+                out += self._leader_and_isr(tp, came & set(self.states[tp].replicas))
+        return out
+
+    def _isr_change(self, tp: TP, st: PartitionState) -> list[Effect]:
+        old = self.states.get(tp)
+        if old is not None and st.zk_version <= old.zk_version:
+            return []  # not newer than what the controller knows
+        self._index(tp, st)
+        if tp in self.in_flight:
+            return []
+        return self._decide(tp)
+
+    def _topic_created(self, ev: TopicCreated) -> list[Effect]:
+        out: list[Effect] = []
+        for i, replicas in enumerate(ev.assignment):
+            tp = (ev.topic, i)
+            if tp in self.states:
+                self.refused.append(f"topic {ev.topic} partition {i} exists")
+                continue
+            if not self.move_partition(tp, PartitionPhase.NEW):
+                continue
+            self._index(tp, PartitionState(list(replicas), -1, -1, [], -1, -1, -1))
+            for r in replicas:
+                self.move_replica(tp, r, ReplicaPhase.NEW)
+            out += self._decide(tp)
+        return out
+
+    def _controlled_shutdown(self, broker: int) -> list[Effect]:
+        if broker not in self.live:
+            self.refused.append(f"controlled shutdown of broker {broker}: not live")
+            return []
+        self.shutting_down.add(broker)
+        out: list[Effect] = []
+        for tp in sorted(self.hosted.get(broker, set())):
+            st = self.states[tp]
+            if tp in self.in_flight or st.zk_version < 0:
+                continue
+            if st.leader == broker:
+                out += self._decide(tp)
+            elif broker in st.isr and len(st.isr) > 1:
+                out += self._write(tp, replace(st, isr=[r for r in st.isr if r != broker]),
+                                   f"controlled shutdown of broker {broker}")
+        return out
+
+    def _written(self, tp: TP, st: PartitionState) -> list[Effect]:
+        self.in_flight.discard(tp)
+        self._index(tp, st)
+        target = PartitionPhase.ONLINE if st.leader >= 0 else PartitionPhase.OFFLINE
+        self.move_partition(tp, target)
+        for r in st.replicas:
+            phase = self.replica_phase.get((tp, r))
+            want = ReplicaPhase.ONLINE if r in self.live else ReplicaPhase.OFFLINE
+            if phase is not want:
+                self.move_replica(tp, r, want)
+        return self._leader_and_isr(tp, st.replicas) + self._decide(tp)
+
+    def _refused(self, tp: TP, current: PartitionState | None) -> list[Effect]:
+        self.in_flight.discard(tp)
+        if current is not None:
+            self._index(tp, current)
+        return self._decide(tp)

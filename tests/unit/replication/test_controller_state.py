@@ -1,0 +1,224 @@
+"""The controller's state machines and event queue (``replication.controller``): every
+(state, target) pair of both tables, legal and illegal, and every event kind, handled
+incrementally (only the partitions of the brokers that changed are looked at)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from headrace.metadata.store import PartitionState
+from headrace.replication import controller as c
+from headrace.replication.controller import (
+    PARTITION_TRANSITIONS,
+    REPLICA_TRANSITIONS,
+    BrokerChange,
+    ControlledShutdown,
+    Controller,
+    InvalidTransitionError,
+    IsrChange,
+    LeaderAndIsr,
+    PartitionPhase,
+    ReplicaPhase,
+    Startup,
+    StateWritten,
+    TopicCreated,
+    WriteRefused,
+    WriteState,
+)
+
+P = PartitionPhase
+R = ReplicaPhase
+
+# Kafka's PartitionStateMachine / ReplicaStateMachine validPreviousStates, written out
+KAFKA_PARTITION = {
+    (P.NON_EXISTENT, P.NEW), (P.NEW, P.ONLINE), (P.ONLINE, P.ONLINE), (P.OFFLINE, P.ONLINE),
+    (P.NEW, P.OFFLINE), (P.ONLINE, P.OFFLINE), (P.OFFLINE, P.OFFLINE),
+    (P.OFFLINE, P.NON_EXISTENT),
+}
+KAFKA_REPLICA = {
+    (R.NON_EXISTENT, R.NEW),
+    *((s, R.ONLINE) for s in (R.NEW, R.ONLINE, R.OFFLINE, R.DELETION_INELIGIBLE)),
+    *((s, R.OFFLINE) for s in (R.NEW, R.ONLINE, R.OFFLINE, R.DELETION_INELIGIBLE)),
+    (R.OFFLINE, R.DELETION_STARTED), (R.DELETION_STARTED, R.DELETION_SUCCESSFUL),
+    (R.OFFLINE, R.DELETION_INELIGIBLE), (R.DELETION_STARTED, R.DELETION_INELIGIBLE),
+    (R.DELETION_SUCCESSFUL, R.NON_EXISTENT),
+}
+TP0 = ("t", 0)
+
+
+@pytest.mark.parametrize(("current", "target"), list(itertools.product(P, P)))
+def test_partition_transition_table(current: PartitionPhase, target: PartitionPhase) -> None:
+    ctl = Controller(epoch=1)
+    if current is not P.NON_EXISTENT:
+        ctl.partition_phase[TP0] = current
+    ok = ctl.move_partition(TP0, target)
+    assert ok == ((current, target) in KAFKA_PARTITION)
+    if ok:
+        assert ctl.partition_phase[TP0] is target and not ctl.refused
+    else:  # refused and nothing changed
+        assert ctl.partition_phase.get(TP0, P.NON_EXISTENT) is current
+        assert len(ctl.refused) == 1 and current.value in ctl.refused[0]
+        with pytest.raises(InvalidTransitionError):
+            c.check_transition(PARTITION_TRANSITIONS, current, target)
+
+
+@pytest.mark.parametrize(("current", "target"), list(itertools.product(R, R)))
+def test_replica_transition_table(current: ReplicaPhase, target: ReplicaPhase) -> None:
+    ctl = Controller(epoch=1)
+    if current is not R.NON_EXISTENT:
+        ctl.replica_phase[(TP0, 1)] = current
+    ok = ctl.move_replica(TP0, 1, target)
+    assert ok == ((current, target) in KAFKA_REPLICA)
+    if ok:
+        assert ctl.replica_phase[(TP0, 1)] is target
+    else:
+        assert ctl.replica_phase.get((TP0, 1), R.NON_EXISTENT) is current
+        with pytest.raises(InvalidTransitionError):
+            c.check_transition(REPLICA_TRANSITIONS, current, target)
+
+
+# ---------------------------------------------------------------------- events
+def st(replicas: list[int], leader: int, epoch: int, isr: list[int], version: int
+       ) -> PartitionState:
+    return PartitionState(replicas, leader, epoch, isr, epoch, -1, version)
+
+
+def started(states: dict[tuple[str, int], PartitionState], live: dict[int, int]
+            ) -> tuple[Controller, list[object]]:
+    ctl = Controller(epoch=3)
+    ctl.enqueue(Startup(states, live))
+    return ctl, list(ctl.run())
+
+
+def writes(effects: list[object]) -> list[WriteState]:
+    return [e for e in effects if isinstance(e, WriteState)]
+
+
+def confirm(ctl: Controller, effects: list[object]) -> list[object]:
+    """The shell: every write succeeds (version + 1)."""
+    out: list[object] = []
+    for w in writes(effects):
+        ctl.enqueue(StateWritten(w.tp, PartitionState(
+            list(w.state.replicas), w.state.leader, w.state.leader_epoch, list(w.state.isr),
+            w.state.partition_epoch, -1, w.expected_version + 1)))
+    out += ctl.run()
+    return out
+
+
+def test_startup_creates_new_partitions_then_sends_leader_and_isr() -> None:
+    new = PartitionState([1, 2, 3], -1, -1, [], -1, -1, -1)
+    ctl, eff = started({TP0: new}, {1: 11, 2: 12, 3: 13})
+    [w] = writes(eff)
+    assert (w.state.leader, w.state.isr, w.expected_version, w.controller_epoch) == (
+        1, [1, 2, 3], -1, 3)
+    assert ctl.partition_phase[TP0] is P.NEW
+    sent = confirm(ctl, eff)
+    assert ctl.partition_phase[TP0] is P.ONLINE
+    assert sorted(e.broker for e in sent if isinstance(e, LeaderAndIsr)) == [1, 2, 3]
+
+
+def test_broker_change_looks_only_at_its_partitions() -> None:
+    states = {("t", i): st([i % 3 + 1, (i + 1) % 3 + 1], i % 3 + 1, 0,
+                           [i % 3 + 1, (i + 1) % 3 + 1], 0) for i in range(6)}
+    ctl, eff = started(states, {1: 11, 2: 12, 3: 13})
+    assert not writes(eff)
+    ctl.enqueue(BrokerChange({2: 12, 3: 13}))  # broker 1 died
+    eff = ctl.run()
+    touched = {w.tp for w in writes(eff)}
+    assert touched == {tp for tp, s in states.items() if 1 in s.replicas}
+    for w in writes(eff):
+        assert 1 not in w.state.isr
+        if states[w.tp].leader == 1:  # a new leader at the next epoch
+            assert w.state.leader != 1 and w.state.leader_epoch == 1
+        else:
+            assert w.state.leader_epoch == 0  # only the ISR shrank
+    for w in writes(eff):
+        assert w.expected_version == 0
+
+
+def test_bounced_broker_is_a_failure_then_a_start() -> None:
+    ctl, _ = started({TP0: st([1, 2, 3], 1, 4, [1, 2, 3], 7)}, {1: 11, 2: 12, 3: 13})
+    ctl.enqueue(BrokerChange({1: 21, 2: 12, 3: 13}))  # broker 1 restarted (new session)
+    eff = ctl.run()
+    [w] = writes(eff)
+    assert (w.state.leader, w.state.leader_epoch, w.state.isr) == (2, 5, [2, 3])
+    sent = confirm(ctl, eff)
+    assert sorted(e.broker for e in sent if isinstance(e, LeaderAndIsr)) == [1, 2, 3]
+
+
+def test_no_live_in_sync_replica_goes_offline_keeping_the_last_isr() -> None:
+    ctl, _ = started({TP0: st([1, 2, 3], 1, 0, [1], 2)}, {1: 11, 2: 12, 3: 13})
+    ctl.enqueue(BrokerChange({2: 12, 3: 13}))
+    eff = ctl.run()
+    [w] = writes(eff)
+    assert (w.state.leader, w.state.isr) == (-1, [1])
+    confirm(ctl, eff)
+    assert ctl.partition_phase[TP0] is P.OFFLINE
+    ctl.enqueue(BrokerChange({1: 31, 2: 12, 3: 13}))  # the last in-sync replica is back
+    [w] = writes(ctl.run())
+    assert (w.state.leader, w.state.isr) == (1, [1])
+
+
+def test_unclean_election_when_allowed() -> None:
+    ctl = Controller(epoch=1, unclean=True)
+    ctl.enqueue(Startup({TP0: st([1, 2, 3], 1, 0, [1], 2)}, {1: 1, 2: 2, 3: 3}))
+    ctl.run()
+    ctl.enqueue(BrokerChange({2: 2, 3: 3}))
+    [w] = writes(ctl.run())
+    assert (w.state.leader, w.state.isr) == (2, [2])
+
+
+def test_isr_change_updates_the_snapshot_if_newer() -> None:
+    ctl, _ = started({TP0: st([1, 2, 3], 1, 0, [1, 2, 3], 2)}, {1: 11, 2: 12, 3: 13})
+    assert ctl.run() == []
+    ctl.enqueue(IsrChange(TP0, st([1, 2, 3], 1, 0, [1, 2], 3)))
+    assert ctl.run() == [] and ctl.states[TP0].isr == [1, 2]
+    ctl.enqueue(IsrChange(TP0, st([1, 2, 3], 1, 0, [1, 2, 3], 2)))  # older: ignored
+    assert ctl.run() == [] and ctl.states[TP0].zk_version == 3
+
+
+def test_write_refused_rereads_and_decides_again() -> None:
+    ctl, _ = started({TP0: st([1, 2, 3], 1, 0, [1, 2, 3], 2)}, {1: 11, 2: 12, 3: 13})
+    ctl.enqueue(BrokerChange({1: 11, 3: 13}))
+    [w] = writes(ctl.run())
+    assert w.expected_version == 2 and w.state.isr == [1, 3]
+    ctl.enqueue(BrokerChange({1: 11, 3: 13}))  # a write in flight: nothing more decided
+    assert writes(ctl.run()) == []
+    # the leader had written the ISR meanwhile (version 3): refused, re-read, decided again
+    ctl.enqueue(WriteRefused(TP0, st([1, 2, 3], 1, 0, [1, 2], 3)))
+    [w] = writes(ctl.run())
+    assert w.expected_version == 3 and w.state.isr == [1]
+
+
+def test_topic_created_and_twice() -> None:
+    ctl, _ = started({}, {1: 11, 2: 12})
+    ctl.enqueue(TopicCreated("u", ((1, 2), (2, 1))))
+    eff = ctl.run()
+    assert [(w.tp, w.state.leader) for w in writes(eff)] == [(("u", 0), 1), (("u", 1), 2)]
+    ctl.enqueue(TopicCreated("u", ((1, 2),)))
+    assert ctl.run() == [] and ctl.refused == ["topic u partition 0 exists"]
+
+
+def test_controlled_shutdown_moves_leadership_and_leaves_isrs() -> None:
+    states = {("t", 0): st([1, 2, 3], 1, 0, [1, 2, 3], 0),
+              ("t", 1): st([2, 1, 3], 2, 0, [2, 1, 3], 0),
+              ("t", 2): st([2, 1], 2, 0, [2], 0)}
+    ctl, _ = started(states, {1: 11, 2: 12, 3: 13})
+    ctl.enqueue(ControlledShutdown(1))
+    got = {w.tp: (w.state.leader, w.state.isr) for w in writes(ctl.run())}
+    assert got == {("t", 0): (2, [2, 3]), ("t", 1): (2, [2, 3])}  # t-2: 1 not in its ISR
+    # the sole in-sync replica keeps leading while it shuts down (not taken offline)
+    ctl.enqueue(BrokerChange({1: 11, 2: 12, 3: 13}))
+    assert all(w.tp != ("t", 2) for w in writes(ctl.run()))
+    ctl2, _ = started({("t", 2): st([2, 1], 2, 0, [2], 0)}, {1: 11, 2: 12})
+    ctl2.enqueue(ControlledShutdown(2))
+    assert writes(ctl2.run()) == []
+    ctl.enqueue(ControlledShutdown(9))
+    assert ctl.run() == [] and "not live" in ctl.refused[-1]
+
+
+def test_deposed_epoch_is_on_every_write() -> None:
+    _, eff = started({TP0: PartitionState([1], -1, -1, [], -1, -1, -1)}, {1: 1})
+    assert [w.controller_epoch for w in writes(eff)] == [3]
