@@ -540,9 +540,10 @@ def test_demo_killed_9_mid_run_and_rerun_has_no_duplicate_results(tmp_path: Path
         env={**env, FAILPOINT_ENV: str(FAILPOINT_BATCH)})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert (work / "results-start.json").is_file()
-    # killed where the failpoint is: a batch in its table that its checkpoint lacks
+    # killed where the failpoint is: a batch in its table that its checkpoint lacks (the
+    # other query, running beside it, may have one in that window too)
     pending = _written_not_checkpointed(work)
-    assert pending and all(n >= FAILPOINT_BATCH for _, n in pending), pending
+    assert any(n >= FAILPOINT_BATCH for _, n in pending), pending
     again = subprocess.run(
         [sys.executable, "-m", "headrace.cli", "demo", "--duration", "3", "--json",
          "--workdir", str(work)],
