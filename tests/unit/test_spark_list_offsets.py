@@ -8,13 +8,10 @@ from concurrent.futures import Future
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
-pytest.importorskip("pyspark")
-
-from confluent_kafka import KafkaError, KafkaException  # noqa: E402
-
-from headrace.spark import kafka_io  # noqa: E402
-from headrace.spark.source import HeadraceStreamReader, SourceOptions  # noqa: E402
+from headrace.spark import kafka_io
+from headrace.spark.source import HeadraceStreamReader, SourceOptions
 
 TOPIC = "headrace-demo-sentences"
 
