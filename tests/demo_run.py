@@ -154,9 +154,9 @@ def read_summary(text: str) -> Summary:
         lines=tail)
 
 
-# a progress line once Spark's first micro-batch landed rows (printed every 5 s while the
-# producers run: `  12.3 s  produced    2400  landed    1800  lag    600`)
-FIRST_BATCH_LANDED = re.compile(r"^ +[\d.]+ s +produced +\d+ +landed +[1-9]\d* ", re.M)
+# the line the demo prints once, when Spark's first micro-batch landed rows
+# (`spark: first micro-batch landed 1800 rows after 12.3 s`)
+FIRST_BATCH_LANDED = re.compile(r"^spark: first micro-batch landed [1-9]\d* rows after ", re.M)
 
 
 class OutputLines:

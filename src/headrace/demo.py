@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -324,6 +324,11 @@ def _latest(bootstrap: str, topics: tuple[str, ...]) -> dict[tuple[str, int], in
 
 DEMO_FAILPOINT_ENV = "HEADRACE_DEMO_FAILPOINT_BATCH"
 
+TRIGGER_S = 2.0  # the queries' processing-time trigger
+INTERRUPT_GRACE_S = 180.0
+"""After Ctrl-C: how long the running micro-batches may take to finish before the queries
+are stopped where they are (a second Ctrl-C stops at once)."""
+
 QUERY_TOPICS = {"landing": (ACTIVITY_TOPIC, SENTENCES_TOPIC), "activity": (ACTIVITY_TOPIC,),
                 "wordcount": (SENTENCES_TOPIC,)}
 
@@ -335,6 +340,35 @@ def stop_when_idle(query: Any, timeout_s: float = 30.0) -> None:
     while query.status["isTriggerActive"] and time.monotonic() < deadline:
         time.sleep(0.05)
     query.stop()
+
+
+def stop_between_batches(queries: dict[str, Any], trigger_s: float, timeout_s: float) -> None:
+    """Stop every query in ``queries`` while it waits for its next trigger, so that no
+    micro-batch is interrupted: the running ones finish first (up to ``timeout_s`` in all;
+    then the rest are stopped where they are).
+
+    A processing-time trigger fires at multiples of its interval on the wall clock (Spark's
+    ``ProcessingTimeExecutor``): a query that is idle now and not close to the next multiple
+    stays idle for the ``stop()`` call, which then only interrupts the wait."""
+    interval_ms = max(1, int(trigger_s * 1000))
+    margin_ms = min(500, interval_ms // 4)
+    deadline = time.monotonic() + timeout_s
+    left = dict(queries)
+    while left and time.monotonic() < deadline:
+        for name, q in list(left.items()):
+            if not q.isActive:
+                left.pop(name)
+                continue
+            if q.status["isTriggerActive"]:
+                continue
+            to_next_trigger_ms = interval_ms - int(time.time() * 1000) % interval_ms
+            if to_next_trigger_ms > margin_ms:
+                q.stop()
+                left.pop(name)
+        time.sleep(0.05)
+    for q in left.values():
+        with contextlib.suppress(Exception):
+            q.stop()
 
 
 def _caught_up(query: Any, latest: dict[tuple[str, int], int]) -> bool:
@@ -472,6 +506,29 @@ def _create_topics(bootstrap: str, replication: int = 1) -> None:
         except Exception as e:
             if "TOPIC_ALREADY_EXISTS" not in str(e):
                 raise RuntimeError(f"cannot create topic {topic}: {e}") from e
+    _wait_for_leaders(admin, wanted, LEADER_TIMEOUT_S)
+
+
+LEADER_TIMEOUT_S = 60.0
+
+
+def _wait_for_leaders(admin: Any, topics: Iterable[str], timeout_s: float) -> None:
+    """Until every partition of ``topics`` has a leader: a topic just created on a cluster
+    has partitions without one for a moment, and the queries' first offsets need them
+    all."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        md = admin.list_topics(timeout=10).topics
+        leaderless = sorted(
+            [t for t in topics if t not in md or not md[t].partitions]
+            + [f"{t}-{p}" for t in topics if t in md
+               for p, part in md[t].partitions.items() if part.leader < 0])
+        if not leaderless:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"partitions without a leader {timeout_s:.0f} s after their "
+                               f"topics were created: {', '.join(leaderless)}")
+        time.sleep(0.2)  # poll until the deadline: metadata has no event to wait on
 
 
 class BrokerFault(threading.Thread):
@@ -654,10 +711,16 @@ def _run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path
         check()
         say("spark: starting (first start takes ~20 s) ...")
         t_spark = time.monotonic()
+        on_sigint = signal.getsignal(signal.SIGINT)
         spark = local_session("headrace-demo")
+        if threading.current_thread() is threading.main_thread():
+            # PySpark's SparkContext takes SIGINT for its own handler (cancel every job:
+            # micro-batches die mid-write, each logged by the JVM with a traceback): Ctrl-C
+            # stays the demo's, which lets the running batches finish (``_stop_all``)
+            signal.signal(signal.SIGINT, on_sigint)
         check()
         start_offsets = results_start(work, bootstrap)
-        queries = start_queries(spark, bootstrap, work, trigger_s=2.0)
+        queries = start_queries(spark, bootstrap, work, trigger_s=TRIGGER_S)
         spark_start_s = time.monotonic() - t_spark
         say(f"spark: session up in {spark_start_s:.1f} s; 3 streaming queries (landing, "
             "activity, wordcount) starting")
@@ -675,8 +738,13 @@ def _run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path
 
         def note_first_rows() -> None:
             nonlocal t_first_rows
-            if t_first_rows is None and _input_rows(queries["landing"]) > 0:
+            if t_first_rows is not None:
+                return
+            rows = _input_rows(queries["landing"])
+            if rows > 0:
                 t_first_rows = time.monotonic()
+                say(f"spark: first micro-batch landed {rows} rows after "
+                    f"{t_first_rows - t_produce:.1f} s")
 
         next_report = time.monotonic() + 5
         while producer.is_alive():
@@ -843,9 +911,21 @@ def _stop_all(producer: EventProducer | None, queries: dict[str, Any], spark: An
               interrupted: bool) -> None:
     if producer is not None:
         producer.stop_requested.set()
+    if interrupted and spark is not None:
+        # the JVM writes its log to the stderr it inherited (which ``_Silenced`` does not
+        # reach); a clean stop logs nothing, and one cut short (the graceful wait timed out,
+        # a second Ctrl-C) is not the user's to read either
+        with contextlib.suppress(Exception):
+            spark.sparkContext.setLogLevel("OFF")
+    if interrupted:
+        # Ctrl-C: the micro-batches running now finish (their tables and topics committed,
+        # their checkpoints written), then the queries stop; generous, for a loaded machine.
+        # A second Ctrl-C ends the wait: the rest stops at once (the broker processes too)
+        with contextlib.suppress(Exception, KeyboardInterrupt):
+            stop_between_batches(queries, TRIGGER_S, INTERRUPT_GRACE_S)
     for q in queries.values():
         with contextlib.suppress(Exception):
-            stop_when_idle(q, 5.0) if interrupted else q.stop()
+            q.stop()
     if spark is not None:
         with contextlib.suppress(Exception):
             spark.stop()
