@@ -279,21 +279,38 @@ def start_queries(spark: Any, bootstrap: str, work: Path, trigger_s: float) -> d
                 os.killpg(os.getpgid(0), signal.SIGKILL)
         return sink
 
-    queries = {
+    writers = {
         "landing": landing.writeStream.queryName("landing").foreachBatch(land)
-        .option("checkpointLocation", str(ckpt / "landing")).trigger(processingTime=trigger)
-        .start(),
+        .option("checkpointLocation", str(ckpt / "landing")).trigger(processingTime=trigger),
         "activity": activity.writeStream.queryName("activity").outputMode("update")
         .foreachBatch(to_table_and_topic("activity_counts", ACTIVITY_RESULTS,
                                          F.concat_ws(":", "type", "page")))
-        .option("checkpointLocation", str(ckpt / "activity")).trigger(processingTime=trigger)
-        .start(),
+        .option("checkpointLocation", str(ckpt / "activity")).trigger(processingTime=trigger),
         "wordcount": words.writeStream.queryName("wordcount").outputMode("update")
         .foreachBatch(to_table_and_topic("word_counts", WORD_RESULTS, F.col("word")))
-        .option("checkpointLocation", str(ckpt / "wordcount")).trigger(processingTime=trigger)
-        .start(),
+        .option("checkpointLocation", str(ckpt / "wordcount")).trigger(processingTime=trigger),
     }
+    queries: dict[str, Any] = {}
+    for name, writer in writers.items():
+        queries[name] = writer.start()
+        _wait_sources_initialized(queries[name], SOURCE_START_TIMEOUT_S)
     return queries
+
+
+SOURCE_START_TIMEOUT_S = 120.0
+
+
+def _wait_sources_initialized(query: Any, timeout_s: float) -> None:
+    """Until ``query`` has started its source (Spark launches a Python process for it,
+    which must connect back to the JVM within Spark's fixed 10 s): the queries start one
+    after another, not three interpreters importing PySpark at once on a loaded machine.
+    A query that failed is left for the caller's check of ``exception()``."""
+    deadline = time.monotonic() + timeout_s
+    # "Initializing StreamExecution", then "Initializing sources" (the source's process
+    # starts here), then the trigger's own messages
+    while (query.isActive and query.status["message"].startswith("Initializing")
+           and time.monotonic() < deadline):
+        time.sleep(0.1)  # Spark has no event for it: poll until the deadline
 
 
 # --- watching progress -------------------------------------------------------------------------
