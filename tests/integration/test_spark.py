@@ -503,11 +503,15 @@ ACTIVITY_RESULTS, WORD_RESULTS = "headrace-demo-activity-counts", "headrace-demo
 FAILPOINT_ENV, FAILPOINT_BATCH = "HEADRACE_DEMO_FAILPOINT_BATCH", 1
 
 
-def _written_not_checkpointed(work: Path) -> list[tuple[str, int]]:
-    """(table, batch id) of result batches committed to their warehouse table
-    (``batch_id=N``) whose query's checkpoint has no commit for them (``commits/N``)."""
+def _written_not_checkpointed(
+    work: Path, queries: tuple[tuple[str, str], ...] = (("activity", "activity_counts"),
+                                                          ("wordcount", "word_counts")),
+) -> list[tuple[str, int]]:
+    """(table, batch id) of batches committed to their warehouse table (``batch_id=N``)
+    whose query's checkpoint has no commit for them (``commits/N``); by default the result
+    queries'."""
     out = []
-    for query, table in (("activity", "activity_counts"), ("wordcount", "word_counts")):
+    for query, table in queries:
         commits = work / "checkpoints" / query / "commits"
         for batch in (work / "warehouse" / table).glob("batch_id=*"):
             n = int(batch.name.removeprefix("batch_id="))
@@ -644,6 +648,13 @@ def test_demo_ctrl_c_ends_with_one_line(tmp_path: Path) -> None:
     # exception in a stream execution thread)
     assert not re.search(r" ERROR |^Exception in thread|InterruptedException", err, re.M), err
     assert not [ln for ln in out.splitlines() if ln.strip() == "summary"], out
+    # the running micro-batches finished before the queries stopped: every batch in a table
+    # is in its query's checkpoint (a batch cut short would be replayed by a rerun)
+    work = tmp_path / "demo"
+    assert (work / "warehouse" / "landing" / "batch_id=0").is_dir()
+    assert _written_not_checkpointed(work, (("landing", "landing"),
+                                            ("activity", "activity_counts"),
+                                            ("wordcount", "word_counts"))) == []
 
 
 def test_demo_rejects_invalid_input_and_a_missing_spark_extra_in_one_line() -> None:
