@@ -209,7 +209,8 @@ def _source(spark: Any, bootstrap: str, topics: str, group: str, headers: bool =
             .load())
 
 
-def start_queries(spark: Any, bootstrap: str, work: Path, trigger_s: float) -> dict[str, Any]:
+def start_queries(spark: Any, bootstrap: str, work: Path, trigger_s: float,
+                  interrupted: threading.Event | None = None) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from headrace.spark import warehouse
@@ -293,14 +294,16 @@ def start_queries(spark: Any, bootstrap: str, work: Path, trigger_s: float) -> d
     queries: dict[str, Any] = {}
     for name, writer in writers.items():
         queries[name] = writer.start()
-        _wait_sources_initialized(queries[name], SOURCE_START_TIMEOUT_S)
+        _wait_sources_initialized(queries[name], SOURCE_START_TIMEOUT_S,
+                                  interrupted or threading.Event())
     return queries
 
 
 SOURCE_START_TIMEOUT_S = 120.0
 
 
-def _wait_sources_initialized(query: Any, timeout_s: float) -> None:
+def _wait_sources_initialized(query: Any, timeout_s: float,
+                              interrupted: threading.Event) -> None:
     """Until ``query`` has started its source (Spark launches a Python process for it,
     which must connect back to the JVM within Spark's fixed 10 s): the queries start one
     after another, not three interpreters importing PySpark at once on a loaded machine.
@@ -309,8 +312,8 @@ def _wait_sources_initialized(query: Any, timeout_s: float) -> None:
     # "Initializing StreamExecution", then "Initializing sources" (the source's process
     # starts here), then the trigger's own messages
     while (query.isActive and query.status["message"].startswith("Initializing")
-           and time.monotonic() < deadline):
-        time.sleep(0.1)  # Spark has no event for it: poll until the deadline
+           and time.monotonic() < deadline and not interrupted.is_set()):
+        interrupted.wait(0.1)  # Spark has no event for it: poll until the deadline
 
 
 # --- watching progress -------------------------------------------------------------------------
@@ -737,7 +740,7 @@ def _run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path
             signal.signal(signal.SIGINT, on_sigint)
         check()
         start_offsets = results_start(work, bootstrap)
-        queries = start_queries(spark, bootstrap, work, trigger_s=TRIGGER_S)
+        queries = start_queries(spark, bootstrap, work, TRIGGER_S, interrupted)
         spark_start_s = time.monotonic() - t_spark
         say(f"spark: session up in {spark_start_s:.1f} s; 3 streaming queries (landing, "
             "activity, wordcount) starting")
