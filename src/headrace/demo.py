@@ -347,7 +347,7 @@ DEMO_FAILPOINT_ENV = "HEADRACE_DEMO_FAILPOINT_BATCH"
 TRIGGER_S = 2.0  # the queries' processing-time trigger
 INTERRUPT_GRACE_S = 180.0
 """After Ctrl-C: how long the running micro-batches may take to finish before the queries
-are stopped where they are (a second Ctrl-C stops at once)."""
+are stopped where they are (a second Ctrl-C stops them at once, a third the demo)."""
 
 QUERY_TOPICS = {"landing": (ACTIVITY_TOPIC, SENTENCES_TOPIC), "activity": (ACTIVITY_TOPIC,),
                 "wordcount": (SENTENCES_TOPIC,)}
@@ -362,10 +362,11 @@ def stop_when_idle(query: Any, timeout_s: float = 30.0) -> None:
     query.stop()
 
 
-def stop_between_batches(queries: dict[str, Any], trigger_s: float, timeout_s: float) -> None:
+def stop_between_batches(queries: dict[str, Any], trigger_s: float, timeout_s: float,
+                         hurry: threading.Event) -> None:
     """Stop every query in ``queries`` while it waits for its next trigger, so that no
-    micro-batch is interrupted: the running ones finish first (up to ``timeout_s`` in all;
-    then the rest are stopped where they are).
+    micro-batch is interrupted: the running ones finish first (up to ``timeout_s`` in all,
+    or until ``hurry`` is set; then the rest are stopped where they are).
 
     A processing-time trigger fires at multiples of its interval on the wall clock (Spark's
     ``ProcessingTimeExecutor``): a query that is idle now and not close to the next multiple
@@ -374,7 +375,7 @@ def stop_between_batches(queries: dict[str, Any], trigger_s: float, timeout_s: f
     margin_ms = min(500, interval_ms // 4)
     deadline = time.monotonic() + timeout_s
     left = dict(queries)
-    while left and time.monotonic() < deadline:
+    while left and time.monotonic() < deadline and not hurry.is_set():
         for name, q in list(left.items()):
             if not q.isActive:
                 left.pop(name)
@@ -385,7 +386,7 @@ def stop_between_batches(queries: dict[str, Any], trigger_s: float, timeout_s: f
             if to_next_trigger_ms > margin_ms:
                 q.stop()
                 left.pop(name)
-        time.sleep(0.05)
+        hurry.wait(0.05)
     for q in left.values():
         with contextlib.suppress(Exception):
             q.stop()
@@ -599,17 +600,19 @@ class DemoInterrupted(Exception):
 
 
 @contextlib.contextmanager
-def _sigint_as_flag(flag: threading.Event) -> Any:
-    """While inside: the first SIGINT sets ``flag`` (the demo stops at its next check); a
-    second one raises KeyboardInterrupt at once."""
+def _sigint_as_flag(flag: threading.Event, hurry: threading.Event) -> Any:
+    """While inside: the first SIGINT sets ``flag`` (the demo stops at its next check,
+    letting running micro-batches finish), a second one ``hurry`` (the stop does not wait
+    for them), a third raises KeyboardInterrupt wherever the demo is. The first two never
+    break a call in the middle: the stop stays ordered, its output silenced."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def on_sigint(_signum: int, _frame: Any) -> None:
-        if flag.is_set():
+        if hurry.is_set():
             raise KeyboardInterrupt
-        flag.set()
+        (hurry if flag.is_set() else flag).set()
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
@@ -672,11 +675,11 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
              cluster: bool = False) -> dict[str, Any]:
     """Run the demo; raises ``DemoInterrupted`` after a clean stop on SIGINT."""
     _quiet_accumulator_server()
-    interrupted = threading.Event()
-    with _sigint_as_flag(interrupted):
+    interrupted, hurry = threading.Event(), threading.Event()
+    with _sigint_as_flag(interrupted, hurry):
         try:
             return _run_demo(duration_s, rate, bootstrap, workdir, as_json, out, err, cluster,
-                             interrupted)
+                             interrupted, hurry)
         except Exception:
             if interrupted.is_set():  # a call broken by the interrupt: not an error
                 raise DemoInterrupted() from None
@@ -685,7 +688,7 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
 
 def _run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path | None,
               as_json: bool, out: TextIO, err: TextIO, cluster: bool,
-              interrupted: threading.Event) -> dict[str, Any]:
+              interrupted: threading.Event, hurry: threading.Event) -> dict[str, Any]:
     from headrace.broker.embedded import EmbeddedBroker
     from headrace.spark import local_session, warehouse
     from headrace.spark.audit import format_report, run_audit
@@ -899,7 +902,7 @@ def _run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path
             quiet.__enter__()
         try:
             _stop_all(producer, queries, spark, fault, broker, local_cluster,
-                      interrupted.is_set())
+                      interrupted.is_set(), hurry)
         finally:
             if quiet is not None:
                 quiet.__exit__()
@@ -928,7 +931,7 @@ class _Silenced:
 
 def _stop_all(producer: EventProducer | None, queries: dict[str, Any], spark: Any,
               fault: BrokerFault | None, broker: Any, local_cluster: Any,
-              interrupted: bool) -> None:
+              interrupted: bool, hurry: threading.Event | None = None) -> None:
     if producer is not None:
         producer.stop_requested.set()
     if interrupted and spark is not None:
@@ -940,9 +943,11 @@ def _stop_all(producer: EventProducer | None, queries: dict[str, Any], spark: An
     if interrupted:
         # Ctrl-C: the micro-batches running now finish (their tables and topics committed,
         # their checkpoints written), then the queries stop; generous, for a loaded machine.
-        # A second Ctrl-C ends the wait: the rest stops at once (the broker processes too)
-        with contextlib.suppress(Exception, KeyboardInterrupt):
-            stop_between_batches(queries, TRIGGER_S, INTERRUPT_GRACE_S)
+        # A second Ctrl-C (``hurry``) ends the wait: the rest stops at once, in order (the
+        # broker processes too)
+        with contextlib.suppress(Exception):
+            stop_between_batches(queries, TRIGGER_S, INTERRUPT_GRACE_S,
+                                 hurry or threading.Event())
     for q in queries.values():
         with contextlib.suppress(Exception):
             q.stop()
