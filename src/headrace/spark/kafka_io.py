@@ -199,14 +199,24 @@ def _list_offsets_once(
     )
     missing: dict[TopicPartition, KafkaError] = {}
     for ktp, fut in futures.items():
+        tp = (ktp.topic, ktp.partition)
         try:
-            out[(ktp.topic, ktp.partition)] = fut.result(timeout=timeout_s).offset
+            offset = fut.result(timeout=timeout_s).offset
         except KafkaException as e:
             err = e.args[0] if e.args else None
             if not isinstance(err, KafkaError) or err.code() not in _NOT_READY:
                 raise
             log.info("no offset for %s-%d yet: %s", ktp.topic, ktp.partition, err)
-            missing[(ktp.topic, ktp.partition)] = err
+            missing[tp] = err
+            continue
+        if offset < 0 and which != "timestamp":
+            # no error and no offset (librdkafka's -1001, seen while a killed leader's
+            # partition moves): as unanswered; for a timestamp, -1 means "none after it"
+            log.info("no %s offset for %s-%d yet: %d", which, ktp.topic, ktp.partition, offset)
+            missing[tp] = KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
+                                     f"ListOffsets answered offset {offset}")
+            continue
+        out[tp] = offset
     if missing:
         # librdkafka refreshes an admin client's metadata only every few minutes: start
         # afresh so that the next call sees new partitions and leaders
