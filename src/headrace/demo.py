@@ -938,8 +938,10 @@ def _stop_all(producer: EventProducer | None, queries: dict[str, Any], spark: An
         # the JVM writes its log to the stderr it inherited (which ``_Silenced`` does not
         # reach); a clean stop logs nothing, and one cut short (the graceful wait timed out,
         # a second Ctrl-C) is not the user's to read either
+        from headrace.spark.session import silence_jvm_log
+
         with contextlib.suppress(Exception):
-            spark.sparkContext.setLogLevel("OFF")
+            silence_jvm_log(spark)
     if interrupted:
         # Ctrl-C: the micro-batches running now finish (their tables and topics committed,
         # their checkpoints written), then the queries stop; generous, for a loaded machine.

@@ -71,3 +71,13 @@ def local_session(
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
+
+
+def silence_jvm_log(spark: Any) -> None:
+    """Turn every logger of ``spark``'s JVM off, ``org.apache.spark`` too: the log4j2
+    configuration above names it with a level of its own, which ``setLogLevel`` (the root
+    logger's) does not change. For a stop whose errors are not the user's to read."""
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.logging.log4j.core.config.Configurator.setAllLevels(
+        jvm.org.apache.logging.log4j.LogManager.ROOT_LOGGER_NAME,
+        jvm.org.apache.logging.log4j.Level.OFF)
