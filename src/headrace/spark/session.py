@@ -55,7 +55,10 @@ def local_session(
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log_conf}")
+        # -Xss: a query stopped mid-batch matches its error's message (a Python traceback)
+        # against a regex in its stream thread, which overflowed the default 1 MB stack
+        .config("spark.driver.extraJavaOptions",
+                f"-Dlog4j2.configurationFile={log_conf} -Xss16m")
         .config("spark.executor.extraJavaOptions", f"-Dlog4j2.configurationFile={log_conf}")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
