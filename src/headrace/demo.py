@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -209,7 +209,8 @@ def _source(spark: Any, bootstrap: str, topics: str, group: str, headers: bool =
             .load())
 
 
-def start_queries(spark: Any, bootstrap: str, work: Path, trigger_s: float) -> dict[str, Any]:
+def start_queries(spark: Any, bootstrap: str, work: Path, trigger_s: float,
+                  interrupted: threading.Event | None = None) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from headrace.spark import warehouse
@@ -279,21 +280,40 @@ def start_queries(spark: Any, bootstrap: str, work: Path, trigger_s: float) -> d
                 os.killpg(os.getpgid(0), signal.SIGKILL)
         return sink
 
-    queries = {
+    writers = {
         "landing": landing.writeStream.queryName("landing").foreachBatch(land)
-        .option("checkpointLocation", str(ckpt / "landing")).trigger(processingTime=trigger)
-        .start(),
+        .option("checkpointLocation", str(ckpt / "landing")).trigger(processingTime=trigger),
         "activity": activity.writeStream.queryName("activity").outputMode("update")
         .foreachBatch(to_table_and_topic("activity_counts", ACTIVITY_RESULTS,
                                          F.concat_ws(":", "type", "page")))
-        .option("checkpointLocation", str(ckpt / "activity")).trigger(processingTime=trigger)
-        .start(),
+        .option("checkpointLocation", str(ckpt / "activity")).trigger(processingTime=trigger),
         "wordcount": words.writeStream.queryName("wordcount").outputMode("update")
         .foreachBatch(to_table_and_topic("word_counts", WORD_RESULTS, F.col("word")))
-        .option("checkpointLocation", str(ckpt / "wordcount")).trigger(processingTime=trigger)
-        .start(),
+        .option("checkpointLocation", str(ckpt / "wordcount")).trigger(processingTime=trigger),
     }
+    queries: dict[str, Any] = {}
+    for name, writer in writers.items():
+        queries[name] = writer.start()
+        _wait_sources_initialized(queries[name], SOURCE_START_TIMEOUT_S,
+                                  interrupted or threading.Event())
     return queries
+
+
+SOURCE_START_TIMEOUT_S = 120.0
+
+
+def _wait_sources_initialized(query: Any, timeout_s: float,
+                              interrupted: threading.Event) -> None:
+    """Until ``query`` has started its source (Spark launches a Python process for it,
+    which must connect back to the JVM within Spark's fixed 10 s): the queries start one
+    after another, not three interpreters importing PySpark at once on a loaded machine.
+    A query that failed is left for the caller's check of ``exception()``."""
+    deadline = time.monotonic() + timeout_s
+    # "Initializing StreamExecution", then "Initializing sources" (the source's process
+    # starts here), then the trigger's own messages
+    while (query.isActive and query.status["message"].startswith("Initializing")
+           and time.monotonic() < deadline and not interrupted.is_set()):
+        interrupted.wait(0.1)  # Spark has no event for it: poll until the deadline
 
 
 # --- watching progress -------------------------------------------------------------------------
@@ -324,6 +344,11 @@ def _latest(bootstrap: str, topics: tuple[str, ...]) -> dict[tuple[str, int], in
 
 DEMO_FAILPOINT_ENV = "HEADRACE_DEMO_FAILPOINT_BATCH"
 
+TRIGGER_S = 2.0  # the queries' processing-time trigger
+INTERRUPT_GRACE_S = 180.0
+"""After Ctrl-C: how long the running micro-batches may take to finish before the queries
+are stopped where they are (a second Ctrl-C stops them at once, a third the demo)."""
+
 QUERY_TOPICS = {"landing": (ACTIVITY_TOPIC, SENTENCES_TOPIC), "activity": (ACTIVITY_TOPIC,),
                 "wordcount": (SENTENCES_TOPIC,)}
 
@@ -335,6 +360,36 @@ def stop_when_idle(query: Any, timeout_s: float = 30.0) -> None:
     while query.status["isTriggerActive"] and time.monotonic() < deadline:
         time.sleep(0.05)
     query.stop()
+
+
+def stop_between_batches(queries: dict[str, Any], trigger_s: float, timeout_s: float,
+                         hurry: threading.Event) -> None:
+    """Stop every query in ``queries`` while it waits for its next trigger, so that no
+    micro-batch is interrupted: the running ones finish first (up to ``timeout_s`` in all,
+    or until ``hurry`` is set; then the rest are stopped where they are).
+
+    A processing-time trigger fires at multiples of its interval on the wall clock (Spark's
+    ``ProcessingTimeExecutor``): a query that is idle now and not close to the next multiple
+    stays idle for the ``stop()`` call, which then only interrupts the wait."""
+    interval_ms = max(1, int(trigger_s * 1000))
+    margin_ms = min(500, interval_ms // 4)
+    deadline = time.monotonic() + timeout_s
+    left = dict(queries)
+    while left and time.monotonic() < deadline and not hurry.is_set():
+        for name, q in list(left.items()):
+            if not q.isActive:
+                left.pop(name)
+                continue
+            if q.status["isTriggerActive"]:
+                continue
+            to_next_trigger_ms = interval_ms - int(time.time() * 1000) % interval_ms
+            if to_next_trigger_ms > margin_ms:
+                q.stop()
+                left.pop(name)
+        hurry.wait(0.05)
+    for q in left.values():
+        with contextlib.suppress(Exception):
+            q.stop()
 
 
 def _caught_up(query: Any, latest: dict[tuple[str, int], int]) -> bool:
@@ -472,6 +527,29 @@ def _create_topics(bootstrap: str, replication: int = 1) -> None:
         except Exception as e:
             if "TOPIC_ALREADY_EXISTS" not in str(e):
                 raise RuntimeError(f"cannot create topic {topic}: {e}") from e
+    _wait_for_leaders(admin, wanted, LEADER_TIMEOUT_S)
+
+
+LEADER_TIMEOUT_S = 60.0
+
+
+def _wait_for_leaders(admin: Any, topics: Iterable[str], timeout_s: float) -> None:
+    """Until every partition of ``topics`` has a leader: a topic just created on a cluster
+    has partitions without one for a moment, and the queries' first offsets need them
+    all."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        md = admin.list_topics(timeout=10).topics
+        leaderless = sorted(
+            [t for t in topics if t not in md or not md[t].partitions]
+            + [f"{t}-{p}" for t in topics if t in md
+               for p, part in md[t].partitions.items() if part.leader < 0])
+        if not leaderless:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"partitions without a leader {timeout_s:.0f} s after their "
+                               f"topics were created: {', '.join(leaderless)}")
+        time.sleep(0.2)  # poll until the deadline: metadata has no event to wait on
 
 
 class BrokerFault(threading.Thread):
@@ -522,17 +600,19 @@ class DemoInterrupted(Exception):
 
 
 @contextlib.contextmanager
-def _sigint_as_flag(flag: threading.Event) -> Any:
-    """While inside: the first SIGINT sets ``flag`` (the demo stops at its next check); a
-    second one raises KeyboardInterrupt at once."""
+def _sigint_as_flag(flag: threading.Event, hurry: threading.Event) -> Any:
+    """While inside: the first SIGINT sets ``flag`` (the demo stops at its next check,
+    letting running micro-batches finish), a second one ``hurry`` (the stop does not wait
+    for them), a third raises KeyboardInterrupt wherever the demo is. The first two never
+    break a call in the middle: the stop stays ordered, its output silenced."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def on_sigint(_signum: int, _frame: Any) -> None:
-        if flag.is_set():
+        if hurry.is_set():
             raise KeyboardInterrupt
-        flag.set()
+        (hurry if flag.is_set() else flag).set()
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
@@ -595,11 +675,11 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
              cluster: bool = False) -> dict[str, Any]:
     """Run the demo; raises ``DemoInterrupted`` after a clean stop on SIGINT."""
     _quiet_accumulator_server()
-    interrupted = threading.Event()
-    with _sigint_as_flag(interrupted):
+    interrupted, hurry = threading.Event(), threading.Event()
+    with _sigint_as_flag(interrupted, hurry):
         try:
             return _run_demo(duration_s, rate, bootstrap, workdir, as_json, out, err, cluster,
-                             interrupted)
+                             interrupted, hurry)
         except Exception:
             if interrupted.is_set():  # a call broken by the interrupt: not an error
                 raise DemoInterrupted() from None
@@ -608,7 +688,7 @@ def run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path 
 
 def _run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path | None,
               as_json: bool, out: TextIO, err: TextIO, cluster: bool,
-              interrupted: threading.Event) -> dict[str, Any]:
+              interrupted: threading.Event, hurry: threading.Event) -> dict[str, Any]:
     from headrace.broker.embedded import EmbeddedBroker
     from headrace.spark import local_session, warehouse
     from headrace.spark.audit import format_report, run_audit
@@ -654,10 +734,16 @@ def _run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path
         check()
         say("spark: starting (first start takes ~20 s) ...")
         t_spark = time.monotonic()
+        on_sigint = signal.getsignal(signal.SIGINT)
         spark = local_session("headrace-demo")
+        if threading.current_thread() is threading.main_thread():
+            # PySpark's SparkContext takes SIGINT for its own handler (cancel every job:
+            # micro-batches die mid-write, each logged by the JVM with a traceback): Ctrl-C
+            # stays the demo's, which lets the running batches finish (``_stop_all``)
+            signal.signal(signal.SIGINT, on_sigint)
         check()
         start_offsets = results_start(work, bootstrap)
-        queries = start_queries(spark, bootstrap, work, trigger_s=2.0)
+        queries = start_queries(spark, bootstrap, work, TRIGGER_S, interrupted)
         spark_start_s = time.monotonic() - t_spark
         say(f"spark: session up in {spark_start_s:.1f} s; 3 streaming queries (landing, "
             "activity, wordcount) starting")
@@ -675,8 +761,13 @@ def _run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path
 
         def note_first_rows() -> None:
             nonlocal t_first_rows
-            if t_first_rows is None and _input_rows(queries["landing"]) > 0:
+            if t_first_rows is not None:
+                return
+            rows = _input_rows(queries["landing"])
+            if rows > 0:
                 t_first_rows = time.monotonic()
+                say(f"spark: first micro-batch landed {rows} rows after "
+                    f"{t_first_rows - t_produce:.1f} s")
 
         next_report = time.monotonic() + 5
         while producer.is_alive():
@@ -811,7 +902,7 @@ def _run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path
             quiet.__enter__()
         try:
             _stop_all(producer, queries, spark, fault, broker, local_cluster,
-                      interrupted.is_set())
+                      interrupted.is_set(), hurry)
         finally:
             if quiet is not None:
                 quiet.__exit__()
@@ -840,12 +931,28 @@ class _Silenced:
 
 def _stop_all(producer: EventProducer | None, queries: dict[str, Any], spark: Any,
               fault: BrokerFault | None, broker: Any, local_cluster: Any,
-              interrupted: bool) -> None:
+              interrupted: bool, hurry: threading.Event | None = None) -> None:
     if producer is not None:
         producer.stop_requested.set()
+    if interrupted and spark is not None:
+        # the JVM writes its log to the stderr it inherited (which ``_Silenced`` does not
+        # reach); a clean stop logs nothing, and one cut short (the graceful wait timed out,
+        # a second Ctrl-C) is not the user's to read either
+        from headrace.spark.session import silence_jvm_log
+
+        with contextlib.suppress(Exception):
+            silence_jvm_log(spark)
+    if interrupted:
+        # Ctrl-C: the micro-batches running now finish (their tables and topics committed,
+        # their checkpoints written), then the queries stop; generous, for a loaded machine.
+        # A second Ctrl-C (``hurry``) ends the wait: the rest stops at once, in order (the
+        # broker processes too)
+        with contextlib.suppress(Exception):
+            stop_between_batches(queries, TRIGGER_S, INTERRUPT_GRACE_S,
+                                 hurry or threading.Event())
     for q in queries.values():
         with contextlib.suppress(Exception):
-            stop_when_idle(q, 5.0) if interrupted else q.stop()
+            q.stop()
     if spark is not None:
         with contextlib.suppress(Exception):
             spark.stop()

@@ -144,12 +144,48 @@ def topic_partitions(config: Mapping[str, str], timeout_s: float) -> dict[str, i
     }
 
 
+class OffsetsUnavailableError(RuntimeError):
+    """No broker answered ListOffsets for some partitions within the timeout (no leader, or
+    a leader that does not know it leads yet): the cluster's state, not the query's."""
+
+
 def list_offsets(
     config: Mapping[str, str], partitions: Iterable[TopicPartition], which: str,
-    timeout_s: float, timestamp_ms: int = 0,
+    timeout_s: float, timestamp_ms: int = 0, require_all: bool = True,
 ) -> PartitionOffsets:
-    """Earliest, latest or by-timestamp offsets of ``partitions`` in one ListOffsets round."""
-    tps = list(partitions)
+    """Earliest, latest or by-timestamp offsets of ``partitions``.
+
+    A partition without a leader (just created, or its leader moving) is asked again, with
+    fresh metadata, until ``timeout_s``; then ``OffsetsUnavailableError`` names it. With
+    ``require_all=False`` one round is asked and such partitions are left out (a stream's
+    next micro-batch asks again)."""
+    want = list(partitions)
+    out: PartitionOffsets = {}
+    deadline = time.monotonic() + timeout_s
+    pause_s = 0.05
+    while True:
+        round_s = max(1.0, min(timeout_s, deadline - time.monotonic()))
+        missing = _list_offsets_once(config, want, which, round_s, timestamp_ms, out)
+        if not missing or not require_all:
+            return out
+        left_s = deadline - time.monotonic()
+        if left_s <= 0:
+            names = ", ".join(f"{t}-{p}" for t, p in sorted(missing))
+            last = "; ".join(sorted({str(e) for e in missing.values()}))
+            raise OffsetsUnavailableError(
+                f"no {which} offset for {names} within {timeout_s:.0f} s: no leader answered "
+                f"(last error: {last})")
+        time.sleep(min(pause_s, left_s))  # a leader election, not an event we can wait on
+        pause_s = min(1.0, pause_s * 2)
+        want = list(missing)
+
+
+def _list_offsets_once(
+    config: Mapping[str, str], tps: list[TopicPartition], which: str, timeout_s: float,
+    timestamp_ms: int, out: PartitionOffsets,
+) -> dict[TopicPartition, KafkaError]:
+    """One ListOffsets round for ``tps`` into ``out``; the partitions not ready yet, with
+    their errors."""
     if not tps:
         return {}
     if which == "earliest":
@@ -161,21 +197,31 @@ def list_offsets(
     futures = admin(config).list_offsets(
         {KafkaTopicPartition(t, p): spec for t, p in tps}, request_timeout=timeout_s
     )
-    out: PartitionOffsets = {}
+    missing: dict[TopicPartition, KafkaError] = {}
     for ktp, fut in futures.items():
+        tp = (ktp.topic, ktp.partition)
         try:
-            out[(ktp.topic, ktp.partition)] = fut.result(timeout=timeout_s).offset
+            offset = fut.result(timeout=timeout_s).offset
         except KafkaException as e:
             err = e.args[0] if e.args else None
             if not isinstance(err, KafkaError) or err.code() not in _NOT_READY:
                 raise
-            # A partition this client's metadata does not know yet (just created) or whose
-            # leader is moving: leave it out; the next micro-batch asks again.
             log.info("no offset for %s-%d yet: %s", ktp.topic, ktp.partition, err)
-            # librdkafka refreshes an admin client's metadata only every few minutes: start
-            # afresh so that the next call sees new partitions.
-            _admins.pop(_key(config), None)
-    return out
+            missing[tp] = err
+            continue
+        if offset < 0 and which != "timestamp":
+            # no error and no offset (librdkafka's -1001, seen while a killed leader's
+            # partition moves): as unanswered; for a timestamp, -1 means "none after it"
+            log.info("no %s offset for %s-%d yet: %d", which, ktp.topic, ktp.partition, offset)
+            missing[tp] = KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
+                                     f"ListOffsets answered offset {offset}")
+            continue
+        out[tp] = offset
+    if missing:
+        # librdkafka refreshes an admin client's metadata only every few minutes: start
+        # afresh so that the next call sees new partitions and leaders
+        _admins.pop(_key(config), None)
+    return missing
 
 
 _NOT_READY = {

@@ -55,7 +55,10 @@ def local_session(
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log_conf}")
+        # -Xss: a query stopped mid-batch matches its error's message (a Python traceback)
+        # against a regex in its stream thread, which overflowed the default 1 MB stack
+        .config("spark.driver.extraJavaOptions",
+                f"-Dlog4j2.configurationFile={log_conf} -Xss16m")
         .config("spark.executor.extraJavaOptions", f"-Dlog4j2.configurationFile={log_conf}")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
@@ -71,3 +74,13 @@ def local_session(
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
+
+
+def silence_jvm_log(spark: Any) -> None:
+    """Turn every logger of ``spark``'s JVM off, ``org.apache.spark`` too: the log4j2
+    configuration above names it with a level of its own, which ``setLogLevel`` (the root
+    logger's) does not change. For a stop whose errors are not the user's to read."""
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.logging.log4j.core.config.Configurator.setAllLevels(
+        jvm.org.apache.logging.log4j.LogManager.ROOT_LOGGER_NAME,
+        jvm.org.apache.logging.log4j.Level.OFF)

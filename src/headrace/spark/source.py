@@ -167,9 +167,10 @@ class _Planner:
         md = kafka_io.topic_partitions(self.options.kafka, self.options.timeout_s)
         return self.options.subscription.select(md), md
 
-    def offsets(self, which: str, partitions: set[TopicPartition]) -> PartitionOffsets:
+    def offsets(self, which: str, partitions: set[TopicPartition],
+                require_all: bool = True) -> PartitionOffsets:
         return kafka_io.list_offsets(self.options.kafka, partitions, which,
-                                     self.options.timeout_s)
+                                     self.options.timeout_s, require_all=require_all)
 
     def resolve(self, spec: OffsetSpec, partitions: set[TopicPartition]) -> PartitionOffsets:
         earliest = self.offsets("earliest", partitions)
@@ -233,8 +234,10 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         selected, _ = planner.selected()
         known = set(begin) & selected
         new = selected - set(begin)
-        latest = planner.offsets("latest", known | new)
-        earliest = planner.offsets("earliest", new) if new else {}
+        # a partition without a leader this time (one moving) is left out: ``plan_end``
+        # keeps its offset, or leaves a new one for the next batch
+        latest = planner.offsets("latest", known | new, require_all=False)
+        earliest = planner.offsets("earliest", new, require_all=False) if new else {}
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         plan = plan_end(begin, selected, earliest, latest, max_rows, self._target)
         for loss in plan.data_loss:
