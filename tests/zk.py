@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -57,3 +58,31 @@ def zookeeper(request: pytest.FixtureRequest,
 def chroot(zk: ZooKeeperServer) -> str:
     """A connect string with a chroot of its own."""
     return f"{zk.connect_string}/t-{uuid.uuid4().hex[:10]}"
+
+
+class Recorder:
+    """A metadata store listener that records what it was told, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+
+    def topic_changed(self, name: str) -> None:
+        self.events.append(("topic_changed", name))
+
+    def topic_deleted(self, name: str) -> None:
+        self.events.append(("topic_deleted", name))
+
+    def brokers_changed(self) -> None:
+        self.events.append(("brokers_changed", None))
+
+    def controller_changed(self, controller_id: int) -> None:
+        self.events.append(("controller_changed", controller_id))
+
+    def admin_changed(self, kind: str) -> None:
+        self.events.append(("admin_changed", kind))
+
+    def session_lost(self) -> None:
+        self.events.append(("session_lost", None))
+
+    def session_restored(self) -> None:
+        self.events.append(("session_restored", None))

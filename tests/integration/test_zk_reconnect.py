@@ -31,35 +31,10 @@ from headrace.cluster.zookeeper_server import ZooKeeperServer
 from headrace.config import BrokerConfig
 from headrace.metadata.store import BrokerInfo, PartitionState
 from tests.tcpproxy import TcpProxy
-from tests.zk import zookeeper  # noqa: F401
+from tests.zk import Recorder, zookeeper  # noqa: F401
 
 pytestmark = pytest.mark.timeout(90)
 
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, Any]] = []
-
-    def topic_changed(self, name: str) -> None:
-        self.events.append(("topic_changed", name))
-
-    def topic_deleted(self, name: str) -> None:
-        self.events.append(("topic_deleted", name))
-
-    def brokers_changed(self) -> None:
-        self.events.append(("brokers_changed", None))
-
-    def controller_changed(self, controller_id: int) -> None:
-        self.events.append(("controller_changed", controller_id))
-
-    def admin_changed(self, kind: str) -> None:
-        self.events.append(("admin_changed", kind))
-
-    def session_lost(self) -> None:
-        self.events.append(("session_lost", None))
-
-    def session_restored(self) -> None:
-        self.events.append(("session_restored", None))
 
 
 def make_store(connect: str, node_id: int, session_ms: int) -> ZkMetadataStore:

@@ -20,29 +20,10 @@ from headrace.cluster.zk_store import ControllerMovedError, TopicExistsError, Zk
 from headrace.cluster.zookeeper_server import ZooKeeperServer
 from headrace.config import BrokerConfig
 from headrace.metadata.store import BrokerInfo, MetadataError, PartitionState
-from tests.zk import chroot, zookeeper  # noqa: F401
+from tests.zk import Recorder, chroot, zookeeper  # noqa: F401
 
 pytestmark = pytest.mark.timeout(60)
 
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, Any]] = []
-
-    def topic_changed(self, name: str) -> None:
-        self.events.append(("topic_changed", name))
-
-    def topic_deleted(self, name: str) -> None:
-        self.events.append(("topic_deleted", name))
-
-    def brokers_changed(self) -> None:
-        self.events.append(("brokers_changed", None))
-
-    def session_lost(self) -> None:
-        self.events.append(("session_lost", None))
-
-    def session_restored(self) -> None:
-        self.events.append(("session_restored", None))
 
 
 def make_store(connect: str, node_id: int, session_ms: int = 4000) -> ZkMetadataStore:
