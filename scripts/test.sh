@@ -11,10 +11,11 @@
 # minutes on 2 cores), for use while developing. tests/conftest.py says which tests are
 # slow, and why.
 #
-# Two passes: first the tests that may run side by side, on HEADRACE_TEST_WORKERS
-# pytest-xdist workers (default 2; 0 runs them in this process), then, one at a time, the
-# tests marked serial (they measure rates) and, without --fast, the slow ones (clusters,
-# kills and restarts, Spark, the demo). Other arguments go to pytest, in both passes.
+# Two passes: first every test that may run beside another (without --fast the slow ones
+# too: clusters, kills and restarts, Spark, the demo), on HEADRACE_TEST_WORKERS
+# pytest-xdist workers (default 2; 0 runs them in this process), longest units first
+# (tests/conftest.py: XDIST_GROUPS, XDIST_UNIT_SECONDS); then, one at a time, the tests
+# marked serial (they measure rates). Other arguments go to pytest, in both passes.
 # Under CI=true a skipped test fails the run unless tests/conftest.py allows it (a missing
 # kcat or ZooKeeper fails their tests).
 set -euo pipefail
@@ -56,7 +57,7 @@ if [ "$fast" = 1 ]; then
   export FUZZ_EXAMPLES="${FUZZ_EXAMPLES:-300}" FUZZ_TAGGED="${FUZZ_TAGGED:-750}" \
     FUZZ_SECONDS="${FUZZ_SECONDS:-6}" FUZZ_BATCH_EXAMPLES="${FUZZ_BATCH_EXAMPLES:-400}"
 else
-  first=parallel; second=rest
+  first=unserial; second=serial
 fi
 pytest=(.venv/bin/python -m pytest -q -p no:cacheprovider)
 set +e

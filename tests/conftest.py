@@ -21,12 +21,15 @@ default, as long as it starts none of the above), the fuzzers, wire and protocol
 against an in-process broker (``tests/inproc.py``) or a module's broker process.
 
 Serial. Modules whose tests measure rates or throughput (quotas, process lanes) are listed
-in ``SERIAL_MODULES`` (by module: the fast tier's serial pass collects only those), and
-their tests marked ``serial``: ``scripts/test.sh`` runs them in a pass of their own with
-nothing beside them, after the parallel pass (pytest-xdist, ``-n 2 --dist
-loadfile``: a module's fixtures stay in one worker). ``--tier`` selects a pass: ``fast``
-(not slow), ``parallel`` (not slow, not serial), ``fast-serial`` (not slow, serial),
-``rest`` (slow or serial); ``pytest -m "not slow"`` is the fast tier too.
+in ``SERIAL_MODULES`` (by module: a serial pass collects only those), and their tests marked
+``serial``: ``scripts/test.sh`` runs them in a pass of their own with nothing beside them,
+after the parallel pass. The parallel pass runs on pytest-xdist (``-n 2 --dist loadfile``)
+with this file's scheduler: a unit is a module (its fixtures stay in one worker) or a group
+of modules that share a session's server (``XDIST_GROUPS``), longest units first
+(``XDIST_UNIT_SECONDS``). ``--tier`` selects a pass: ``fast`` (not slow), ``parallel`` (not
+slow, not serial), ``fast-serial`` (not slow, serial), ``unserial`` (not serial: the whole
+suite's parallel pass), ``serial``, ``rest`` (slow or serial); ``pytest -m "not slow"`` is
+the fast tier too.
 
 Skip policy: a skipped test proves nothing, so under CI (``CI`` set to a true value, as
 ``.ci/run`` does) the session fails when any test was skipped unless its node id is in
@@ -43,6 +46,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,7 +111,28 @@ SERIAL_MODULES = {
     "tests/integration/test_client_quotas.py": "measures throttled rates and delays",
     "tests/integration/test_process_lanes.py": "CPU-bound worker processes",
 }
-TIERS = ("all", "fast", "parallel", "fast-serial", "rest")
+TIERS = ("all", "fast", "parallel", "fast-serial", "rest", "unserial", "serial")
+
+# Scheduling on pytest-xdist workers (``pytest_xdist_make_scheduler`` below): a work unit is
+# a module, except that the modules of one group go to one worker together. Group
+# "zookeeper": they share the session's ZooKeeper server and its pool of clusters
+# (tests/zk.py, tests/cluster/conftest.py), which a second worker would start again.
+# Group "spark": each starts Spark's JVM (and most a ``headrace demo``); two at once on two
+# cores would only slow both.
+XDIST_GROUPS: dict[str, tuple[str, ...]] = {
+    "zookeeper": ("tests/cluster/", "tests/integration/test_zk_store.py",
+                  "tests/integration/test_zk_acl_store.py",
+                  "tests/integration/test_zk_reconnect.py",
+                  "tests/integration/test_server_properties.py",
+                  "tests/integration/test_burrow.py"),
+    "spark": ("tests/integration/test_spark.py", "tests/integration/test_spark_executor_kill.py",
+              "tests/integration/test_examples.py", "tests/integration/test_audit_exit.py",
+              "tests/integration/test_demo.py", "tests/integration/test_readme_quickstart.py"),
+}
+# Seconds a unit took in a full run (measured under load; order only): the longest go
+# first, so that no long unit starts last while the other worker idles (longest
+# processing time first). A unit not listed counts as 0 and keeps its place.
+XDIST_UNIT_SECONDS: dict[str, float] = {}
 
 
 def _rel(path: Path, config: pytest.Config) -> str:
@@ -120,7 +145,7 @@ def _rel(path: Path, config: pytest.Config) -> str:
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """Modules a pass of ``--tier`` cannot select are not even imported (every xdist worker
     collects again): slow directories and modules for the fast passes, all but the serial
-    modules for ``fast-serial``."""
+    modules for ``fast-serial`` and ``serial``."""
     tier = config.getoption("--tier", "all")
     if tier in ("all", "rest"):
         return None
@@ -128,7 +153,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if tier in ("fast", "parallel") and (
             (rel + "/").startswith(SLOW_DIRS) or rel in SLOW_MODULES):
         return True
-    if (tier == "fast-serial" and collection_path.suffix == ".py"
+    if (tier in ("fast-serial", "serial") and collection_path.suffix == ".py"
             and collection_path.name.startswith("test_") and rel not in SERIAL_MODULES):
         return True
     return None
@@ -142,6 +167,46 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _module_path(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
+
+
+def xdist_unit(nodeid: str) -> str:
+    """The work unit of a test on pytest-xdist workers: its module or its module's group."""
+    path = nodeid.split("::", 1)[0]
+    for group, members in XDIST_GROUPS.items():
+        if path.startswith(members):
+            return group
+    return path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` (as scripts/test.sh runs it), with the groups of ``xdist_unit``
+    as units, handed out longest first (the order of the collection, see
+    ``_longest_units_first``)."""
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class GroupScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_unit(nodeid)
+
+    config.option.loadscopereorder = False  # keep the collection's order: longest first
+    return GroupScheduling(config, log)
+
+
+def _longest_units_first(items: list[pytest.Item]) -> None:
+    """Stable sort: units by their measured seconds, longest first; a group's modules
+    together, each module's tests in their order."""
+    first_seen: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first_seen.setdefault(xdist_unit(item.nodeid), i)
+
+    def key(item: pytest.Item) -> tuple[float, int]:
+        unit = xdist_unit(item.nodeid)
+        return (-XDIST_UNIT_SECONDS.get(unit, 0.0), first_seen[unit])
+
+    items.sort(key=key)
 
 
 def slow_reason(item: pytest.Item) -> str | None:
@@ -166,6 +231,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("serial") is None and _module_path(item) in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)
+    _longest_units_first(items)
     tier = config.getoption("--tier", "all")
     if tier == "all":
         return
@@ -174,7 +240,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         slow = item.get_closest_marker("slow") is not None
         serial = item.get_closest_marker("serial") is not None
         return {"fast": not slow, "parallel": not slow and not serial,
-                "fast-serial": not slow and serial, "rest": slow or serial}[tier]
+                "fast-serial": not slow and serial, "rest": slow or serial,
+                "unserial": not serial, "serial": serial}[tier]
 
     kept = [i for i in items if keep(i)]
     if len(kept) < len(items):

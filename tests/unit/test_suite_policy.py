@@ -90,3 +90,69 @@ def test_the_tier_rule_keeps_unit_tests_fast_and_marks_heavy_ones_slow(
     assert slow_reason(Fake("tests/unit/test_x.py::test_y", ("zookeeper",)))
     assert slow_reason(Fake("tests/unit/test_x.py::test_y", ("spark_session",)))
     assert slow_reason(Fake("tests/integration/test_spark.py::test_demo"))
+
+
+WHERE_AM_I = """
+import os
+from pathlib import Path
+
+def test_where():
+    out = Path(os.environ["WHERE_OUT"]) / (__name__.rsplit(".", 1)[-1] + ".worker")
+    out.write_text(os.environ.get("PYTEST_XDIST_WORKER", "none"))
+"""
+
+
+def test_a_groups_modules_share_one_xdist_worker(
+        project: Path, tmp_path: Path) -> None:
+    """XDIST_GROUPS: the modules of one group (here two under tests/cluster/, the group
+    that shares the session's ZooKeeper) run on one worker, whatever else is queued."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (project / "test_skipping.py").unlink()
+    (project / "test_module_skip.py").unlink()
+    cluster = project / "tests" / "cluster"
+    cluster.mkdir(parents=True)
+    for name in ("test_zk_one.py", "test_zk_two.py", "test_zk_three.py"):
+        (cluster / name).write_text(WHERE_AM_I)
+    for i in range(6):
+        (project / f"test_other_{i}.py").write_text(WHERE_AM_I)
+    env_out = {"WHERE_OUT": str(out)}
+    os.environ.update(env_out)
+    try:
+        r = run_pytest(project, False, "-n", "2", "--dist", "loadfile")
+    finally:
+        os.environ.pop("WHERE_OUT")
+    assert r.returncode == 0, r.stdout + r.stderr
+    workers = {p.stem: p.read_text() for p in out.glob("*.worker")}
+    assert len(workers) == 9, workers
+    assert {workers["test_zk_one"], workers["test_zk_two"], workers["test_zk_three"]} \
+        in ({"gw0"}, {"gw1"}), workers
+
+
+def test_longest_units_go_first_and_a_groups_modules_stay_together() -> None:
+    from tests import conftest
+
+    class Fake:
+        def __init__(self, nodeid: str) -> None:
+            self.nodeid = nodeid
+
+    ids = ["tests/unit/test_a.py::t1", "tests/cluster/test_x.py::t1",
+           "tests/integration/test_spark.py::t1", "tests/unit/test_a.py::t2",
+           "tests/cluster/test_y.py::t1", "tests/integration/test_cli.py::t1"]
+    items = [Fake(i) for i in ids]
+    seconds = {"spark": 500.0, "zookeeper": 400.0, "tests/integration/test_cli.py": 30.0}
+    saved = dict(conftest.XDIST_UNIT_SECONDS)
+    conftest.XDIST_UNIT_SECONDS.clear()
+    conftest.XDIST_UNIT_SECONDS.update(seconds)
+    try:
+        conftest._longest_units_first(items)  # type: ignore[arg-type]
+    finally:
+        conftest.XDIST_UNIT_SECONDS.clear()
+        conftest.XDIST_UNIT_SECONDS.update(saved)
+    assert [i.nodeid for i in items] == [
+        "tests/integration/test_spark.py::t1", "tests/cluster/test_x.py::t1",
+        "tests/cluster/test_y.py::t1", "tests/integration/test_cli.py::t1",
+        "tests/unit/test_a.py::t1", "tests/unit/test_a.py::t2"]
+    assert conftest.xdist_unit("tests/cluster/test_failover.py::test_x") == "zookeeper"
+    assert conftest.xdist_unit("tests/integration/test_demo.py::test_x") == "spark"
+    assert conftest.xdist_unit("tests/unit/test_a.py::t1") == "tests/unit/test_a.py"
