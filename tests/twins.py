@@ -347,9 +347,10 @@ TWINS: dict[str, tuple[str, ...]] = {
         U + "test_security_core.py::test_scram_with_scramps_client",
         INT + "test_acls.py::test_scram_users_through_admin_client_and_cli"),
     INT + "test_security.py::test_wrong_password_and_unknown_user_are_refused": (
+        INT + "test_security.py::test_a_wrong_password_or_unknown_user_fails_on_the_wire_and_closes",
         U + "test_security_core.py::test_plain", U + "test_security_core.py::test_scram_with_scramps_client"),
     INT + "test_security.py::test_untrusted_or_missing_client_certificates_are_refused": (
-        U + "test_security_core.py::test_principal_mapping_without_a_match_fails",
+        INT + "test_security.py::test_mutual_tls_answers_only_a_certificate_of_the_trusted_ca",
         INT + "test_acls_authenticated.py::test_mtls_principals_from_rules_and_from_the_dn"),
     INT + "test_security.py::test_confluent_kafka_reauthenticates_and_keeps_consuming": (
         INT + "test_security.py::test_session_lifetime_and_reauthentication",),

@@ -13,12 +13,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from tests.batches import simple_batch
 
 from headrace.clock import ManualClock
 from headrace.config import LogConfig
 from headrace.log.log_dir import LOCK_FILE, DataDirError, DataDirLock, prepare_data_dir
 from headrace.log.partition_log import PartitionLog
-from tests.batches import simple_batch
 
 
 def test_a_second_lock_on_a_locked_dir_is_refused_and_a_release_frees_it(tmp_path: Path) -> None:
