@@ -267,12 +267,18 @@ TWINS: dict[str, tuple[str, ...]] = {
     INT + "test_cli.py::test_bad_config_exits_non_zero": (CLI + "test_bad_broker_config_names_the_key",),
     INT + "test_cli.py::test_topics_commands": (CLI + "test_topics_commands",),
     # issue 13: one line and exit 3 when nothing listens, exit 2 on bad input, read-only
-    # commands create nothing, every admin verb answers (the module runs a process per call)
+    # commands create nothing, help for every command, -b/--bootstrap-server/$HEADRACE_BOOTSTRAP,
+    # --format json, the admin verbs (the module runs a process per call); --command-config's
+    # TLS and SASL through the same listeners as the security tests
     INT + "test_cli_ux.py": (
-        CLI + "test_nothing_listening_is_one_line_and_exit_3",
+        CLI + "test_nothing_listening_is_one_line_and_exit_3", CLI + "test_verbose_adds_the_reason",
         CLI + "test_bad_input_is_one_line_exit_2_no_traceback",
-        CLI + "test_read_only_commands_create_nothing", CLI + "test_topics_commands",
-        CLI + "test_groups_describe_lag_and_reset_offsets"),
+        CLI + "test_every_command_has_help_without_rest_markup_and_shows_defaults",
+        CLI + "test_read_only_commands_create_nothing", CLI + "test_bootstrap_option_spellings",
+        CLI + "test_describe_offsets_sizes_and_add_partitions", CLI + "test_cluster_info_and_configs",
+        CLI + "test_listing_commands_speak_json", CLI + "test_groups_describe_lag_and_reset_offsets",
+        U + "test_security_core.py::test_jaas_options",
+        INT + "test_security.py::test_every_client_produces_and_consumes_over_every_mode"),
     # R-GRP-6, R-PROTO-5: quotas set through the CLI survive a restart; throttles per KIP-219
     INT + "test_client_quotas.py": (
         U + "test_quotas.py::test_sqlite_quotas_survive_a_reopen",

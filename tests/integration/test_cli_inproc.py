@@ -8,6 +8,7 @@ command. The slow modules keep proving the real entry point as users run it.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 import uuid
@@ -33,19 +34,19 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker
         yield b
 
 
-def run(*args: str, stdin: bytes | None = None) -> Result:
+def run(*args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> Result:
     """``headrace ARGS`` in this process: its exit code, stdout and stderr apart."""
     try:
         return CliRunner().invoke(main, list(args), input=stdin, prog_name="headrace",
                                   env={"HEADRACE_BOOTSTRAP": None,
                                        "HEADRACE_COMMAND_CONFIG": None,
-                                       "HEADRACE_VERBOSE": None})
+                                       "HEADRACE_VERBOSE": None, **(env or {})})
     finally:
         set_verbose(False)  # the option sets a module flag; a process would forget it
 
 
-def ok(*args: str, stdin: bytes | None = None) -> Result:
-    r = run(*args, stdin=stdin)
+def ok(*args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> Result:
+    r = run(*args, stdin=stdin, env=env)
     assert r.exit_code == 0, (r.exit_code, r.stdout, r.stderr, r.exception)
     assert "Traceback" not in r.stderr
     return r
@@ -116,6 +117,105 @@ def test_read_only_commands_create_nothing(broker: InProcessBroker) -> None:
     r = run("consume", name, "-b", broker.bootstrap, "-e")
     assert r.exit_code != 0 and "Traceback" not in r.stderr
     assert name not in _topics(broker)
+
+
+def test_verbose_adds_the_reason() -> None:
+    port = _dead_port()
+    r = run("--verbose", "topics", "list", "-b", f"127.0.0.1:{port}")
+    assert r.exit_code == 3
+    assert "cannot reach a broker" in r.stderr and "refused" in r.stderr.lower()
+
+
+def _command_paths() -> list[tuple[str, ...]]:
+    import click
+
+    out: list[tuple[str, ...]] = []
+
+    def walk(cmd: click.Command, path: tuple[str, ...]) -> None:
+        out.append(path)
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                walk(sub, (*path, name))
+
+    walk(main, ())
+    return out
+
+
+def test_every_command_has_help_without_rest_markup_and_shows_defaults() -> None:
+    paths = _command_paths()
+    assert ("cluster", "info") in paths and ("configs", "alter") in paths
+    texts = {}
+    for path in paths:
+        r = run(*path, "--help")
+        assert r.exit_code == 0, path
+        texts[path] = r.stdout
+        description = r.stdout.partition("\n\n")[2].split("Options:")[0].strip()
+        assert description, f"{' '.join(path)}: empty help"
+        assert "``" not in r.stdout and ":meth:" not in r.stdout, path
+        if path and "--bootstrap-server" in r.stdout:
+            assert "-b, --bootstrap-server" in r.stdout and "HEADRACE_BOOTSTRAP" in r.stdout
+    for code in ("0", "1", "2", "3", "4", "130"):
+        assert re.search(rf"^\s+{code}\s+\w", texts[()], re.M), code
+    assert "default: 127.0.0.1:9092" in " ".join(texts[("topics", "list")].split())
+
+
+def test_bootstrap_option_spellings(broker: InProcessBroker) -> None:
+    t = f"spell-{uuid.uuid4().hex[:6]}"
+    ok("topics", "create", "-b", broker.bootstrap, "--topic", t)
+    for argv, env in ((["-b", broker.bootstrap], None),
+                      (["--bootstrap-server", broker.bootstrap], None),
+                      (["--bootstrap", broker.bootstrap], None),
+                      ([], {"HEADRACE_BOOTSTRAP": broker.bootstrap})):
+        assert t in ok("topics", "list", *argv, env=env).stdout.split(), argv
+
+
+def test_describe_offsets_sizes_and_add_partitions(broker: InProcessBroker) -> None:
+    bs = ["-b", broker.bootstrap]
+    t = f"sizes-{uuid.uuid4().hex[:6]}"
+    ok("topics", "create", "--topic", t, "--partitions", "2", *bs)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(30):
+        p.produce(t, b"x" * 100, partition=0 if i < 20 else 1)
+    assert p.flush(30) == 0
+    ok("topics", "delete-records", "--topic", t, "--partition", "0", "--offset", "5", *bs)
+    (doc,) = json.loads(ok("topics", "describe", "--topic", t, "--format", "json", *bs).stdout)
+    parts = {x["partition"]: x for x in doc["partitions"]}
+    assert (parts[0]["log_start_offset"], parts[0]["log_end_offset"]) == (5, 20)
+    assert (parts[1]["log_start_offset"], parts[1]["log_end_offset"]) == (0, 10)
+    assert parts[0]["size_bytes"] > 1000 and parts[1]["size_bytes"] > 500
+    assert "LogStartOffset: 5\tLogEndOffset: 20\tSize: " in ok(
+        "topics", "describe", "--topic", t, *bs).stdout
+    r = run("topics", "add-partitions", "--topic", t, "--partitions", "1", *bs)
+    assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_cluster_info_and_configs(broker: InProcessBroker) -> None:
+    bs = ["-b", broker.bootstrap]
+    out = ok("cluster", "info", *bs).stdout
+    port = broker.bootstrap.rsplit(":", 1)[1]
+    assert "Cluster id: " in out and "Controller: 0" in out
+    assert re.search(rf"^0\s+127\.0\.0\.1\s+{port}\s+-\s+yes$", out, re.M), out
+    doc = json.loads(ok("cluster", "info", "--format", "json", *bs).stdout)
+    assert doc["brokers"] == [{"id": 0, "host": "127.0.0.1", "port": int(port), "rack": None}]
+    t = f"cfg-{uuid.uuid4().hex[:6]}"
+    ok("topics", "create", "--topic", t, *bs)
+    ok("configs", "alter", "--topic", t, "--set", "retention.ms=4242", *bs)
+    doc = json.loads(ok("configs", "describe", "--topic", t, "--format", "json", *bs).stdout)
+    assert {"name": "retention.ms", "value": "4242", "source": "DYNAMIC_TOPIC_CONFIG",
+            "read_only": False, "sensitive": False} in doc
+    ok("configs", "alter", "--topic", t, "--delete", "retention.ms", *bs)
+    assert "retention.ms" not in ok("configs", "describe", "--topic", t, *bs).stdout
+    names = {e["name"] for e in json.loads(ok("configs", "describe", "--broker", "0",
+                                              "--format", "json", *bs).stdout)}
+    assert "log.dirs" in names
+
+
+def test_listing_commands_speak_json(broker: InProcessBroker) -> None:
+    for argv in (("topics", "list"), ("topics", "describe"), ("topics", "reassignments"),
+                 ("groups", "list"), ("transactions", "list"), ("acls", "list"),
+                 ("users", "list"), ("quotas", "describe"), ("cluster", "info"),
+                 ("configs", "describe", "--broker", "0")):
+        json.loads(ok(*argv, "--format", "json", "-b", broker.bootstrap).stdout)
 
 
 # ------------------------------------------------------------------ test_cli.py's rules
