@@ -52,8 +52,9 @@ TWINS: dict[str, tuple[str, ...]] = {
         CTRL_STATE + "test_unclean_election_when_allowed"),
     # a replica checks the request's leader epoch (FENCED / UNKNOWN_LEADER_EPOCH) first
     "tests/cluster/test_admin_cluster.py::test_a_follower_checks_the_leader_epoch_before_leadership": (
-        LEADER + "test_check_follower_fetch", EPOCHS + "test_latest_and_start",
-        INT + "test_acls_handlers.py::test_offset_for_leader_epoch"),
+        INT + "test_inproc_epochs.py::test_the_epoch_rule",
+        INT + "test_inproc_epochs.py::test_requests_naming_a_newer_epoch_are_unknown_and_current_ones_served",
+        LEADER + "test_check_follower_fetch"),
     # R-REP-2..8, R-PROD-2: random faults under load lose and duplicate nothing acknowledged
     "tests/cluster/test_chaos.py": (*SIM_CLEAN, SIM + "test_shrunk_schedule_replays_the_same_failure"),
     # `headrace cluster` and the one-broker-per-machine command register as Kafka does
@@ -130,6 +131,7 @@ TWINS: dict[str, tuple[str, ...]] = {
     "tests/cluster/test_metrics_cluster.py": (
         U + "test_metrics.py::test_exposition_uses_the_jmx_exporter_names",
         U + "test_metrics.py::test_health_ready_and_not_ready",
+        INT + "test_metrics.py::test_health_ready_and_unknown_paths",
         LEADER + "test_follower_not_caught_up_for_the_lag_time_is_removed"),
     # issue 21: network partitions heal writable with nothing acknowledged lost or doubled
     "tests/cluster/test_network_partitions.py::test_partitions_heal_writable_with_nothing_lost_or_duplicated": SIM_CLEAN,
