@@ -42,8 +42,9 @@ def collected(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bool]:
         [str(ROOT / "src"), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     env[DUMP_VARIABLE] = str(dump)
     r = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-         "-p", "no:randomly", "-p", "tests.twins_collect", "tests"],
+        # --assert=plain: collecting needs no assertion rewriting, which is most of its time
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "--assert=plain",
+         "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "tests.twins_collect", "tests"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and dump.exists(), (
         f"collecting the suite failed (exit {r.returncode}):\n"
