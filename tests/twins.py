@@ -33,6 +33,7 @@ LOG = U + "test_log.py::"
 CLI = INT + "test_cli_inproc.py::"
 RESTART = INT + "test_inproc_restart.py::"
 WEB = INT + "test_web_console_inproc.py::"
+SINK = INT + "test_transactional_sink_inproc.py::"
 
 SIM_CLEAN = (SIM + "test_seeds_are_clean", SIM + "test_every_fault_kind_appears_and_stays_clean",
              SIM + "test_each_mutation_is_caught_at_its_seed")
@@ -385,9 +386,13 @@ TWINS: dict[str, tuple[str, ...]] = {
         U + "test_spark_offsets.py::test_offset_spec_and_resolve",
         U + "test_spark_offsets.py::test_json_round_trip_is_sparks_kafka_format",
         U + "test_spark_batch_decode.py::test_every_codec_keys_values_headers_nulls",
-        U + "test_spark_batch_decode.py::test_control_batch_is_skipped_but_counted"),
+        U + "test_spark_batch_decode.py::test_control_batch_is_skipped_but_counted",
+        SINK + "test_a_replayed_committed_batch_writes_nothing",
+        SINK + "test_a_task_that_died_with_its_transaction_open_is_fenced_and_retried_once"),
     # issue 10: a replayed batch of the transactional sink adds nothing (fencing, read_committed)
     INT + "test_spark_executor_kill.py": (
+        SINK + "test_a_replayed_committed_batch_writes_nothing",
+        SINK + "test_a_task_that_died_with_its_transaction_open_is_fenced_and_retried_once",
         U + "test_txn_coordinator.py::test_a_second_producer_fences_the_first_and_aborts_its_transaction",
         REP + "test_read_committed.py::test_fetch_starting_inside_an_aborted_transaction_names_it",
         INT + "test_transactions.py::test_a_second_producer_fences_the_first"),
