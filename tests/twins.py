@@ -298,6 +298,8 @@ TWINS: dict[str, tuple[str, ...]] = {
     # R-SPARK-3/4, issue 10 item 4: the demo's audit finds nothing lost or duplicated
     INT + "test_demo.py::test_demo_runs_end_to_end_and_its_audit_finds_no_loss_or_duplicates": (
         U + "test_spark_offsets.py::test_audit_compare",
+        INT + "test_spark_source_inproc.py::test_micro_batches_read_every_record_once_in_order",
+        SINK + "test_a_replayed_committed_batch_writes_nothing",
         U + "test_spark_offsets.py::test_plan_end_caps_by_limit_and_available_now_target"),
     INT + "test_demo.py::test_audit_command_checks_the_result_topics_from_before_the_first_run": (
         U + "test_spark_offsets.py::test_audit_compare", U + "test_spark_offsets.py::test_json_round_trip_is_sparks_kafka_format"),
@@ -380,6 +382,7 @@ TWINS: dict[str, tuple[str, ...]] = {
     # R-SPARK-1/2: offsets planned, every record once per micro-batch plan, data loss reported,
     # restarts resume from the checkpointed offsets; the sink writes keys, values, headers
     INT + "test_spark.py": (
+        INT + "test_spark_source_inproc.py::test_micro_batches_read_every_record_once_in_order",
         U + "test_spark_offsets.py::test_plan_end_caps_by_limit_and_available_now_target",
         U + "test_spark_offsets.py::test_new_partition_enters_at_earliest_with_an_empty_range",
         U + "test_spark_offsets.py::test_data_loss_is_reported_not_decided",

@@ -30,6 +30,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker
                          {"num.partitions": "1", "transaction.state.log.num.partitions": "1",
                           "transaction.state.log.replication.factor": "1"}) as b:
         yield b
+        kafka_io.close_all()  # its cached clients, before their broker stops
 
 
 def _rows(tag: str, n: int) -> list[pa.RecordBatch]:
