@@ -120,8 +120,8 @@ TWINS: dict[str, tuple[str, ...]] = {
         LEADER + "test_high_watermark_ignores_followers_outside_the_isr"),
     # acks=all produce requests wait for the high watermark without holding each other up
     "tests/cluster/test_failover.py::test_produce_requests_pipeline_on_one_connection": (
-        LEADER + "test_acks_all_waits_for_the_high_watermark",
-        INT + "test_resource_limits.py::test_queued_requests_across_connections_never_exceed_the_limit"),
+        INT + "test_inproc_pipelining.py::test_pipelined_produce_requests_are_applied_and_answered_in_order",
+        LEADER + "test_acks_all_waits_for_the_high_watermark"),
     # R-GRP-2: the new coordinator loads the group from __consumer_offsets and members go on
     "tests/cluster/test_groups_cluster.py": (
         U + "test_group_coordinator.py::test_group_metadata_record_written_and_loaded",
