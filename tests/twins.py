@@ -133,6 +133,7 @@ TWINS: dict[str, tuple[str, ...]] = {
         U + "test_metrics.py::test_exposition_uses_the_jmx_exporter_names",
         U + "test_metrics.py::test_health_ready_and_not_ready",
         INT + "test_metrics.py::test_health_ready_and_unknown_paths",
+        U + "test_metrics_isr.py::test_isr_shrinks_and_expansions_are_counted_once_each",
         LEADER + "test_follower_not_caught_up_for_the_lag_time_is_removed"),
     # issue 21: network partitions heal writable with nothing acknowledged lost or doubled
     "tests/cluster/test_network_partitions.py::test_partitions_heal_writable_with_nothing_lost_or_duplicated": SIM_CLEAN,
