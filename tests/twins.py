@@ -58,12 +58,12 @@ TWINS: dict[str, tuple[str, ...]] = {
         LEADER + "test_check_follower_fetch"),
     # R-REP-2..8, R-PROD-2: random faults under load lose and duplicate nothing acknowledged
     "tests/cluster/test_chaos.py": (*SIM_CLEAN, SIM + "test_shrunk_schedule_replays_the_same_failure"),
-    # `headrace cluster` and the one-broker-per-machine command register as Kafka does
-    "tests/cluster/test_cluster_command.py": (
+    # the README's one-broker-per-machine command: the broker registers its advertised
+    # listeners in Kafka's znode format; its flags override server.properties
+    "tests/cluster/test_cluster_command.py::test_readme_broker_on_three_machines_registers_as_written": (
         U + "test_zk_layout.py::test_broker_znode_endpoint_and_rack",
         U + "test_zk_layout.py::test_broker_znode_with_several_listeners",
-        U + "test_kafka_properties.py::test_listeners_set_host_and_port_unless_given",
-        CLI + "test_bad_input_is_one_line_exit_2_no_traceback"),
+        U + "test_kafka_properties.py::test_listeners_set_host_and_port_unless_given"),
     # R-SPARK-3/4 on a cluster: the source follows leader changes, nothing lost or doubled
     "tests/cluster/test_demo_cluster.py": (
         U + "test_spark_list_offsets.py::test_first_offsets_wait_for_a_partition_without_a_leader",
@@ -441,6 +441,9 @@ TWINS: dict[str, tuple[str, ...]] = {
 }
 
 NO_TWIN: dict[str, str] = {
+    "tests/cluster/test_cluster_command.py::test_cluster_command_runs_three_brokers_and_stops_on_ctrl_c":
+        "the README's `headrace cluster` block as written: ZooKeeper and three broker "
+        "processes stopped by Ctrl-C",
     INT + "test_demo.py::test_main_job_as_written": "the README's `bash scripts/run.sh` as written",
     INT + "test_demo.py::test_defaults_and_a_work_directory_kept_under_tmpdir":
         "the README's defaults of a real demo run",
