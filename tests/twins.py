@@ -34,6 +34,8 @@ CLI = INT + "test_cli_inproc.py::"
 RESTART = INT + "test_inproc_restart.py::"
 WEB = INT + "test_web_console_inproc.py::"
 SINK = INT + "test_transactional_sink_inproc.py::"
+EPOCH_FOLLOWER = (INT + "test_inproc_epochs.py::"
+                  "test_a_replica_that_does_not_lead_checks_the_epoch_first_and_deletes_nothing")
 
 SIM_CLEAN = (SIM + "test_seeds_are_clean", SIM + "test_every_fault_kind_appears_and_stays_clean",
              SIM + "test_each_mutation_is_caught_at_its_seed")
@@ -42,6 +44,7 @@ TWINS: dict[str, tuple[str, ...]] = {
     # ================================================================ tests/cluster/
     # DeleteRecords is answered by the leader only; the log start moves and is stored
     "tests/cluster/test_admin_cluster.py::test_delete_records_on_the_leader_only": (
+        EPOCH_FOLLOWER,
         U + "test_log_start_offset.py::test_increment_moves_the_start_deletes_segments_and_survives_reopen",
         INT + "test_admin_apis.py::test_delete_records",
         INT + "test_admin_apis.py::test_delete_records_errors_on_the_wire",
@@ -55,7 +58,7 @@ TWINS: dict[str, tuple[str, ...]] = {
     "tests/cluster/test_admin_cluster.py::test_a_follower_checks_the_leader_epoch_before_leadership": (
         INT + "test_inproc_epochs.py::test_the_epoch_rule",
         INT + "test_inproc_epochs.py::test_requests_naming_a_newer_epoch_are_unknown_and_current_ones_served",
-        LEADER + "test_check_follower_fetch"),
+        EPOCH_FOLLOWER, LEADER + "test_check_follower_fetch"),
     # R-REP-2..8, R-PROD-2: random faults under load lose and duplicate nothing acknowledged
     "tests/cluster/test_chaos.py": (*SIM_CLEAN, SIM + "test_shrunk_schedule_replays_the_same_failure"),
     # the README's one-broker-per-machine command: the broker registers its advertised
