@@ -436,6 +436,8 @@ TWINS: dict[str, tuple[str, ...]] = {
                                    SIM + "test_seeds_are_clean"),
     # R-REP-9: Kafka's znodes, producer id blocks never reused, conditional state writes
     INT + "test_zk_store.py": (
+        U + "test_zk_store_rules.py::test_producer_id_blocks_never_overlap_when_brokers_race",
+        U + "test_zk_store_rules.py::test_a_registration_left_by_an_earlier_session_is_waited_out",
         U + "test_zk_layout.py::test_state_znode_is_kafkas",
         U + "test_zk_layout.py::test_topic_znode_round_trip_and_topic_id",
         U + "test_zk_layout.py::test_other_nodes",
