@@ -438,6 +438,7 @@ TWINS: dict[str, tuple[str, ...]] = {
     INT + "test_zk_store.py": (
         U + "test_zk_store_rules.py::test_producer_id_blocks_never_overlap_when_brokers_race",
         U + "test_zk_store_rules.py::test_a_registration_left_by_an_earlier_session_is_waited_out",
+        U + "test_zk_store_rules.py::test_new_states_of_a_deleted_topic_do_not_bring_its_znode_back",
         U + "test_zk_layout.py::test_state_znode_is_kafkas",
         U + "test_zk_layout.py::test_topic_znode_round_trip_and_topic_id",
         U + "test_zk_layout.py::test_other_nodes",

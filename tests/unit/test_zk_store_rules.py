@@ -22,12 +22,19 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
 
 from headrace.cluster import zk_layout as L
-from headrace.cluster.zk_store import ZkMetadataStore
+from headrace.cluster.zk_store import ControllerMovedError, ZkMetadataStore
 from headrace.config import BrokerConfig
-from headrace.metadata.store import BrokerInfo
+from headrace.metadata.store import BrokerInfo, PartitionState
 
 
 class FakeZooKeeper:
@@ -68,20 +75,77 @@ class FakeClient:
     def create(self, path: str, value: bytes = b"", ephemeral: bool = False,
                makepath: bool = False) -> str:
         with self.zk.lock:
-            if path in self.zk.nodes:
-                raise NodeExistsError()
-            self.zk.nodes[path] = (value, 0, self.client_id[0] if ephemeral else 0)
+            return self._create(path, value, ephemeral, makepath)
+
+    def _create(self, path: str, value: bytes, ephemeral: bool, makepath: bool) -> str:
+        if path in self.zk.nodes:
+            raise NodeExistsError()
+        parent = path.rsplit("/", 1)[0]
+        if parent and parent not in self.zk.nodes:
+            if not makepath:
+                raise NoNodeError()
+            self._create(parent, b"", False, True)
+        self.zk.nodes[path] = (value, 0, self.client_id[0] if ephemeral else 0)
         return path
+
+    def transaction(self) -> FakeTransaction:
+        return FakeTransaction(self)
 
     def set(self, path: str, value: bytes, version: int = -1) -> Any:
         with self.zk.lock:
-            if path not in self.zk.nodes:
+            return self._set(path, value, version)
+
+    def _set(self, path: str, value: bytes, version: int) -> Any:
+        if path not in self.zk.nodes:
+            raise NoNodeError()
+        _, current, owner = self.zk.nodes[path]
+        if version != -1 and version != current:
+            raise BadVersionError()
+        self.zk.nodes[path] = (value, current + 1, owner)
+        return self._stat(current + 1, owner)
+
+
+class FakeTransaction:
+    """kazoo's transaction: all or nothing; on a failure the failed operation's result is
+    its exception, those before it RolledBackError, those after it RuntimeInconsistency."""
+
+    def __init__(self, client: FakeClient) -> None:
+        self.client = client
+        self.ops: list[Callable[[], Any]] = []
+
+    def check(self, path: str, version: int) -> None:
+        def op() -> bool:
+            stat = self.client.zk.nodes.get(path)
+            if stat is None:
                 raise NoNodeError()
-            _, current, owner = self.zk.nodes[path]
-            if version != -1 and version != current:
+            if stat[1] != version:
                 raise BadVersionError()
-            self.zk.nodes[path] = (value, current + 1, owner)
-            return self._stat(current + 1, owner)
+            return True
+        self.ops.append(op)
+
+    def create(self, path: str, value: bytes = b"") -> None:
+        self.ops.append(lambda: self.client._create(path, value, False, False))
+
+    def set_data(self, path: str, value: bytes, version: int = -1) -> None:
+        self.ops.append(lambda: self.client._set(path, value, version))
+
+    def commit(self) -> list[Any]:
+        zk = self.client.zk
+        with zk.lock:
+            before = dict(zk.nodes)
+            results: list[Any] = []
+            for i, op in enumerate(self.ops):
+                try:
+                    results.append(op())
+                except KazooException as e:
+                    zk.nodes = before
+                    return ([RolledBackError() for _ in range(i)] + [e]
+                            + [RuntimeInconsistency() for _ in self.ops[i + 1:]])
+            return results
+
+    def commit_async(self) -> Any:
+        results = self.commit()
+        return SimpleNamespace(get=lambda timeout=None: results)
 
 
 @pytest.fixture
@@ -131,6 +195,8 @@ def test_a_registration_left_by_an_earlier_session_is_waited_out(
         loop: asyncio.AbstractEventLoop) -> None:
     zk = FakeZooKeeper()
     path = L.broker_path(1)
+    for parent in ("/brokers", path.rsplit("/", 1)[0]):
+        zk.nodes[parent] = (b"", 0, 0)
     zk.nodes[path] = (b"{}", 0, 999)  # the killed broker's session, not yet expired
     s = store(zk, 1, 101, loop)
     expire = threading.Timer(0.3, lambda: zk.nodes.pop(path))  # its session expires
@@ -142,4 +208,25 @@ def test_a_registration_left_by_an_earlier_session_is_waited_out(
     assert zk.nodes[path][2] == 101  # registered by this session
     s._register()  # this session's own node is its registration: at once
     assert zk.nodes[path][2] == 101
+    s.close()
+
+
+def test_new_states_of_a_deleted_topic_do_not_bring_its_znode_back(
+        loop: asyncio.AbstractEventLoop) -> None:
+    """A controller whose cache still has a deleted topic writes its partitions as new: no
+    write, the answer None, and no empty /brokers/topics/T comes back; a live topic's new
+    state is created; a deposed controller (another epoch version) writes nothing."""
+    zk = FakeZooKeeper()
+    for path in ("/brokers", L.TOPICS, L.topic_path("live")):
+        zk.nodes[path] = (b"", 0, 0)
+    zk.nodes[L.CONTROLLER_EPOCH] = (b"3", 7, 0)
+    s = store(zk, 1, 101, loop)
+    new = PartitionState([1], 1, 0, [1])
+    assert s.write_partition_states([("gone", 0, new)], 3, 7) == [None]
+    assert not [p for p in zk.nodes if p.startswith(L.topic_path("gone"))]
+    assert s.write_partition_states([("live", 0, new)], 3, 7) == [0]
+    assert L.state_path("live", 0) in zk.nodes
+    with pytest.raises(ControllerMovedError):
+        s.write_partition_states([("live", 1, new)], 3, 6)
+    assert L.state_path("live", 1) not in zk.nodes
     s.close()
