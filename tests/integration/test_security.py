@@ -557,6 +557,46 @@ def test_wrong_password_and_unknown_user_are_refused(env: Env) -> None:
         assert w.is_closed_by_peer()
 
 
+def test_a_wrong_password_or_unknown_user_fails_on_the_wire_and_closes(env: Env) -> None:
+    """Fast twin of test_wrong_password_and_unknown_user_are_refused (which waits out
+    librdkafka's retries): each gets SASL_AUTHENTICATION_FAILED and a closed connection."""
+    for user, password in (("alice", "wrong"), ("nobody", "x"), ("alice", "")):
+        with WireClient.to(env.bootstrap("SASL_PLAINTEXT")) as w:
+            assert w.request(17, 1, {"mechanism": "PLAIN"}).error_code == ErrorCode.none
+            r = w.request(36, 2, {"auth_bytes": f"\0{user}\0{password}".encode()})
+            assert r.error_code == ErrorCode.sasl_authentication_failed, user
+            assert w.is_closed_by_peer()
+    with WireClient.to(env.bootstrap("SASL_PLAINTEXT")) as w:  # the right one gets in
+        assert w.request(17, 1, {"mechanism": "PLAIN"}).error_code == ErrorCode.none
+        r = w.request(36, 2, {"auth_bytes": b"\0alice\0alice-secret"})
+        assert r.error_code == ErrorCode.none
+        assert w.request(3, 12, META).brokers
+
+
+def _mtls_api_versions(env: Env, cert: Path | None, key: Path | None) -> bool:
+    """Whether an ApiVersions over the mutual-TLS listener is answered with this client
+    certificate (TLS 1.3 refuses a client certificate after the handshake: at the read)."""
+    ctx = ssl.create_default_context(cafile=str(env.certs["ca.pem"]))
+    if cert is not None and key is not None:
+        ctx.load_cert_chain(str(cert), str(key))
+    try:
+        with WireClient.to(env.bootstrap("MTLS"), timeout_s=5) as w:
+            w.sock = ctx.wrap_socket(w.sock, server_hostname="localhost")
+            return w.request(18, 3, {"client_software_name": "x",
+                                     "client_software_version": "1"}).error_code == 0
+    except (ssl.SSLError, ConnectionError, OSError):
+        return False
+
+
+def test_mutual_tls_answers_only_a_certificate_of_the_trusted_ca(env: Env) -> None:
+    """Fast twin of test_untrusted_or_missing_client_certificates_are_refused (which waits
+    out librdkafka's retries): no certificate, or one of another CA, gets no answer."""
+    c, u = env.certs, env.untrusted
+    assert _mtls_api_versions(env, c["client-alice-cert.pem"], c["client-alice-key.pem"])
+    assert not _mtls_api_versions(env, None, None)
+    assert not _mtls_api_versions(env, u["client-mallory-cert.pem"], u["client-mallory-key.pem"])
+
+
 def test_expired_and_foreign_tokens_are_refused(env: Env) -> None:
     bad = [env.token(ttl_s=-120), env.token(key=env.other_key), env.token(aud="other")]
     for token in bad:

@@ -1,0 +1,232 @@
+"""Two rules of ``ZkMetadataStore`` (R-REP-9) on an in-memory ZooKeeper: fast twins of
+tests/integration/test_zk_store.py, which runs them on a real ZooKeeper JVM.
+
+- Producer id blocks never overlap: a block is taken with a conditional write of
+  ``/latest_producer_id_block`` (its znode version), so a broker that read the block before
+  another broker took the next one reads again instead of handing out the same ids.
+- A broker id still registered by an earlier session (a broker killed with -9: its ephemeral
+  node lasts until the session expires) is waited out; a node of this broker's own session
+  is its registration.
+
+The fake holds only what these rules use: znodes with a version and an ephemeral owner, and
+kazoo's exceptions for a missing node, an existing node and a stale version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
+
+from headrace.cluster import zk_layout as L
+from headrace.cluster.zk_store import ControllerMovedError, ZkMetadataStore
+from headrace.config import BrokerConfig
+from headrace.metadata.store import BrokerInfo, PartitionState
+
+
+class FakeZooKeeper:
+    """Znodes: path -> (data, version, ephemeral owner session or 0)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, tuple[bytes, int, int]] = {}
+        self.lock = threading.Lock()
+
+
+class FakeClient:
+    """The part of ``KazooClient`` these rules call, for one session."""
+
+    def __init__(self, zk: FakeZooKeeper, session_id: int) -> None:
+        self.zk = zk
+        self.client_id = (session_id, b"")
+        self.after_get: Callable[[str], None] | None = None
+
+    def _stat(self, version: int, owner: int) -> Any:
+        return SimpleNamespace(version=version, ephemeralOwner=owner)
+
+    def get(self, path: str, watch: Any = None) -> tuple[bytes, Any]:
+        with self.zk.lock:
+            if path not in self.zk.nodes:
+                raise NoNodeError()
+            data, version, owner = self.zk.nodes[path]
+        if self.after_get is not None:
+            self.after_get(path)
+        return data, self._stat(version, owner)
+
+    def exists(self, path: str, watch: Any = None) -> Any:
+        with self.zk.lock:
+            if path not in self.zk.nodes:
+                return None
+            _, version, owner = self.zk.nodes[path]
+            return self._stat(version, owner)
+
+    def create(self, path: str, value: bytes = b"", ephemeral: bool = False,
+               makepath: bool = False) -> str:
+        with self.zk.lock:
+            return self._create(path, value, ephemeral, makepath)
+
+    def _create(self, path: str, value: bytes, ephemeral: bool, makepath: bool) -> str:
+        if path in self.zk.nodes:
+            raise NodeExistsError()
+        parent = path.rsplit("/", 1)[0]
+        if parent and parent not in self.zk.nodes:
+            if not makepath:
+                raise NoNodeError()
+            self._create(parent, b"", False, True)
+        self.zk.nodes[path] = (value, 0, self.client_id[0] if ephemeral else 0)
+        return path
+
+    def transaction(self) -> FakeTransaction:
+        return FakeTransaction(self)
+
+    def set(self, path: str, value: bytes, version: int = -1) -> Any:
+        with self.zk.lock:
+            return self._set(path, value, version)
+
+    def _set(self, path: str, value: bytes, version: int) -> Any:
+        if path not in self.zk.nodes:
+            raise NoNodeError()
+        _, current, owner = self.zk.nodes[path]
+        if version != -1 and version != current:
+            raise BadVersionError()
+        self.zk.nodes[path] = (value, current + 1, owner)
+        return self._stat(current + 1, owner)
+
+
+class FakeTransaction:
+    """kazoo's transaction: all or nothing; on a failure the failed operation's result is
+    its exception, those before it RolledBackError, those after it RuntimeInconsistency."""
+
+    def __init__(self, client: FakeClient) -> None:
+        self.client = client
+        self.ops: list[Callable[[], Any]] = []
+
+    def check(self, path: str, version: int) -> None:
+        def op() -> bool:
+            stat = self.client.zk.nodes.get(path)
+            if stat is None:
+                raise NoNodeError()
+            if stat[1] != version:
+                raise BadVersionError()
+            return True
+        self.ops.append(op)
+
+    def create(self, path: str, value: bytes = b"") -> None:
+        self.ops.append(lambda: self.client._create(path, value, False, False))
+
+    def set_data(self, path: str, value: bytes, version: int = -1) -> None:
+        self.ops.append(lambda: self.client._set(path, value, version))
+
+    def commit(self) -> list[Any]:
+        zk = self.client.zk
+        with zk.lock:
+            before = dict(zk.nodes)
+            results: list[Any] = []
+            for i, op in enumerate(self.ops):
+                try:
+                    results.append(op())
+                except KazooException as e:
+                    zk.nodes = before
+                    return ([RolledBackError() for _ in range(i)] + [e]
+                            + [RuntimeInconsistency() for _ in self.ops[i + 1:]])
+            return results
+
+    def commit_async(self) -> Any:
+        results = self.commit()
+        return SimpleNamespace(get=lambda timeout=None: results)
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    lp = asyncio.new_event_loop()
+    yield lp
+    lp.close()
+
+
+def store(zk: FakeZooKeeper, node_id: int, session_id: int,
+          loop: asyncio.AbstractEventLoop) -> ZkMetadataStore:
+    cfg = BrokerConfig.from_mapping({"zookeeper.connect": "127.0.0.1:2181",
+                                     "broker.id": node_id,
+                                     "zookeeper.session.timeout.ms": 2000})
+    s = ZkMetadataStore(cfg, BrokerInfo(node_id, "127.0.0.1", 9000 + node_id), loop)
+    s.client = FakeClient(zk, session_id)  # type: ignore[assignment]
+    return s
+
+
+def test_producer_id_blocks_never_overlap_when_brokers_race(
+        loop: asyncio.AbstractEventLoop) -> None:
+    zk = FakeZooKeeper()
+    a, b = store(zk, 1, 101, loop), store(zk, 2, 102, loop)
+    blocks = [(a.allocate_producer_ids(10), 1000), (b.allocate_producer_ids(10), 1000)]
+    # b takes the next block between a's read of the block and a's write of its own
+    raced: list[int] = []
+
+    def b_takes_one(path: str) -> None:
+        if path == L.PRODUCER_ID_BLOCK and not raced:
+            raced.append(b.allocate_producer_ids(1000))
+
+    a.client.after_get = b_takes_one  # type: ignore[union-attr]
+    blocks.append((a.allocate_producer_ids(1000), 1000))
+    a.client.after_get = None  # type: ignore[union-attr]
+    assert len(raced) == 1
+    blocks.append((raced[0], 1000))
+    blocks += [(a.allocate_producer_ids(5000), 5000), (b.allocate_producer_ids(1), 1000)]
+    blocks.sort()
+    assert blocks[0][0] == 0
+    for (start, size), (nxt, _) in itertools.pairwise(blocks):
+        assert nxt >= start + size, blocks  # no id handed out twice
+    a.close()
+    b.close()
+
+
+def test_a_registration_left_by_an_earlier_session_is_waited_out(
+        loop: asyncio.AbstractEventLoop) -> None:
+    zk = FakeZooKeeper()
+    path = L.broker_path(1)
+    for parent in ("/brokers", path.rsplit("/", 1)[0]):
+        zk.nodes[parent] = (b"", 0, 0)
+    zk.nodes[path] = (b"{}", 0, 999)  # the killed broker's session, not yet expired
+    s = store(zk, 1, 101, loop)
+    expire = threading.Timer(0.3, lambda: zk.nodes.pop(path))  # its session expires
+    expire.start()
+    try:
+        s._register()
+    finally:
+        expire.join()
+    assert zk.nodes[path][2] == 101  # registered by this session
+    s._register()  # this session's own node is its registration: at once
+    assert zk.nodes[path][2] == 101
+    s.close()
+
+
+def test_new_states_of_a_deleted_topic_do_not_bring_its_znode_back(
+        loop: asyncio.AbstractEventLoop) -> None:
+    """A controller whose cache still has a deleted topic writes its partitions as new: no
+    write, the answer None, and no empty /brokers/topics/T comes back; a live topic's new
+    state is created; a deposed controller (another epoch version) writes nothing."""
+    zk = FakeZooKeeper()
+    for path in ("/brokers", L.TOPICS, L.topic_path("live")):
+        zk.nodes[path] = (b"", 0, 0)
+    zk.nodes[L.CONTROLLER_EPOCH] = (b"3", 7, 0)
+    s = store(zk, 1, 101, loop)
+    new = PartitionState([1], 1, 0, [1])
+    assert s.write_partition_states([("gone", 0, new)], 3, 7) == [None]
+    assert not [p for p in zk.nodes if p.startswith(L.topic_path("gone"))]
+    assert s.write_partition_states([("live", 0, new)], 3, 7) == [0]
+    assert L.state_path("live", 0) in zk.nodes
+    with pytest.raises(ControllerMovedError):
+        s.write_partition_states([("live", 1, new)], 3, 6)
+    assert L.state_path("live", 1) not in zk.nodes
+    s.close()
