@@ -117,17 +117,12 @@ TIERS = ("all", "fast", "parallel", "fast-serial", "rest", "unserial", "serial")
 # a module, except that the modules of one group go to one worker together. Group
 # "zookeeper": they share the session's ZooKeeper server and its pool of clusters
 # (tests/zk.py, tests/cluster/conftest.py), which a second worker would start again.
-# Group "spark": each starts Spark's JVM (and most a ``headrace demo``); two at once on two
-# cores would only slow both.
 XDIST_GROUPS: dict[str, tuple[str, ...]] = {
     "zookeeper": ("tests/cluster/", "tests/integration/test_zk_store.py",
                   "tests/integration/test_zk_acl_store.py",
                   "tests/integration/test_zk_reconnect.py",
                   "tests/integration/test_server_properties.py",
                   "tests/integration/test_burrow.py"),
-    "spark": ("tests/integration/test_spark.py", "tests/integration/test_spark_executor_kill.py",
-              "tests/integration/test_examples.py", "tests/integration/test_audit_exit.py",
-              "tests/integration/test_demo.py", "tests/integration/test_readme_quickstart.py"),
 }
 # Seconds a unit took in a full run (measured under load; order only): the longest go
 # first, so that no long unit starts last while the other worker idles (longest
