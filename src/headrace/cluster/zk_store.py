@@ -148,6 +148,12 @@ class ZkMetadataStore:
         self._topics: dict[str, TopicState] = {}
         self._by_id: dict[uuid.UUID, str] = {}
         self._brokers: dict[int, BrokerInfo] = {}
+        # broker id -> broker epoch: the czxid of its /brokers/ids/N registration (Kafka's
+        # broker epoch); a broker that registered again has a new one
+        self._broker_epochs: dict[int, int] = {}
+        # the zxid of each partition state's last write (what the controller compares
+        # with a leader's broker epoch: a state older than its leader's registration)
+        self._state_mzxids: dict[tuple[str, int], int] = {}
         self._controller = -1
         self._controller_epoch = 0
         self._deletions: list[str] = []
@@ -361,11 +367,11 @@ class ZkMetadataStore:
             _, _, _, name, _, p, _ = path.split("/")
             try:
                 data, stat = res.get(timeout=self.session_timeout_s)
-                out.append(("state", (name, int(p), data, stat.version)))
+                out.append(("state", (name, int(p), data, stat.version, stat.mzxid)))
             except NoNodeError:
                 if self.client.exists(path, watch=self._watch("state", path)) is not None:
                     self._enqueue("state", path)  # created meanwhile
-                out.append(("state", (name, int(p), None, -1)))
+                out.append(("state", (name, int(p), None, -1, -1)))
         return out
 
     def _get(self, path: str, kind: str) -> bytes | None:
@@ -379,15 +385,16 @@ class ZkMetadataStore:
                 return self._get(path, kind)
             return None
 
-    def _get_stat(self, path: str, kind: str) -> tuple[bytes | None, int]:
+    def _get_stat(self, path: str, kind: str) -> tuple[bytes | None, int, int]:
+        """Data, version and mzxid (-1, -1: missing) of ``path``, with a watch."""
         assert self.client is not None
         try:
             data, stat = self.client.get(path, watch=self._watch(kind, path))
-            return data, stat.version
+            return data, stat.version, stat.mzxid
         except NoNodeError:
             if self.client.exists(path, watch=self._watch(kind, path)) is not None:
                 return self._get_stat(path, kind)
-            return None, -1
+            return None, -1, -1
 
     def _children(self, path: str, kind: str) -> list[str]:
         """Children of ``path`` with a child watch (or an exists watch if it is missing:
@@ -590,18 +597,21 @@ class ZkMetadataStore:
                 users[user] = creds
         return {"acls": acls, "users": users, "quotas": self._read_all_quotas()}
 
-    def _read_brokers(self) -> dict[int, BrokerInfo]:
+    def _read_brokers(self) -> tuple[dict[int, BrokerInfo], dict[int, int]]:
+        """The registered brokers and their broker epochs (each registration's czxid)."""
         assert self.client is not None
         out = {}
+        epochs = {}
         for child in self._children(L.BROKER_IDS, "brokers"):
             try:
-                data, _ = self.client.get(f"{L.BROKER_IDS}/{child}")
+                data, stat = self.client.get(f"{L.BROKER_IDS}/{child}")
                 out[int(child)] = L.decode_broker(int(child), data, self.inter_broker_listener)
+                epochs[int(child)] = int(stat.czxid)
             except NoNodeError:
                 continue
             except (ValueError, L.LayoutError) as e:
                 log.warning("ignoring broker registration %s: %s", child, e)
-        return out
+        return out, epochs
 
     def _read_topic(self, name: str) -> list[tuple[str, Any]]:
         """A topic's assignment and config (watched) and the state of partitions not
@@ -631,7 +641,7 @@ class ZkMetadataStore:
         for p, path, res in results:
             try:
                 data_p, stat = res.get(timeout=self.session_timeout_s)
-                out.append(("state", (name, p, data_p, stat.version)))
+                out.append(("state", (name, p, data_p, stat.version, stat.mzxid)))
             except NoNodeError:
                 missing.append((p, path, self.client.exists_async(
                     path, watch=self._watch("state", path))))
@@ -639,7 +649,7 @@ class ZkMetadataStore:
             # created meanwhile? then the exists watch fires and the state is read then
             if res.get(timeout=self.session_timeout_s) is not None:
                 self._enqueue("state", path)
-            out.append(("state", (name, p, None, -1)))
+            out.append(("state", (name, p, None, -1, -1)))
         # every read succeeded: from now on the watches keep them current
         self._watched_states.update((name, p) for p in todo)
         self._watched_topics.add(name)
@@ -673,12 +683,14 @@ class ZkMetadataStore:
         reconnect: only what differs from the cache, as ordinary change notifications)."""
         before = dict(self._topics)  # TopicStates are rebuilt below, never changed in place
         before_brokers, before_controller = self._brokers, self._controller
+        before_epochs = self._broker_epochs
         before_admin = {"delete_topics": self._deletions,
                         "controlled_shutdown": self._shutdowns,
                         "reassign_partitions": self._reassign_request,
                         "preferred_replica_election": self._preferred}
         self._assign.clear()
         self._states.clear()
+        self._state_mzxids.clear()
         self._configs.clear()
         self._topics = {}
         self._by_id = {}
@@ -708,11 +720,12 @@ class ZkMetadataStore:
             self._notify("brokers_changed")
             self._notify("controller_changed", self._controller)
         elif how == "resync":
-            self._notify_differences(before, before_brokers, before_controller, before_admin)
+            self._notify_differences(before, before_brokers, before_controller, before_admin,
+                                     before_epochs)
 
     def _notify_differences(self, before: dict[str, TopicState],
                             brokers: dict[int, BrokerInfo], controller: int,
-                            admin: dict[str, Any]) -> None:
+                            admin: dict[str, Any], epochs: dict[int, int]) -> None:
         """After a re-read on the same session: tell what differs from the cache as it
         was, as the watches would have (SetWatches' effect), and say so in one line."""
         deleted = sorted(n for n in before if n not in self._topics)
@@ -734,11 +747,12 @@ class ZkMetadataStore:
                      "reassign_partitions": self._reassign_request,
                      "preferred_replica_election": self._preferred}
         admin_changed = [k for k in now_admin if now_admin[k] != admin[k]]
+        brokers_moved = brokers != self._brokers or epochs != self._broker_epochs
         log.info("ZooKeeper connection re-established with the same session: its watches "
                  "had gone with the connection, everything was read again (watches "
                  "re-armed); changed meanwhile: %d topic(s), %d deleted%s%s%s",
                  len(changed), len(deleted),
-                 ", the brokers" if brokers != self._brokers else "",
+                 ", the brokers" if brokers_moved else "",
                  f", the controller ({controller} -> {self._controller})"
                  if controller != self._controller else "",
                  "".join(f", {k}" for k in admin_changed))
@@ -750,7 +764,7 @@ class ZkMetadataStore:
                 self._notify("topic_changed", name)
         finally:
             self.changed_partitions = {}
-        if brokers != self._brokers:
+        if brokers_moved:
             self._notify("brokers_changed")
         if controller != self._controller:
             self._notify("controller_changed", self._controller)
@@ -769,8 +783,11 @@ class ZkMetadataStore:
                 self._install_snapshot(value, kind)
                 continue
             if kind == "brokers":
-                if value != self._brokers:
-                    self._brokers = value
+                brokers, epochs = value
+                if brokers != self._brokers or epochs != self._broker_epochs:
+                    # a bounce (a broker registered again, kill -9 and restart) changes
+                    # only its epoch: the controller must hear of it (bouncedBrokerIds)
+                    self._brokers, self._broker_epochs = brokers, epochs
                     events.append(("brokers_changed", None))
             elif kind == "topic_names":
                 for name in list(self._assign):
@@ -791,9 +808,10 @@ class ZkMetadataStore:
                     continue
                 changed.add(name)
             elif kind == "state":
-                name, p, data, version = value
+                name, p, data, version, mzxid = value
                 if data is None:
                     self._states.pop((name, p), None)
+                    self._state_mzxids.pop((name, p), None)
                 else:
                     try:
                         leader, epoch, isr, cepoch = L.decode_state(f"state of {name}-{p}", data)
@@ -805,6 +823,7 @@ class ZkMetadataStore:
                         continue  # an older read arriving late
                     self._states[(name, p)] = PartitionState(
                         [], leader, epoch, isr, epoch, cepoch, version)
+                    self._state_mzxids[(name, p)] = mzxid
                 changed_parts.setdefault(name, set()).add(p)
             elif kind == "config":
                 name, data = value
@@ -882,6 +901,7 @@ class ZkMetadataStore:
         self._configs.pop(name, None)
         for key in [k for k in self._states if k[0] == name]:
             del self._states[key]
+            self._state_mzxids.pop(key, None)
         t = self._topics.pop(name, None)
         if t is not None:
             self._by_id.pop(t.topic_id, None)
@@ -949,6 +969,14 @@ class ZkMetadataStore:
 
     def live_brokers(self) -> list[BrokerInfo]:
         return [self._brokers[k] for k in sorted(self._brokers)]
+
+    def broker_epochs(self) -> Mapping[int, int]:
+        """Registered broker id -> its broker epoch (the registration's czxid)."""
+        return self._broker_epochs
+
+    def state_mzxid(self, topic: str, partition: int) -> int:
+        """The zxid of the partition state's last write as read (-1: not known)."""
+        return self._state_mzxids.get((topic, partition), -1)
 
     def broker(self, node_id: int) -> BrokerInfo | None:
         return self._brokers.get(node_id)
