@@ -69,11 +69,12 @@ class ClusterNode:
         self._became_follower: list[str] = []
         self._isr_changes: list[str] = []
         # the restart rule (README, "The replication rules"; the simulation's
-        # ``reread_leads=False``): per hosted partition, the leader epoch of the state
-        # read when this process started, and the last epoch this process led. A state
+        # ``reread_leads=False``): per hosted partition, the leader epoch of its state
+        # before this process registered, and the last epoch this process led. A state
         # naming this broker leader at an epoch it never led and not newer than the one
-        # read at start may have been led by an earlier process of this broker (its high
-        # watermark served, then lost with it): it waits for the controller's next epoch
+        # before its registration may have been led by an earlier process of this broker
+        # (its high watermark served, then lost with it): it waits for the controller's
+        # next epoch
         self._start_epochs: dict[TopicPartition, int] = {}
         self._led_epochs: dict[TopicPartition, int] = {}
         self._waiting: list[str] = []
@@ -171,10 +172,18 @@ class ClusterNode:
     async def start(self) -> None:
         """Reconcile everything the store knows (the broker is not listening yet)."""
         self.store.add_listener(self)
+        # the states were read after this process registered: one written before it (its
+        # mzxid below this broker's epoch, the registration's czxid) holds the epoch an
+        # earlier process may have led; one written after it was the controller's
+        # decision (a new epoch) on seeing this registration, which this process may lead
+        registered = self.store.broker_epochs().get(self.node_id, -1)
         for name, t in self.store.topics().items():
             for i, st in enumerate(t.partitions):
                 if self.node_id in st.replicas:
-                    self._start_epochs[TopicPartition(name, i)] = st.leader_epoch
+                    mzxid = self.store.state_mzxid(name, i)
+                    after = registered >= 0 and mzxid > registered
+                    self._start_epochs[TopicPartition(name, i)] = (
+                        st.leader_epoch - 1 if after else st.leader_epoch)
         await self._reconcile(set(self.store.topics()) | {tp.topic for tp in
                                                          self.replicas.partitions})
 
@@ -345,8 +354,8 @@ class ClusterNode:
 
     def may_lead(self, tp: TopicPartition, leader_epoch: int) -> bool:
         """May this process lead ``tp`` at ``leader_epoch``? Yes if it led that epoch
-        already or the epoch is newer than the state read when it started (the
-        controller's decision after it saw this process's registration); no otherwise."""
+        already or the epoch is newer than the state's before this process registered
+        (the controller's decision after it saw the registration); no otherwise."""
         return (self._led_epochs.get(tp) == leader_epoch
                 or leader_epoch > self._start_epochs.get(tp, -1))
 
