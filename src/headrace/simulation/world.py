@@ -43,8 +43,15 @@ take ten ticks (and the flush interval ten times longer).
 the current ``cluster_node`` behaviour, and a test showing the seed it fails):
 an ISR write without an answer (applied or not) stays pending until a re-read of the state
 znode says which (``isr_error_drops_change``); a broker acts on a re-read naming it leader
-only at an epoch this process already led — after a restart only the controller's
-LeaderAndIsr, sent once it has seen the new registration, makes it lead (``reread_leads``).
+only at an epoch this process already led or one newer than the state it read when it
+started — after a restart only the controller's LeaderAndIsr, sent once it has seen the
+new registration (a changed broker epoch: a failure, then a startup, as Kafka's
+``bouncedBrokerIds``), makes it lead, at a new epoch (``reread_leads``). The real broker
+has the same rule (``ClusterNode.may_lead``; the controller's half is
+``cluster/controller.on_brokers_bounced``): it has no LeaderAndIsr, only state znodes, so
+it tells the controller's decision by its zxid — a state written after the broker's
+registration (its mzxid above the registration's czxid) may be led, one written before
+holds the epoch it must not lead at.
 
 **Followers** truncate before fetching with OffsetForLeaderEpoch (as the real shell) or,
 chosen at random each time they start following, rely on the fetch's diverging epoch alone
