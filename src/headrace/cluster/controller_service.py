@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from headrace.cluster import controller as decide
@@ -31,6 +32,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("headrace.controller")
 
 RETRY_S = 0.5
+
+
+def _snapshot(topics: Mapping[str, TopicState]) -> dict[str, TopicState]:
+    """The cache as it is now: the store replaces a topic's partition states in place as
+    notifications arrive, so decisions that span awaits take their own copy."""
+    return {name: replace(t, partitions=list(t.partitions)) for name, t in topics.items()}
 
 
 def _leader(topics: Mapping[str, TopicState], d: decide.Decision) -> int:
@@ -161,7 +168,7 @@ class ControllerService:
 
     async def _reconcile(self) -> None:
         async with self._lock:
-            topics = self.store.topics()
+            topics = _snapshot(self.store.topics())
             live = self._live()
             shutting = set(self.store.controlled_shutdown_requests()) & live
             # bounced brokers first: a failure (this round) then a startup (the next

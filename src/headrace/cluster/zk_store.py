@@ -852,8 +852,14 @@ class ZkMetadataStore:
                         log.warning("ignoring partition state: %s", e)
                         continue
                     old = self._states.get((name, p))
-                    if old is not None and old.zk_version > version:
-                        continue  # an older read arriving late
+                    old_zxid = self._state_mzxids.get((name, p), -1)
+                    if old is not None and (
+                            mzxid < old_zxid if mzxid >= 0 and old_zxid >= 0
+                            else old.zk_version > version):
+                        # an older read arriving late (by zxid when both are known: a
+                        # notification about a deleted topic's partition may come after
+                        # the new topic's state, whose version restarted at 0)
+                        continue
                     self._states[(name, p)] = PartitionState(
                         [], leader, epoch, isr, epoch, cepoch, version)
                     self._state_mzxids[(name, p)] = mzxid
