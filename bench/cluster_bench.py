@@ -348,6 +348,7 @@ def main() -> int:
         big = f"big-{uuid.uuid4().hex[:4]}"
         say(f"creating {3 * args.big} partitions (RF 3) ...")
         out["create_big_s"] = round(b.create(big, 3 * args.big, 3, timeout_s=600), 1)
+        out["zk_watches"] = zk_watches(cluster.zk.port)
         say(f"failover of a broker leading ~{args.big} partitions ...")
         out["failover_big"] = b.failover(big, victim_partitions=set(), timeout_s=90,
                                          kill_controller=args.kill_controller)
@@ -359,6 +360,7 @@ def main() -> int:
     if args.only_big:
         print(f"- failover, broker leading many: {out['failover_big']}")
         print(f"- creating {3 * args.big} partitions RF 3: {out['create_big_s']} s")
+        print(f"- ZooKeeper watches with them (wchs): {out['zk_watches']}")
         print(f"- restart with them: {out['restart_big']}")
         return 0
     rf1, rf3 = out["produce_rf1"], out["produce_rf3"]
@@ -376,8 +378,19 @@ def main() -> int:
     print(f"- failover, broker leading many: {out['failover_big']}")
     print(f"- controller failover: {out['controller_failover']}")
     print(f"- creating {3 * args.big} partitions RF 3: {out['create_big_s']} s")
+    print(f"- ZooKeeper watches with them (wchs): {out['zk_watches']}")
     print(f"- restart with them: {out['restart_big']}")
     return 0
+
+
+def zk_watches(port: int) -> str:
+    """ZooKeeper's ``wchs``: connections, watched paths and total watches, one line."""
+    from headrace.cluster.zookeeper_server import four_letter_word
+
+    try:
+        return " ".join(four_letter_word(port, "wchs").split())
+    except OSError as e:
+        return f"unavailable ({e})"
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ deadline or a ZooKeeper watch. No automatic preferred-leader rebalance
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -507,3 +508,114 @@ def test_produce_requests_pipeline_on_one_connection(healthy: Cluster) -> None:
             cluster.brokers[f].resume()
         watcher.close()
     assert read_all(cluster, slow, 1, 1)[0] == [b"waits"]
+
+
+def _list_offsets(cluster: Cluster, broker_id: int, topic: str, partitions: int
+                  ) -> dict[int, tuple[int, int]]:
+    """ListOffsets v7 latest (the high watermark), read_uncommitted, asked of
+    ``broker_id``: partition -> (error code, offset)."""
+    with WireClient.to(cluster.brokers[broker_id].address, timeout_s=5) as wc:
+        resp = wc.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [
+                {"partition_index": p, "current_leader_epoch": -1, "timestamp": -1}
+                for p in range(partitions)]}]})
+    return {int(p.partition_index): (int(p.error_code), int(p.offset))
+            for p in resp.topics[0].partitions}
+
+
+def _leader_epochs(cluster: Cluster, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
+    """partition -> (leader, leader epoch) as the state znodes have them."""
+    out = {}
+    for p in range(partitions):
+        path = L.state_path(topic, p)
+        leader, epoch, _, _ = L.decode_state(path, cluster.zk().get(path)[0])
+        out[p] = (leader, epoch)
+    return out
+
+
+def test_a_restarted_leader_never_serves_a_lower_high_watermark(healthy: Cluster) -> None:
+    """Issue 21 (the simulation's ``reread_leads``, seed 27, on real processes): a leader
+    is killed -9 and restarted at once while no controller has handled it (the test holds
+    ``/controller``: a controller that is slow or gone). The restarted broker reads state
+    znodes that still name it leader at the epoch its earlier process led; leading from
+    that re-read would serve the high watermark of its checkpoint, below what it answered
+    before in the same epoch. It waits instead (NOT_LEADER_OR_FOLLOWER) until a controller
+    handles its new registration (a broker epoch newer than the states: Kafka's bounced
+    broker) and gives each partition it led a new leader epoch. No ListOffsets answered by
+    it, before or after, shows a high watermark below one it answered before."""
+    from kazoo.exceptions import NoNodeError
+
+    cluster = healthy
+    topic = _topic("bounce")
+    parts = 3
+    ids = sorted(cluster.brokers)
+    controller = wait_until(lambda: cluster.admin().list_topics(timeout=5).controller_id,
+                            10, what="a controller")
+    leader = next(b for b in ids if b != controller)
+    others = [b for b in ids if b != leader]
+    _create_assigned(cluster, topic, [[leader, *others]] * parts)
+    for p in range(parts):
+        cluster.wait_isr(topic, p, lambda isr: isr == set(ids), 30)
+    prod = producer(cluster)
+    for i in range(200):
+        prod.produce(topic, f"v{i}".encode(), partition=i % parts)
+    assert prod.flush(60) == 0
+    before = _list_offsets(cluster, leader, topic, parts)
+    assert all(code == ErrorCode.none and hw > 0 for code, hw in before.values()), before
+    epochs_before = _leader_epochs(cluster, topic, parts)
+    assert {ld for ld, _ in epochs_before.values()} == {leader}
+    # no controller acts from here: the test's own session holds /controller (swapped in
+    # one transaction, so no broker campaigns in between); the followers are paused (a
+    # follower's fetch would lift a wrongly served high watermark at once)
+    zk = cluster.zk()
+    _, stat = zk.get(L.CONTROLLER)
+    t = zk.transaction()
+    t.delete(L.CONTROLLER, version=stat.version)
+    t.create(L.CONTROLLER, L.encode_controller(99, int(time.time() * 1000)), ephemeral=True)
+    assert not any(isinstance(r, Exception) for r in t.commit())
+    released = False
+    try:
+        for b in others:
+            cluster.brokers[b].pause()
+        cluster.brokers[leader].kill()
+        cluster.brokers[leader].start()  # registered (the old session expired): listening
+        seen: list[tuple[int, int, int]] = []  # (partition, error, offset) answered
+        deadline = time.monotonic() + LAG_TIME_MS / 1000 + 2
+        while time.monotonic() < deadline:
+            for p, (code, off) in _list_offsets(cluster, leader, topic, parts).items():
+                seen.append((p, code, off))
+            time.sleep(0.05)
+        lower = [(p, off) for p, code, off in seen
+                 if code == ErrorCode.none and off < before[p][1]]
+        assert lower == [], (f"broker {leader} led from a re-read: high watermarks "
+                             f"{sorted(set(lower))} "
+                             f"below {before}")
+        assert {code for _, code, _ in seen} == {ErrorCode.not_leader_or_follower}, seen
+        # a controller again: it sees the restarted broker's registration newer than the
+        # states naming it leader and gives each partition a new leader epoch
+        with contextlib.suppress(NoNodeError):
+            zk.delete(L.CONTROLLER)
+        released = True
+        for b in others:
+            cluster.brokers[b].resume()
+    finally:
+        if not released:
+            with contextlib.suppress(Exception):
+                zk.delete(L.CONTROLLER)
+            for b in others:
+                if cluster.brokers[b].paused:
+                    cluster.brokers[b].resume()
+    wait_until(lambda: all(ld > 0 and e > epochs_before[p][1] for p, (ld, e) in
+                           _leader_epochs(cluster, topic, parts).items()),
+               60, 0.2, "a new leader epoch for every partition the restarted broker led")
+
+    def served() -> bool:
+        now = _leader_epochs(cluster, topic, parts)
+        for p, (ld, _) in now.items():
+            code, off = _list_offsets(cluster, ld, topic, parts)[p]
+            if code != ErrorCode.none:
+                return False
+            assert off >= before[p][1], (p, off, before)
+        return True
+
+    wait_until(served, 60, 0.2, "every partition served by its new leader")

@@ -186,10 +186,15 @@ def test_caught_up_follower_taken_out_of_the_isr_rejoins_without_new_records(
         data, stat = zk.get(path)
         lead, epoch, isr, controller_epoch = L.decode_state(path, data)
         assert lead == leader and follower in isr
-        # what the controller writes for a dead ISR member: same leader and epoch
+        # what the controller writes for a dead ISR member: same leader and epoch, with
+        # its state change notification (how brokers learn of it)
         out = [r for r in isr if r != follower]
-        zk.set(path, L.encode_state(_state(lead, epoch, out), controller_epoch),
-               version=stat.version)
+        data = L.encode_state(_state(lead, epoch, out), controller_epoch)
+        t = zk.transaction()
+        t.set_data(path, data, version=stat.version)
+        t.create(f"{L.STATE_CHANGES}/{L.STATE_CHANGE_PREFIX}",
+                 L.encode_state_change(topic, 0, stat.version + 1, data), sequence=True)
+        assert not any(isinstance(r, Exception) for r in t.commit())
     finally:
         zk.stop()
         zk.close()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -196,3 +197,65 @@ async def test_new_states_of_a_deleted_topic_do_not_bring_its_znode_back(
     assert await asyncio.to_thread(a.write_partition_states, states, epoch, version) == [None]
     assert a.client is not None
     assert await asyncio.to_thread(a.client.exists, L.topic_path("gone")) is None
+
+
+async def test_states_arrive_by_notification_and_a_reader_behind_the_purge_reads_all(
+        pair: tuple[ZkMetadataStore, ...], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 21, defect 5: no store watches a partition state znode; every state write (the
+    controller's, a leader's ISR change) creates its notification in the same transaction,
+    and stores follow them with one child watch. Notifications are removed past the newest
+    STATE_CHANGES_KEPT; a store that had not read one removed meanwhile reads every state
+    again instead of missing it."""
+    import headrace.cluster.zk_store as zs
+
+    a, b = pair
+    caplog.set_level("INFO", logger="headrace.zookeeper")
+    monkeypatch.setattr(zs, "STATE_CHANGES_KEPT", 3)
+    monkeypatch.setattr(zs, "STATE_CHANGES_PURGE_EVERY", 1)
+    await asyncio.to_thread(a.create_topic_znodes, "n", [[1, 2]] * 4, {}, uuid.uuid4())
+    await until(lambda: b.topic("n"))
+    won = await asyncio.to_thread(a.elect_controller, 1)
+    assert won is not None
+    epoch, version = won
+    states = [("n", p, PartitionState([1, 2], 1, 0, [1, 2])) for p in range(4)]
+    assert await asyncio.to_thread(a.write_partition_states, states, epoch, version) == [0] * 4
+    await until(lambda: all(p.leader == 1 for p in b.topic("n").partitions))  # type: ignore[union-attr]
+    assert b.client is not None
+    # stores watch the notifications' parent, never a state znode
+    client = b.client
+
+    def watched() -> list[str]:
+        return [p for p, w in [*client._data_watchers.items(),
+                               *client._child_watchers.items()] if w]
+
+    # (a one-shot watch: re-armed by the read that follows its firing)
+    await until(lambda: [p for p in watched() if p.endswith(L.STATE_CHANGES)])
+    assert not [p for p in watched() if "/partitions/" in p], watched()
+    kept = await asyncio.to_thread(b.client.get_children, L.STATE_CHANGES)
+    assert len(kept) == 3  # the oldest removed
+
+    # b stops reading notifications (its watch callback does nothing) while more states
+    # are written and older notifications removed; when it reads again it reads all
+    real = b._read_state_changes
+
+    def rearm_only() -> list[tuple[str, Any]]:
+        b._children(L.STATE_CHANGES, "state_changes")
+        return []
+
+    b._read_state_changes = rearm_only  # type: ignore[method-assign]
+    try:
+        for p in range(4):
+            st = a.topic("n").partitions[p]  # type: ignore[union-attr]
+            new = PartitionState([1, 2], 2, 1, [2, 1], 1, epoch, st.zk_version)
+            assert (await asyncio.to_thread(a.write_partition_states, [("n", p, new)], epoch,
+                                            version))[0] is not None
+    finally:
+        b._read_state_changes = real  # type: ignore[method-assign]
+    assert b.topic("n").partitions[0].leader == 1  # type: ignore[union-attr]
+    await until(lambda: a.topic("n").partitions[3].leader == 2)  # type: ignore[union-attr]
+    st = a.topic("n").partitions[0]  # type: ignore[union-attr]
+    assert await asyncio.to_thread(a.update_isr, "n", 0, replace(st, isr=[2])) is not None
+    await until(lambda: [(p.leader, p.isr) for p in b.topic("n").partitions]  # type: ignore[union-attr]
+                == [(2, [2])] + [(2, [2, 1])] * 3)
+    assert "reading every partition state again" in caplog.text

@@ -166,6 +166,8 @@ def test_elections_are_written_before_isr_only_changes() -> None:
         def pending_deletions(self) -> list[str]: return []
         def reassignments(self) -> dict[str, object]: return {}
         def preferred_election_requests(self) -> list[tuple[str, int]]: return []
+        def broker_epochs(self) -> dict[int, int]: return {2: 20, 3: 30}
+        def state_mzxid(self, topic: str, partition: int) -> int: return 40
         def write_partition_states(self, updates: list[tuple[str, int, PartitionState]],
                                    epoch: int, version: int) -> list[int]:
             batches.append(list(updates))
@@ -174,6 +176,7 @@ def test_elections_are_written_before_isr_only_changes() -> None:
     svc = ControllerService.__new__(ControllerService)
     svc.node_id, svc.store, svc.epoch, svc._epoch_zk_version = 2, Store(), 5, 4
     svc.config = {"unclean.leader.election.enable": False}  # type: ignore[assignment]
+    svc._broker_epochs = {2: 20, 3: 30}
 
     async def run() -> None:
         svc._lock = asyncio.Lock()
@@ -186,3 +189,41 @@ def test_elections_are_written_before_isr_only_changes() -> None:
     assert all(st.leader in (2, 3) and 1 not in st.isr for _, _, st in batches[0])
     assert all(st.leader == topics["t"].partitions[p].leader and st.isr == [
         r for r in topics["t"].partitions[p].isr if r != 1] for _, p, st in batches[1])
+
+
+# ---------------------------------------------------------------------- bounced brokers
+def test_a_bounced_leader_is_a_failure_then_a_startup() -> None:
+    """Kafka's bouncedBrokerIds: broker 1 re-registered (its broker epoch changed) while
+    the controller still lists it live. What it led gets a new leader epoch (another in-sync
+    replica, or offline when it was the last one: the next round elects it, newer epoch
+    again); it leaves the ISRs it was in; never an unclean election (it is back)."""
+    led = ps([1, 2, 3], 1, [1, 2, 3])
+    alone = ps([1, 2, 3], 1, [1])
+    follows = ps([2, 1, 3], 2, [2, 1, 3])
+    elsewhere = ps([2, 3], 2, [2, 3])
+    topics = {"t": topic("t", led, alone, follows, elsewhere)}
+    out = {d.partition: d for d in c.on_brokers_bounced(
+        topics, {1, 2, 3}, {1}, {1: 500, 2: 10, 3: 11}, lambda t, p: -1)}
+    assert set(out) == {0, 1, 2}
+    assert (out[0].state.leader, out[0].state.leader_epoch, out[0].state.isr) == (2, 4, [2, 3])
+    assert (out[1].state.leader, out[1].state.leader_epoch, out[1].state.isr) == (-1, 4, [1])
+    assert not out[1].unclean
+    assert (out[2].state.leader, out[2].state.leader_epoch, out[2].state.isr) == (2, 3, [2, 3])
+    assert all("registered again" in d.why for d in out.values())
+    # the startup: the offline partition elects broker 1 at a newer epoch than it led
+    after = c.on_brokers_changed({"t": topic("t", out[1].state)}, {1, 2, 3}, lambda t: False)
+    assert [(d.state.leader, d.state.leader_epoch) for d in after] == [(1, 5)]
+
+
+def test_a_registration_newer_than_the_state_is_a_bounce_nobody_saw() -> None:
+    """A controller that started after the bounce never saw the broker epoch change: a
+    leader or ISR member registered after the state's last write (czxid > mzxid) is
+    handled as bounced; one registered before it, or an unknown mzxid, is not."""
+    topics = {"t": topic("t", ps([1, 2, 3], 1, [1, 2, 3]), ps([2, 1, 3], 2, [2, 3]))}
+    epochs = {1: 900, 2: 10, 3: 11}
+    zxid = {("t", 0): 800, ("t", 1): 800}
+    out = c.on_brokers_bounced(topics, {1, 2, 3}, set(), epochs, lambda t, p: zxid[(t, p)])
+    assert [(d.partition, d.state.leader, d.state.leader_epoch) for d in out] == [(0, 2, 4)]
+    assert c.on_brokers_bounced(topics, {1, 2, 3}, set(), epochs, lambda t, p: 950) == []
+    assert c.on_brokers_bounced(topics, {1, 2, 3}, set(), epochs, lambda t, p: -1) == []
+    assert c.bounced_replicas(ps([1, 2, 3], 2, [2, 3]), set(), epochs, 800) == set()

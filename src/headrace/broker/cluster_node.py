@@ -68,6 +68,16 @@ class ClusterNode:
         self._became_leader: list[str] = []
         self._became_follower: list[str] = []
         self._isr_changes: list[str] = []
+        # the restart rule (README, "The replication rules"; the simulation's
+        # ``reread_leads=False``): per hosted partition, the leader epoch of its state
+        # before this process registered, and the last epoch this process led. A state
+        # naming this broker leader at an epoch it never led and not newer than the one
+        # before its registration may have been led by an earlier process of this broker
+        # (its high watermark served, then lost with it): it waits for the controller's
+        # next epoch
+        self._start_epochs: dict[TopicPartition, int] = {}
+        self._led_epochs: dict[TopicPartition, int] = {}
+        self._waiting: list[str] = []
 
     def _log_isr_changes(self) -> None:
         """ISR changes written in the last half second, in one line."""
@@ -80,7 +90,10 @@ class ClusterNode:
     def _log_transitions(self) -> None:
         """One line for the leadership this broker took or gave up since the last one."""
         for what, names in (("leading", self._became_leader),
-                            ("no longer leading", self._became_follower)):
+                            ("no longer leading", self._became_follower),
+                            ("not leading (an epoch an earlier process of this broker may "
+                             "have led; waiting for the controller's next one)",
+                             self._waiting)):
             if names:
                 more = f" and {len(names) - 5} more" if len(names) > 5 else ""
                 log.info("%s %d partition(s): %s%s", what, len(names), ", ".join(names[:5]),
@@ -159,6 +172,18 @@ class ClusterNode:
     async def start(self) -> None:
         """Reconcile everything the store knows (the broker is not listening yet)."""
         self.store.add_listener(self)
+        # the states were read after this process registered: one written before it (its
+        # mzxid below this broker's epoch, the registration's czxid) holds the epoch an
+        # earlier process may have led; one written after it was the controller's
+        # decision (a new epoch) on seeing this registration, which this process may lead
+        registered = self.store.broker_epochs().get(self.node_id, -1)
+        for name, t in self.store.topics().items():
+            for i, st in enumerate(t.partitions):
+                if self.node_id in st.replicas:
+                    mzxid = self.store.state_mzxid(name, i)
+                    after = registered >= 0 and mzxid > registered
+                    self._start_epochs[TopicPartition(name, i)] = (
+                        st.leader_epoch - 1 if after else st.leader_epoch)
         await self._reconcile(set(self.store.topics()) | {tp.topic for tp in
                                                          self.replicas.partitions})
 
@@ -327,6 +352,13 @@ class ClusterNode:
         self.replicas.remove_dirs([partition_dir(self.replicas.data_dir, tp)])
         log.info("removed replica %s (no longer assigned to this broker)", tp)
 
+    def may_lead(self, tp: TopicPartition, leader_epoch: int) -> bool:
+        """May this process lead ``tp`` at ``leader_epoch``? Yes if it led that epoch
+        already or the epoch is newer than the state's before this process registered
+        (the controller's decision after it saw the registration); no otherwise."""
+        return (self._led_epochs.get(tp) == leader_epoch
+                or leader_epoch > self._start_epochs.get(tp, -1))
+
     def _transition(self, p: Partition, state: PartitionState) -> None:
         old = p.state
         if (state.zk_version == old.zk_version and state.leader == old.leader
@@ -353,7 +385,15 @@ class ClusterNode:
             return
         now = self.broker.clock.wall_ms()
         if state.leader == self.node_id:
+            if ((not p.leading or new_epoch) and not self.may_lead(p.tp, state.leader_epoch)):
+                # (never while leading: what this process leads is newer than its start)
+                p.state = fresh_state
+                self.fetchers.remove(p.tp)
+                if new_epoch or old.leader != state.leader:
+                    self._waiting.append(f"{p.tp} epoch {state.leader_epoch}")
+                return
             if not p.leading or new_epoch:
+                self._led_epochs[p.tp] = state.leader_epoch
                 p.state = fresh_state
                 self.fetchers.remove(p.tp)
                 if p.log.offline is None:

@@ -148,36 +148,78 @@ def is_new(st: PartitionState) -> bool:
     return st.zk_version < 0 and st.leader_epoch < 0
 
 
+def partition_decision(name: str, i: int, st: PartitionState, live: set[int],
+                       unclean: bool) -> Decision | None:
+    """The decision for one partition given the live brokers (None: nothing to write)."""
+    if is_new(st):
+        init = initial_state(st.replicas, live)
+        return None if init is None else Decision(name, i, init, "new partition")
+    if st.leader in live:
+        dead = [r for r in st.isr if r not in live and r != st.leader]
+        if dead:
+            isr = [r for r in st.isr if r not in dead]
+            return Decision(name, i, replace(st, isr=isr, replicas=list(st.replicas)),
+                            f"broker(s) {dead} left the ISR")
+        return None
+    choice = offline_election(st, live, unclean)
+    if choice is None:
+        if st.leader != -1:
+            # nobody may lead: offline; the last in-sync replica(s) stay in the ISR
+            isr = [r for r in st.isr if r in live] or list(st.isr)
+            return Decision(name, i, elected(st, -1, isr),
+                            f"leader {st.leader} gone and no in-sync replica is live: offline")
+        return None
+    leader, isr, was_unclean = choice
+    return Decision(name, i, elected(st, leader, isr), f"leader {st.leader} gone",
+                    unclean=was_unclean)
+
+
 def on_brokers_changed(topics: Mapping[str, TopicState], live: set[int],
                        unclean: Callable[[str], bool]) -> list[Decision]:
     """What the controller writes when the set of live brokers (or the topics) changed."""
     out: list[Decision] = []
     for name, t in topics.items():
         for i, st in enumerate(t.partitions):
+            d = partition_decision(name, i, st, live, unclean(name))
+            if d is not None:
+                out.append(d)
+    return out
+
+
+def bounced_replicas(st: PartitionState, bounced: set[int], broker_epochs: Mapping[int, int],
+                     state_zxid: int) -> set[int]:
+    """The leader and ISR members of ``st`` that registered again since ``st`` was decided
+    (Kafka's ``bouncedBrokerIds``): a broker the controller saw re-register (``bounced``:
+    its broker epoch, the registration's czxid, changed), or one whose registration is
+    newer than the state's last write (``state_zxid``, -1: unknown), which a controller
+    that started after the bounce cannot have seen change."""
+    members = set(st.isr) | ({st.leader} if st.leader >= 0 else set())
+    return {r for r in members
+            if r in bounced or (state_zxid >= 0 and broker_epochs.get(r, -1) > state_zxid)}
+
+
+def on_brokers_bounced(topics: Mapping[str, TopicState], live: set[int], bounced: set[int],
+                       broker_epochs: Mapping[int, int],
+                       state_zxid: Callable[[str, int], int]) -> list[Decision]:
+    """A bounced broker is a failure followed by a startup (``KafkaController.
+    processBrokerChange``): here its failure, for every partition it leads or is in the
+    ISR of: it leaves the ISR, and what it led gets a new leader epoch (another in-sync
+    replica, or offline until the startup's election makes it lead again, at a newer
+    epoch). A restarted broker's log and high watermark come from disk: it must never
+    lead again at an epoch its earlier process led (``ClusterNode`` waits for the new one)."""
+    out: list[Decision] = []
+    for name, t in topics.items():
+        for i, st in enumerate(t.partitions):
             if is_new(st):
-                init = initial_state(st.replicas, live)
-                if init is not None:
-                    out.append(Decision(name, i, init, "new partition"))
                 continue
-            if st.leader in live:
-                dead = [r for r in st.isr if r not in live and r != st.leader]
-                if dead:
-                    isr = [r for r in st.isr if r not in dead]
-                    out.append(Decision(name, i, replace(st, isr=isr, replicas=list(st.replicas)),
-                                        f"broker(s) {dead} left the ISR"))
+            gone = bounced_replicas(st, bounced, broker_epochs, state_zxid(name, i))
+            if not gone:
                 continue
-            choice = offline_election(st, live, unclean(name))
-            if choice is None:
-                if st.leader != -1:
-                    # nobody may lead: offline; the last in-sync replica(s) stay in the ISR
-                    isr = [r for r in st.isr if r in live] or list(st.isr)
-                    out.append(Decision(name, i, elected(st, -1, isr),
-                                        f"leader {st.leader} gone and no in-sync replica "
-                                        "is live: offline"))
-                continue
-            leader, isr, was_unclean = choice
-            out.append(Decision(name, i, elected(st, leader, isr),
-                                f"leader {st.leader} gone", unclean=was_unclean))
+            # never unclean here: the bounced replica is back and may lead again
+            d = partition_decision(name, i, st, live - gone, False)
+            if d is not None:
+                out.append(replace(d, why=f"broker(s) {sorted(gone)} registered again: "
+                                          f"{d.why}"))
     return out
 
 

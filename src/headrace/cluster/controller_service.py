@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from headrace.cluster import controller as decide
@@ -31,6 +32,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("headrace.controller")
 
 RETRY_S = 0.5
+
+
+def _snapshot(topics: Mapping[str, TopicState]) -> dict[str, TopicState]:
+    """The cache as it is now: the store replaces a topic's partition states in place as
+    notifications arrive, so decisions that span awaits take their own copy."""
+    return {name: replace(t, partitions=list(t.partitions)) for name, t in topics.items()}
 
 
 def _leader(topics: Mapping[str, TopicState], d: decide.Decision) -> int:
@@ -54,6 +61,7 @@ class ControllerService:
         self._lock = asyncio.Lock()
         self._stopping = False
         self._shutting_down: set[int] = set()
+        self._broker_epochs: dict[int, int] = {}  # as last handled (Kafka's broker epochs)
         store.add_listener(self)
 
     # ------------------------------------------------------------------ events
@@ -123,6 +131,9 @@ class ControllerService:
         if won is None:
             return
         self.epoch, self._epoch_zk_version = won
+        # the broker epochs this controller has handled: none yet (a bounce before this
+        # controller started shows as a registration newer than its leader's state)
+        self._broker_epochs = {}
         self.is_active = True
         log.info("broker %d is the controller (epoch %d)", self.node_id, self.epoch)
 
@@ -157,10 +168,23 @@ class ControllerService:
 
     async def _reconcile(self) -> None:
         async with self._lock:
-            topics = self.store.topics()
+            topics = _snapshot(self.store.topics())
             live = self._live()
             shutting = set(self.store.controlled_shutdown_requests()) & live
-            decisions = decide.on_brokers_changed(topics, live, self._unclean)
+            # bounced brokers first: a failure (this round) then a startup (the next
+            # round, once their partitions' new states are read back)
+            epochs = dict(self.store.broker_epochs())
+            seen, self._broker_epochs = self._broker_epochs, epochs
+            bounced = {b for b, e in epochs.items() if seen.get(b, e) != e}
+            if bounced:
+                log.info("broker(s) %s registered again (new broker epoch): handled as a "
+                         "failure and a startup", sorted(bounced))
+            bounces = decide.on_brokers_bounced(topics, live, bounced, epochs,
+                                                self.store.state_mzxid)
+            await self._write(bounces)
+            done = {(d.topic, d.partition) for d in bounces}
+            decisions = [d for d in decide.on_brokers_changed(topics, live, self._unclean)
+                         if (d.topic, d.partition) not in done]
             # as Kafka's onBrokerFailure: the elections first (they make partitions
             # writable again), then the ISR-only changes (dead followers out), each its
             # own pipelined batch: a broker leading 1,000 of 3,000 partitions dies, and

@@ -26,8 +26,15 @@ DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_ELECTION = "/admin/preferred_replica_election"
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"  # headrace's own (no RPC in kio)
+# headrace's own, instead of Kafka's LeaderAndIsr/UpdateMetadata requests: every write of a
+# partition state znode (the controller's, a leader's ISR change) creates, in the same
+# transaction, a sequential child here carrying the new state; every broker keeps one child
+# watch on it, not a watch per partition. The parent's data: the highest sequence number
+# removed (a reader that had not seen it reads every state again)
+STATE_CHANGES = "/headrace/state_changes"
+STATE_CHANGE_PREFIX = "state_change_"
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, CONTROLLED_SHUTDOWN,
-                    "/cluster", "/config/changes", "/isr_change_notification")
+                    "/cluster", "/config/changes", "/isr_change_notification", STATE_CHANGES)
 
 
 class LayoutError(ValueError):
@@ -184,6 +191,31 @@ def decode_state(what: str, data: bytes | None) -> tuple[int, int, list[int], in
                 int(d.get("controller_epoch", -1)))
     except (KeyError, TypeError, ValueError) as e:
         raise LayoutError(f"{what}: {e}") from None
+
+
+def encode_state_change(topic: str, partition: int, zk_version: int, state: bytes) -> bytes:
+    """A state change notification: the partition, the state znode's version after the
+    write, and the state written (TopicPartitionStateZNode)."""
+    return _dump({"version": 1, "topic": topic, "partition": partition,
+                  "zk_version": zk_version, "state": json.loads(state)})
+
+
+def decode_state_change(data: bytes | None) -> tuple[str, int, int, bytes]:
+    """(topic, partition, zk_version, state bytes) of a state change notification."""
+    d = _load(data, "state change")
+    try:
+        return (str(d["topic"]), int(d["partition"]), int(d["zk_version"]),
+                _dump(dict(d["state"])))
+    except (KeyError, TypeError, ValueError) as e:
+        raise LayoutError(f"state change: {e}") from None
+
+
+def decode_purged(data: bytes | None) -> int:
+    """The highest state change sequence number removed (-1: none)."""
+    try:
+        return int(data.decode()) if data else -1
+    except (UnicodeDecodeError, ValueError):
+        return -1
 
 
 def encode_config(configs: dict[str, str]) -> bytes:

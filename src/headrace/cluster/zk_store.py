@@ -23,6 +23,17 @@ notifications it has not seen, so all brokers converge on
 the same ACLs within a watch round trip; the writer installs its own result at once.
 Notifications past the newest ``NOTIFICATIONS_KEPT`` are removed by writers.
 
+Partition states the same way, instead of Kafka's LeaderAndIsr/UpdateMetadata requests and
+without a watch per partition (issue 21, defect 5): every write of a state znode (the
+controller's, a leader's ISR change) creates in the same transaction a sequential node
+under ``/headrace/state_changes`` carrying the partition, the new state and its version
+(its czxid is the state's mzxid). Every broker keeps one child watch there and applies the
+notifications it has not seen; states are read directly only with their topic (a new or
+changed topic, a full read). The controller removes notifications past the newest
+``STATE_CHANGES_KEPT`` (recording the highest removed in the parent's data); a broker that
+had not read one of them reads every state again. So the watches grow with brokers and
+topics, not brokers x partitions.
+
 Connection and session. A watch lives on one connection to ZooKeeper: the server drops a
 connection's watches with it, and kazoo, which does not implement ZooKeeper's SetWatches
 (the Java client's re-registration of its watches on a new connection, which Kafka
@@ -106,6 +117,10 @@ PRODUCER_ID_BLOCK_SIZE = 1000
 # one second like the Java client's, so a broker notices a healed partition at once
 RECONNECT = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
 NOTIFICATIONS_KEPT = 1000  # change notifications kept per list (older ones are removed)
+# partition state change notifications kept (a broker further behind reads every state);
+# the controller removes older ones every STATE_CHANGES_PURGE_EVERY notifications
+STATE_CHANGES_KEPT = 20_000
+STATE_CHANGES_PURGE_EVERY = 2_000
 _EXTENDED = {L.ACL_CHANGES: False, L.ACL_EXTENDED_CHANGES: True}
 
 
@@ -115,6 +130,12 @@ class ControllerMovedError(Exception):
 
 class TopicExistsError(Exception):
     pass
+
+
+def _announced(result: Any) -> int:
+    """The sequence number of a state change notification a transaction created (-1: not
+    created)."""
+    return L.sequence_number(result) if isinstance(result, str) else -1
 
 
 def split_connect(connect: str) -> tuple[str, str]:
@@ -148,6 +169,12 @@ class ZkMetadataStore:
         self._topics: dict[str, TopicState] = {}
         self._by_id: dict[uuid.UUID, str] = {}
         self._brokers: dict[int, BrokerInfo] = {}
+        # broker id -> broker epoch: the czxid of its /brokers/ids/N registration (Kafka's
+        # broker epoch); a broker that registered again has a new one
+        self._broker_epochs: dict[int, int] = {}
+        # the zxid of each partition state's last write (what the controller compares
+        # with a leader's broker epoch: a state older than its leader's registration)
+        self._state_mzxids: dict[tuple[str, int], int] = {}
         self._controller = -1
         self._controller_epoch = 0
         self._deletions: list[str] = []
@@ -167,11 +194,11 @@ class ZkMetadataStore:
         self._closed = False
         self._session_lost = False
         self._watches_lost = False  # the connection dropped: no watch is left
-        self._watched_states: set[tuple[str, int]] = set()
         self._watched_topics: set[str] = set()
         # during a topic_changed notification: the partitions whose state changed (None:
         # the whole topic may have changed)
         self.changed_partitions: dict[str, set[int] | None] = {}
+        self._last_purge = -1  # the newest state change when notifications were last removed
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -293,9 +320,9 @@ class ZkMetadataStore:
         return fired
 
     def _work(self) -> None:
-        """Re-read what watches named, in batches: everything queued is drained, partition
-        states are read pipelined, and the loop gets one update for the whole batch (a
-        controller writing 3,000 states costs a few loop passes, not 3,000). When a read
+        """Re-read what watches named, in batches: everything queued is drained, the state
+        change notifications are read pipelined, and the loop gets one update for the whole
+        batch (a controller writing 3,000 states costs a few loop passes, not 3,000). When a read
         fails (connection trouble), what was read is still handed over and what was not
         is queued again after a pause, unless the session is lost: then the new session's
         full read replaces it."""
@@ -320,16 +347,7 @@ class ZkMetadataStore:
             updates: list[tuple[str, Any]] = []
             failed: list[tuple[str, str]] = []
             error: Exception | None = None
-            states = [path for kind, path in batch if kind == "state"]
-            if states:
-                try:
-                    updates += self._read_states(states)
-                except Exception as e:
-                    error = e
-                    failed += [("state", path) for path in states]
             for kind, path in batch:
-                if kind == "state":
-                    continue
                 if error is not None:  # the connection is in trouble: all later
                     failed.append((kind, path))
                     continue
@@ -354,18 +372,15 @@ class ZkMetadataStore:
 
     def _read_states(self, paths: list[str]) -> list[tuple[str, Any]]:
         assert self.client is not None
-        pending = [(path, self.client.get_async(path, watch=self._watch("state", path)))
-                   for path in paths]
+        pending = [(path, self.client.get_async(path)) for path in paths]
         out: list[tuple[str, Any]] = []
         for path, res in pending:
             _, _, _, name, _, p, _ = path.split("/")
             try:
                 data, stat = res.get(timeout=self.session_timeout_s)
-                out.append(("state", (name, int(p), data, stat.version)))
-            except NoNodeError:
-                if self.client.exists(path, watch=self._watch("state", path)) is not None:
-                    self._enqueue("state", path)  # created meanwhile
-                out.append(("state", (name, int(p), None, -1)))
+                out.append(("state", (name, int(p), data, stat.version, stat.mzxid)))
+            except NoNodeError:  # its creation will be announced
+                out.append(("state", (name, int(p), None, -1, -1)))
         return out
 
     def _get(self, path: str, kind: str) -> bytes | None:
@@ -378,16 +393,6 @@ class ZkMetadataStore:
             if self.client.exists(path, watch=self._watch(kind, path)) is not None:
                 return self._get(path, kind)
             return None
-
-    def _get_stat(self, path: str, kind: str) -> tuple[bytes | None, int]:
-        assert self.client is not None
-        try:
-            data, stat = self.client.get(path, watch=self._watch(kind, path))
-            return data, stat.version
-        except NoNodeError:
-            if self.client.exists(path, watch=self._watch(kind, path)) is not None:
-                return self._get_stat(path, kind)
-            return None, -1
 
     def _children(self, path: str, kind: str) -> list[str]:
         """Children of ``path`` with a child watch (or an exists watch if it is missing:
@@ -426,9 +431,8 @@ class ZkMetadataStore:
             return [("topic_names", names)]
         if kind == "topic":
             return self._read_topic(path.rsplit("/", 1)[1])
-        if kind == "state":
-            _, _, _, name, _, p, _ = path.split("/")
-            return [("state", (name, int(p), *self._get_stat(path, "state")))]
+        if kind == "state_changes":
+            return self._read_state_changes()
         if kind == "config":
             name = path.rsplit("/", 1)[1]
             return [("config", (name, self._get(path, "config")))]
@@ -450,6 +454,60 @@ class ZkMetadataStore:
         if kind == "config_changes":
             return self._read_config_changes()
         return []
+
+    def _state_changes_start(self) -> None:
+        """Take every state change so far as seen (a full read follows) and watch."""
+        assert self.client is not None
+        nodes = self._children(L.STATE_CHANGES, "state_changes")
+        data, _ = self.client.get(L.STATE_CHANGES)
+        newest = max((L.sequence_number(n) for n in nodes), default=-1)
+        self._seen_changes[L.STATE_CHANGES] = max(newest, L.decode_purged(data))
+
+    def _read_state_changes(self) -> list[tuple[str, Any]]:
+        """The partition states announced since the last read (re-arms the one watch).
+        If some were removed before this broker read them, every state is read again."""
+        assert self.client is not None
+        seen = self._seen_changes.get(L.STATE_CHANGES, -1)
+        nodes = self._new_changes(L.STATE_CHANGES, "state_changes")
+        data, _ = self.client.get(L.STATE_CHANGES)
+        if seen < L.decode_purged(data):
+            return self._reread_states()
+        pending = [self.client.get_async(f"{L.STATE_CHANGES}/{n}") for n in nodes]
+        out: list[tuple[str, Any]] = []
+        for res in pending:
+            try:
+                raw, stat = res.get(timeout=self.session_timeout_s)
+            except NoNodeError:  # removed since listed: read everything
+                return self._reread_states()
+            try:
+                topic, p, version, state = L.decode_state_change(raw)
+            except L.LayoutError as e:
+                log.warning("ignoring a state change notification: %s", e)
+                continue
+            # its czxid is the state write's zxid (one transaction)
+            out.append(("state", (topic, p, state, version, int(stat.czxid))))
+        return out
+
+    def _reread_states(self) -> list[tuple[str, Any]]:
+        log.info("state change notifications were removed before this broker read them: "
+                 "reading every partition state again")
+        out: list[tuple[str, Any]] = []
+        for name in sorted(self._watched_topics):
+            out += self._read_topic(name)
+        return out
+
+    def _purge_state_changes(self, newest: int) -> None:
+        """Remove state change notifications older than the last STATE_CHANGES_KEPT (the
+        highest removed goes in the parent's data first: a reader behind it reads all)."""
+        c = self._c()
+        old = [n for n in self._list(L.STATE_CHANGES)
+               if 0 <= L.sequence_number(n) <= newest - STATE_CHANGES_KEPT]
+        if not old:
+            return
+        c.set(L.STATE_CHANGES, str(max(L.sequence_number(n) for n in old)).encode())
+        for res in [c.delete_async(f"{L.STATE_CHANGES}/{n}") for n in old]:
+            with contextlib.suppress(NoNodeError):
+                res.get(timeout=max(self.session_timeout_s, 10))
 
     def _new_changes(self, path: str, kind: str) -> list[str]:
         """Notifications of ``path`` not seen yet, oldest first (re-arms the watch)."""
@@ -590,18 +648,21 @@ class ZkMetadataStore:
                 users[user] = creds
         return {"acls": acls, "users": users, "quotas": self._read_all_quotas()}
 
-    def _read_brokers(self) -> dict[int, BrokerInfo]:
+    def _read_brokers(self) -> tuple[dict[int, BrokerInfo], dict[int, int]]:
+        """The registered brokers and their broker epochs (each registration's czxid)."""
         assert self.client is not None
         out = {}
+        epochs = {}
         for child in self._children(L.BROKER_IDS, "brokers"):
             try:
-                data, _ = self.client.get(f"{L.BROKER_IDS}/{child}")
+                data, stat = self.client.get(f"{L.BROKER_IDS}/{child}")
                 out[int(child)] = L.decode_broker(int(child), data, self.inter_broker_listener)
+                epochs[int(child)] = int(stat.czxid)
             except NoNodeError:
                 continue
             except (ValueError, L.LayoutError) as e:
                 log.warning("ignoring broker registration %s: %s", child, e)
-        return out
+        return out, epochs
 
     def _read_topic(self, name: str) -> list[tuple[str, Any]]:
         """A topic's assignment and config (watched) and the state of partitions not
@@ -612,7 +673,6 @@ class ZkMetadataStore:
         out: list[tuple[str, Any]] = [("topic", (name, data))]
         if data is None:
             self._watched_topics.discard(name)
-            self._watched_states = {k for k in self._watched_states if k[0] != name}
             return out
         out.append(("config", (name, self._get(L.config_path(name), "config"))))
         try:
@@ -620,35 +680,18 @@ class ZkMetadataStore:
         except L.LayoutError:
             self._watched_topics.add(name)
             return out
-        todo = [p for p in assignment.partitions if (name, p) not in self._watched_states]
-        # pipelined reads: thousands of partitions load in one round of requests
-        results = []
-        for p in todo:
-            path = L.state_path(name, p)
-            results.append((p, path, self.client.get_async(
-                path, watch=self._watch("state", path))))
-        missing = []
-        for p, path, res in results:
-            try:
-                data_p, stat = res.get(timeout=self.session_timeout_s)
-                out.append(("state", (name, p, data_p, stat.version)))
-            except NoNodeError:
-                missing.append((p, path, self.client.exists_async(
-                    path, watch=self._watch("state", path))))
-        for p, path, res in missing:
-            # created meanwhile? then the exists watch fires and the state is read then
-            if res.get(timeout=self.session_timeout_s) is not None:
-                self._enqueue("state", path)
-            out.append(("state", (name, p, None, -1)))
-        # every read succeeded: from now on the watches keep them current
-        self._watched_states.update((name, p) for p in todo)
+        # pipelined reads, no watch: thousands of partitions load in one round of
+        # requests, and every later write of a state is announced in STATE_CHANGES
+        out += self._read_states([L.state_path(name, p) for p in assignment.partitions])
         self._watched_topics.add(name)
         return out
 
     def _read_all(self) -> dict[str, Any]:
         assert self.client is not None
         self._watched_topics.clear()
-        self._watched_states.clear()
+        # the state changes first: one written while the states below are read is then
+        # announced after what is taken as seen
+        self._state_changes_start()
         snap: dict[str, Any] = {"brokers": self._read_brokers()}
         names = self._children(L.TOPICS, "topics")
         snap["topic_names"] = names
@@ -673,12 +716,14 @@ class ZkMetadataStore:
         reconnect: only what differs from the cache, as ordinary change notifications)."""
         before = dict(self._topics)  # TopicStates are rebuilt below, never changed in place
         before_brokers, before_controller = self._brokers, self._controller
+        before_epochs = self._broker_epochs
         before_admin = {"delete_topics": self._deletions,
                         "controlled_shutdown": self._shutdowns,
                         "reassign_partitions": self._reassign_request,
                         "preferred_replica_election": self._preferred}
         self._assign.clear()
         self._states.clear()
+        self._state_mzxids.clear()
         self._configs.clear()
         self._topics = {}
         self._by_id = {}
@@ -708,11 +753,12 @@ class ZkMetadataStore:
             self._notify("brokers_changed")
             self._notify("controller_changed", self._controller)
         elif how == "resync":
-            self._notify_differences(before, before_brokers, before_controller, before_admin)
+            self._notify_differences(before, before_brokers, before_controller, before_admin,
+                                     before_epochs)
 
     def _notify_differences(self, before: dict[str, TopicState],
                             brokers: dict[int, BrokerInfo], controller: int,
-                            admin: dict[str, Any]) -> None:
+                            admin: dict[str, Any], epochs: dict[int, int]) -> None:
         """After a re-read on the same session: tell what differs from the cache as it
         was, as the watches would have (SetWatches' effect), and say so in one line."""
         deleted = sorted(n for n in before if n not in self._topics)
@@ -734,11 +780,12 @@ class ZkMetadataStore:
                      "reassign_partitions": self._reassign_request,
                      "preferred_replica_election": self._preferred}
         admin_changed = [k for k in now_admin if now_admin[k] != admin[k]]
+        brokers_moved = brokers != self._brokers or epochs != self._broker_epochs
         log.info("ZooKeeper connection re-established with the same session: its watches "
                  "had gone with the connection, everything was read again (watches "
                  "re-armed); changed meanwhile: %d topic(s), %d deleted%s%s%s",
                  len(changed), len(deleted),
-                 ", the brokers" if brokers != self._brokers else "",
+                 ", the brokers" if brokers_moved else "",
                  f", the controller ({controller} -> {self._controller})"
                  if controller != self._controller else "",
                  "".join(f", {k}" for k in admin_changed))
@@ -750,7 +797,7 @@ class ZkMetadataStore:
                 self._notify("topic_changed", name)
         finally:
             self.changed_partitions = {}
-        if brokers != self._brokers:
+        if brokers_moved:
             self._notify("brokers_changed")
         if controller != self._controller:
             self._notify("controller_changed", self._controller)
@@ -769,8 +816,11 @@ class ZkMetadataStore:
                 self._install_snapshot(value, kind)
                 continue
             if kind == "brokers":
-                if value != self._brokers:
-                    self._brokers = value
+                brokers, epochs = value
+                if brokers != self._brokers or epochs != self._broker_epochs:
+                    # a bounce (a broker registered again, kill -9 and restart) changes
+                    # only its epoch: the controller must hear of it (bouncedBrokerIds)
+                    self._brokers, self._broker_epochs = brokers, epochs
                     events.append(("brokers_changed", None))
             elif kind == "topic_names":
                 for name in list(self._assign):
@@ -791,9 +841,10 @@ class ZkMetadataStore:
                     continue
                 changed.add(name)
             elif kind == "state":
-                name, p, data, version = value
+                name, p, data, version, mzxid = value
                 if data is None:
                     self._states.pop((name, p), None)
+                    self._state_mzxids.pop((name, p), None)
                 else:
                     try:
                         leader, epoch, isr, cepoch = L.decode_state(f"state of {name}-{p}", data)
@@ -801,10 +852,17 @@ class ZkMetadataStore:
                         log.warning("ignoring partition state: %s", e)
                         continue
                     old = self._states.get((name, p))
-                    if old is not None and old.zk_version > version:
-                        continue  # an older read arriving late
+                    old_zxid = self._state_mzxids.get((name, p), -1)
+                    if old is not None and (
+                            mzxid < old_zxid if mzxid >= 0 and old_zxid >= 0
+                            else old.zk_version > version):
+                        # an older read arriving late (by zxid when both are known: a
+                        # notification about a deleted topic's partition may come after
+                        # the new topic's state, whose version restarted at 0)
+                        continue
                     self._states[(name, p)] = PartitionState(
                         [], leader, epoch, isr, epoch, cepoch, version)
+                    self._state_mzxids[(name, p)] = mzxid
                 changed_parts.setdefault(name, set()).add(p)
             elif kind == "config":
                 name, data = value
@@ -882,6 +940,7 @@ class ZkMetadataStore:
         self._configs.pop(name, None)
         for key in [k for k in self._states if k[0] == name]:
             del self._states[key]
+            self._state_mzxids.pop(key, None)
         t = self._topics.pop(name, None)
         if t is not None:
             self._by_id.pop(t.topic_id, None)
@@ -949,6 +1008,14 @@ class ZkMetadataStore:
 
     def live_brokers(self) -> list[BrokerInfo]:
         return [self._brokers[k] for k in sorted(self._brokers)]
+
+    def broker_epochs(self) -> Mapping[int, int]:
+        """Registered broker id -> its broker epoch (the registration's czxid)."""
+        return self._broker_epochs
+
+    def state_mzxid(self, topic: str, partition: int) -> int:
+        """The zxid of the partition state's last write as read (-1: not known)."""
+        return self._state_mzxids.get((topic, partition), -1)
 
     def broker(self, node_id: int) -> BrokerInfo | None:
         return self._brokers.get(node_id)
@@ -1035,14 +1102,21 @@ class ZkMetadataStore:
 
         def attempt() -> int | None:
             c = self._c()
-            try:
-                return int(c.set(path, data, version=state.zk_version).version)
-            except NoNodeError:
+            t = c.transaction()
+            t.set_data(path, data, version=state.zk_version)
+            self._announce_state(t, topic, partition, state.zk_version + 1, data)
+            results = t.commit()
+            first = results[0]
+            if not isinstance(first, Exception):
+                return int(first.version)
+            if isinstance(first, NoNodeError):
                 return None
-            except BadVersionError:
+            if isinstance(first, BadVersionError):
                 current, stat = c.get(path)
                 mine = L.decode_state(path, data)[:3]
                 return int(stat.version) if L.decode_state(path, current)[:3] == mine else None
+            raise next((r for r in results if isinstance(r, Exception)
+                        and type(r).__name__ != "RolledBackError"), first)
 
         retry = KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0, ignore_expire=False,
                            deadline=max(self.session_timeout_s * 2, 10.0))
@@ -1135,17 +1209,21 @@ class ZkMetadataStore:
                     continue
                 t.create(L.partition_path(topic, p))
                 t.create(path, data)
+                self._announce_state(t, topic, p, 0, data)
             else:
                 t.set_data(path, data, version=st.zk_version)
+                self._announce_state(t, topic, p, st.zk_version + 1, data)
             pending.append((topic, p, st, data, t.commit_async()))
         out: list[int | None] = []
         moved = False
+        newest = -1
         for topic, p, st, data, res in pending:
             if res is None:  # its topic is gone: nothing written
                 out.append(None)
                 continue
             results = res.get(timeout=max(self.session_timeout_s, 10))
-            first, last = results[0], results[-1]
+            newest = max(newest, _announced(results[-1]))
+            first, last = results[0], results[-2]  # last: the state's write
             if isinstance(first, Exception) and type(first).__name__ != "RolledBackError":
                 moved = True
                 out.append(None)
@@ -1155,9 +1233,11 @@ class ZkMetadataStore:
                 t = c.transaction()
                 t.check(L.CONTROLLER_EPOCH, epoch_zk_version)
                 t.create(L.state_path(topic, p), data)
+                self._announce_state(t, topic, p, 0, data)
                 r = t.commit()
                 if isinstance(r[0], Exception) and type(r[0]).__name__ != "RolledBackError":
                     moved = True
+                newest = max(newest, _announced(r[-1]))
                 out.append(None if isinstance(r[-1], Exception) else 0)
             elif isinstance(last, Exception):
                 out.append(None)
@@ -1165,9 +1245,22 @@ class ZkMetadataStore:
                 out.append(0)
             else:
                 out.append(int(last.version))
+        if newest >= 0 and (newest // STATE_CHANGES_PURGE_EVERY
+                            != self._last_purge // STATE_CHANGES_PURGE_EVERY):
+            self._last_purge = newest
+            try:
+                self._purge_state_changes(newest)
+            except KazooException as e:
+                log.warning("removing old state change notifications failed: %s", e)
         if moved:
             raise ControllerMovedError("the controller epoch changed")
         return out
+
+    @staticmethod
+    def _announce_state(t: Any, topic: str, p: int, version: int, data: bytes) -> None:
+        """In the state write's transaction: its notification (L.STATE_CHANGES)."""
+        t.create(f"{L.STATE_CHANGES}/{L.STATE_CHANGE_PREFIX}",
+                 L.encode_state_change(topic, p, version, data), sequence=True)
 
     def write_topic_assignment(self, name: str, assignment: dict[int, list[int]],
                                adding: dict[int, list[int]], removing: dict[int, list[int]],

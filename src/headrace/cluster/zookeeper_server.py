@@ -38,6 +38,32 @@ def _ruok(port: int) -> bool:
         return False
 
 
+def four_letter_word(port: int, word: str, timeout_s: float = 10.0) -> str:
+    """The answer of a four-letter word (``mntr``, ``wchs``, ``wchp``: whitelisted)."""
+    chunks = []
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+        s.sendall(word.encode())
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def watches_by_path(port: int, prefix: str = "/") -> dict[str, int]:
+    """Watched path -> how many sessions watch it (``wchp``), for paths under ``prefix``
+    (a chroot: the server names paths with it)."""
+    out: dict[str, int] = {}
+    path = None
+    for line in four_letter_word(port, "wchp").splitlines():
+        if not line.strip():
+            continue
+        if line.startswith((" ", "\t")):
+            if path is not None:
+                out[path] = out.get(path, 0) + 1
+            continue
+        path = line.strip() if line.strip().startswith(prefix) else None
+    return out
+
+
 class ZooKeeperServer:
     def __init__(self, directory: Path, port: int = 0) -> None:
         self.directory = Path(directory)
@@ -59,7 +85,8 @@ class ZooKeeperServer:
             "tickTime=500", f"dataDir={data}", f"clientPort={self.port}",
             "clientPortAddress=127.0.0.1", "admin.enableServer=false",
             "minSessionTimeout=1000", "maxSessionTimeout=60000",
-            "4lw.commands.whitelist=ruok,srvr,stat", "maxClientCnxns=0", ""]))
+            "4lw.commands.whitelist=ruok,srvr,stat,mntr,wchs,wchp", "maxClientCnxns=0",
+            ""]))
         out = open(self.directory / "zookeeper.out", "ab")  # noqa: SIM115 (the child's)
         env = {**os.environ, "ZOOCFGDIR": str(self.directory), "ZOO_LOG_DIR": str(self.directory),
                "JVMFLAGS": "-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"}

@@ -43,8 +43,15 @@ take ten ticks (and the flush interval ten times longer).
 the current ``cluster_node`` behaviour, and a test showing the seed it fails):
 an ISR write without an answer (applied or not) stays pending until a re-read of the state
 znode says which (``isr_error_drops_change``); a broker acts on a re-read naming it leader
-only at an epoch this process already led — after a restart only the controller's
-LeaderAndIsr, sent once it has seen the new registration, makes it lead (``reread_leads``).
+only at an epoch this process already led or one newer than the state it read when it
+started — after a restart only the controller's LeaderAndIsr, sent once it has seen the
+new registration (a changed broker epoch: a failure, then a startup, as Kafka's
+``bouncedBrokerIds``), makes it lead, at a new epoch (``reread_leads``). The real broker
+has the same rule (``ClusterNode.may_lead``; the controller's half is
+``cluster/controller.on_brokers_bounced``): it has no LeaderAndIsr, only state znodes, so
+it tells the controller's decision by its zxid — a state written after the broker's
+registration (its mzxid above the registration's czxid) may be led, one written before
+holds the epoch it must not lead at.
 
 **Followers** truncate before fetching with OffsetForLeaderEpoch (as the real shell) or,
 chosen at random each time they start following, rely on the fetch's diverging epoch alone
@@ -241,6 +248,8 @@ class Replica:
     checked: int = 0    # log matching verified below this offset
     isr_deadline: int = 0
     led_epoch: int = -1  # the epoch this process last led at
+    # the leader epoch of the state this process read first (None: not read yet)
+    start_epoch: int | None = -1
 
     @property
     def leo(self) -> int:
@@ -364,6 +373,8 @@ class Broker:
             if self.registered:
                 for p in sorted(self.reread):
                     st = w.zk.partition_state(p)
+                    if self.replicas[p].start_epoch is None:
+                        self.replicas[p].start_epoch = -1 if st is None else st.leader_epoch
                     if st is not None:
                         self.resolve_isr_change(self.replicas[p], st)
                         self.apply_state(p, st)
@@ -515,10 +526,13 @@ class Broker:
             self.controller_epoch_seen = controller_epoch
         r = self.replicas[p]
         if (controller_epoch < 0 and st.leader == self.id and r.led_epoch != st.leader_epoch
+                and st.leader_epoch <= (r.start_epoch if r.start_epoch is not None else -1)
                 and not self.w.p.reread_leads):
-            # a re-read naming this broker leader at an epoch this process never led (it
-            # restarted, its log may be shorter): only the controller, once it has seen
-            # this broker's new registration, makes it lead (at a new epoch)
+            # a re-read naming this broker leader at an epoch this process never led and
+            # not newer than the state it read when it started (an earlier process of
+            # this broker may have led it; its log may be shorter): only the controller,
+            # once it has seen this broker's new registration, makes it lead (at a new
+            # epoch). The rule of the real ClusterNode.may_lead
             return
         old = r.state
         leading = r.core is not None
@@ -808,6 +822,7 @@ class Broker:
             r.state = None
             r.leader = -1
             r.led_epoch = -1
+            r.start_epoch = None
             self.w.lost_in_crash(r.p, lost)
 
     def restart(self) -> None:
