@@ -43,6 +43,7 @@ class FakeZooKeeper:
     def __init__(self) -> None:
         self.nodes: dict[str, tuple[bytes, int, int]] = {}
         self.lock = threading.Lock()
+        self.sequence = 0  # the next sequential node's number (one counter: enough here)
 
 
 class FakeClient:
@@ -73,11 +74,22 @@ class FakeClient:
             return self._stat(version, owner)
 
     def create(self, path: str, value: bytes = b"", ephemeral: bool = False,
-               makepath: bool = False) -> str:
+               makepath: bool = False, sequence: bool = False) -> str:
         with self.zk.lock:
-            return self._create(path, value, ephemeral, makepath)
+            return self._create(path, value, ephemeral, makepath, sequence)
 
-    def _create(self, path: str, value: bytes, ephemeral: bool, makepath: bool) -> str:
+    def get_children(self, path: str, watch: Any = None) -> list[str]:
+        with self.zk.lock:
+            if path not in self.zk.nodes:
+                raise NoNodeError()
+            return [p[len(path) + 1:] for p in self.zk.nodes
+                    if p.startswith(path + "/") and "/" not in p[len(path) + 1:]]
+
+    def _create(self, path: str, value: bytes, ephemeral: bool, makepath: bool,
+                sequence: bool = False) -> str:
+        if sequence:
+            path = f"{path}{self.zk.sequence:010d}"
+            self.zk.sequence += 1
         if path in self.zk.nodes:
             raise NodeExistsError()
         parent = path.rsplit("/", 1)[0]
@@ -123,8 +135,8 @@ class FakeTransaction:
             return True
         self.ops.append(op)
 
-    def create(self, path: str, value: bytes = b"") -> None:
-        self.ops.append(lambda: self.client._create(path, value, False, False))
+    def create(self, path: str, value: bytes = b"", sequence: bool = False) -> None:
+        self.ops.append(lambda: self.client._create(path, value, False, False, sequence))
 
     def set_data(self, path: str, value: bytes, version: int = -1) -> None:
         self.ops.append(lambda: self.client._set(path, value, version))
@@ -217,7 +229,7 @@ def test_new_states_of_a_deleted_topic_do_not_bring_its_znode_back(
     write, the answer None, and no empty /brokers/topics/T comes back; a live topic's new
     state is created; a deposed controller (another epoch version) writes nothing."""
     zk = FakeZooKeeper()
-    for path in ("/brokers", L.TOPICS, L.topic_path("live")):
+    for path in ("/brokers", L.TOPICS, L.topic_path("live"), "/headrace", L.STATE_CHANGES):
         zk.nodes[path] = (b"", 0, 0)
     zk.nodes[L.CONTROLLER_EPOCH] = (b"3", 7, 0)
     s = store(zk, 1, 101, loop)
@@ -226,6 +238,9 @@ def test_new_states_of_a_deleted_topic_do_not_bring_its_znode_back(
     assert not [p for p in zk.nodes if p.startswith(L.topic_path("gone"))]
     assert s.write_partition_states([("live", 0, new)], 3, 7) == [0]
     assert L.state_path("live", 0) in zk.nodes
+    # announced in the same transaction (how brokers learn of it: issue 21, defect 5)
+    (change,) = [p for p in zk.nodes if p.startswith(L.STATE_CHANGES + "/")]
+    assert L.decode_state_change(zk.nodes[change][0])[:3] == ("live", 0, 0)
     with pytest.raises(ControllerMovedError):
         s.write_partition_states([("live", 1, new)], 3, 6)
     assert L.state_path("live", 1) not in zk.nodes
