@@ -32,7 +32,10 @@ class InProcessBroker:
         return e is not None and e._thread is not None and e._thread.is_alive()
 
     def start(self, timeout_s: float = 30.0) -> InProcessBroker:
-        self._embedded = EmbeddedBroker(self.data_dir, 0, self.overrides).start(timeout_s)
+        """Start on ``port`` (0 the first time: a free one; a restart keeps the port, as
+        ``BrokerProcess`` does, so that clients reconnect to the same address)."""
+        self._embedded = EmbeddedBroker(self.data_dir, self.port, self.overrides).start(
+            timeout_s)
         self.port = self._embedded.port
         return self
 
@@ -42,9 +45,20 @@ class InProcessBroker:
         return self._embedded.call(fn, timeout_s)
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        if self._embedded is not None:
-            self._embedded.stop(timeout_s)
+        """The graceful path (every log flushed and closed), as SIGTERM to a process."""
+        embedded = self._embedded
+        if embedded is not None:
+            thread = embedded._thread
+            embedded.stop(timeout_s)
             self._embedded = None
+            if thread is not None and thread.is_alive():
+                raise RuntimeError(f"the in-process broker did not stop within {timeout_s} s")
+
+    def restart(self) -> InProcessBroker:
+        """Stop (gracefully: an in-process broker cannot be killed; tests that kill use
+        ``BrokerProcess``) and start again on the same data dir and port."""
+        self.stop()
+        return self.start()
 
     def __enter__(self) -> InProcessBroker:
         return self.start()
