@@ -142,8 +142,8 @@ def test_a_thousand_topics_are_created_in_bounded_time(tmp_path: Path) -> None:
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
     """In process: nothing here is killed or timed."""
     with InProcessBroker(tmp_path_factory.mktemp("limited"),
-                       {"max.broker.partitions": str(LIMIT),
-                        "auto.create.topics.enable": "false"}) as b:
+                         {"max.broker.partitions": str(LIMIT),
+                          "auto.create.topics.enable": "false"}) as b:
         yield b
 
 
