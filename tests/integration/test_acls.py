@@ -1,7 +1,9 @@
 """ACLs and SCRAM credentials end to end (issue 12, R-SEC-3): confluent-kafka's AdminClient
-creates, describes and deletes ACLs and SCRAM users on a broker process with Kafka's
-AclAuthorizer configured, then, without super users, the ANONYMOUS principal (PLAINTEXT)
-is held to those ACLs by every API with real clients."""
+creates, describes and deletes ACLs and SCRAM users on a broker with Kafka's AclAuthorizer
+configured, then, without super users, the ANONYMOUS principal (PLAINTEXT) is held to
+those ACLs by every API with real clients. The brokers run in process (``tests/inproc.py``:
+nothing here is killed; a restart is a graceful stop and a new broker on the same data
+dir), the ``headrace users`` command as a process."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 from kio.schema.errors import ErrorCode
 
-from tests.brokerproc import BrokerProcess
+from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 from tests.security_helpers import ACL_AUTHORIZER as AUTHZ
 from tests.security_helpers import ANON, DENY, PRE, acl, code_of, commit, ok
@@ -53,15 +55,15 @@ GRANTS = [
 ]
 
 
-def admin(b: BrokerProcess) -> AdminClient:
+def admin(b: InProcessBroker) -> AdminClient:
     return AdminClient({"bootstrap.servers": b.bootstrap})
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
     """A broker where ANONYMOUS is first a super user (to set up topics and ACLs), then,
     restarted, an ordinary principal with only the ACLs of ``GRANTS``."""
-    b = BrokerProcess(tmp_path_factory.mktemp("acl"), {
+    b = InProcessBroker(tmp_path_factory.mktemp("acl"), {
         **AUTHZ, "super.users": ANON, "auto.create.topics.enable": "false"})
     with b:
         a = admin(b)
@@ -81,7 +83,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
 
 
 def test_acls_created_described_deleted_with_admin_client(tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path, {**AUTHZ, "super.users": ANON}) as b:
+    with InProcessBroker(tmp_path, {**AUTHZ, "super.users": ANON}) as b:
         a = admin(b)
         mine = [acl(ResourceType.TOPIC, "t1", AclOperation.READ, principal="User:alice"),
                 acl(ResourceType.GROUP, "g-", AclOperation.READ, pattern=PRE,
@@ -110,7 +112,7 @@ def test_acls_created_described_deleted_with_admin_client(tmp_path: Path) -> Non
 
 
 def test_scram_users_through_admin_client_and_cli(tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path) as b:
+    with InProcessBroker(tmp_path) as b:
         a = admin(b)
         ups = [UserScramCredentialUpsertion(
             "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"pw", b"salt"),
@@ -144,7 +146,7 @@ def test_scram_users_through_admin_client_and_cli(tmp_path: Path) -> None:
         assert all(b"s3cret" not in f.read_bytes() for f in tmp_path.rglob("*") if f.is_file())
 
 
-def consume(b: BrokerProcess, topic: str, group: str) -> tuple[list[bytes], KafkaError | None]:
+def consume(b: InProcessBroker, topic: str, group: str) -> tuple[list[bytes], KafkaError | None]:
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group,
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
     try:
@@ -163,7 +165,7 @@ def consume(b: BrokerProcess, topic: str, group: str) -> tuple[list[bytes], Kafk
         c.close()
 
 
-def test_anonymous_held_to_its_acls(secured: BrokerProcess) -> None:
+def test_anonymous_held_to_its_acls(secured: InProcessBroker) -> None:
     b = secured
     # read A (allowed), not B (only WRITE)
     assert consume(b, TOPIC_A, GROUP) == ([b"seed"], None)
@@ -181,7 +183,7 @@ def test_anonymous_held_to_its_acls(secured: BrokerProcess) -> None:
     assert codes == sorted(["ok", str(KafkaError.TOPIC_AUTHORIZATION_FAILED)])
 
 
-def test_groups_topics_and_cluster_refused(secured: BrokerProcess) -> None:
+def test_groups_topics_and_cluster_refused(secured: InProcessBroker) -> None:
     b = secured
     a = admin(b)
     # a group with DESCRIBE but without READ: the commit is refused
@@ -210,7 +212,7 @@ def test_groups_topics_and_cluster_refused(secured: BrokerProcess) -> None:
     assert "__consumer_offsets" not in names
 
 
-def test_kafka_python_and_aiokafka_refused_too(secured: BrokerProcess) -> None:
+def test_kafka_python_and_aiokafka_refused_too(secured: InProcessBroker) -> None:
     import asyncio
 
     from aiokafka import AIOKafkaConsumer
@@ -249,5 +251,5 @@ def test_kafka_python_and_aiokafka_refused_too(secured: BrokerProcess) -> None:
     asyncio.run(aio())
 
 
-def b_(b: BrokerProcess) -> str:
+def b_(b: InProcessBroker) -> str:
     return b.bootstrap

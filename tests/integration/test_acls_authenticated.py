@@ -40,6 +40,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from headrace.security.devcerts import write_dev_certs
 from tests.brokerproc import BrokerProcess
+from tests.inproc import InProcessBroker
 from tests.security_helpers import (
     ACL_AUTHORIZER,
     DENY,
@@ -135,7 +136,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         "auto.create.topics.enable": "false",
         "group.initial.rebalance.delay.ms": "0",
     }
-    with BrokerProcess(base / "data", overrides) as b:
+    with InProcessBroker(base / "data", overrides) as b:
         e = Env(b, listener_ports(b), certs)
         a = e.admin("admin")
         for f in a.create_topics([NewTopic(t, 1, 1) for t in ALL_TOPICS]).values():

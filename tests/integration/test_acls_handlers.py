@@ -29,6 +29,7 @@ from headrace.security.acl import SUPPORTED_OPERATIONS
 from headrace.security.acl import AclOperation as Op
 from headrace.security.acl import ResourceType as RT
 from tests.brokerproc import BrokerProcess
+from tests.inproc import InProcessBroker
 from tests.integration.test_old_clients import list_offsets_v0
 from tests.kafka_wire import WireClient
 from tests.security_helpers import (
@@ -103,7 +104,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         "transaction.state.log.replication.factor": "1",
         "transaction.state.log.min.isr": "1",
     }
-    with BrokerProcess(base / "data", overrides) as b:
+    with InProcessBroker(base / "data", overrides) as b:
         e = Env(b, listener_ports(b), [])
         a = AdminClient(e.admin_conf())
         for f in a.create_topics([NewTopic(t, 1, 1) for t in (A, B, C)]).values():

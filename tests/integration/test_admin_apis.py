@@ -28,6 +28,7 @@ import os
 import time
 import uuid
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,18 @@ from kio.schema.errors import ErrorCode
 
 from tests.brokerproc import BrokerProcess, wait_until
 from tests.clients import Rec, create_topic, produce
+from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 
 TOPIC, BROKER = 2, 4
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    """The module's broker in process (tests/conftest.py's ``broker`` is a process):
+    nothing here kills, pauses or restarts it."""
+    with InProcessBroker(tmp_path_factory.mktemp("broker"), {"num.partitions": "1"}) as b:
+        yield b
+
 DYNAMIC_TOPIC_CONFIG = 1
 EARLIEST, LATEST = -2, -1
 ADMIN_CLIENTS = ("confluent", "kafka-python", "aiokafka")

@@ -16,6 +16,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from tests.brokerproc import BrokerProcess
+from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 
 pytestmark = pytest.mark.timeout(120)
@@ -23,7 +24,15 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture()
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker process: the tests that measure rates and throttles (and the restart)."""
     with BrokerProcess(tmp_path / "data") as b:
+        yield b
+
+
+@pytest.fixture()
+def wire_broker(tmp_path: Path) -> Iterator[InProcessBroker]:
+    """In process, for the tests that read only answers on the wire (no rate, no kill)."""
+    with InProcessBroker(tmp_path / "data") as b:
         yield b
 
 
@@ -56,8 +65,8 @@ OK = (0, None)
 
 
 @pytest.mark.parametrize("version", [0, 1])
-def test_alter_and_describe_round_trip(broker: BrokerProcess, version: int) -> None:
-    with WireClient.to(broker.bootstrap) as w:
+def test_alter_and_describe_round_trip(wire_broker: InProcessBroker, version: int) -> None:
+    with WireClient.to(wire_broker.bootstrap) as w:
         assert alter(w, version, [
             ([("user", "alice"), ("client-id", "app")], [("producer_byte_rate", 1048576, False)]),
             ([("user", "alice")], [("request_percentage", 50.5, False)]),
@@ -96,9 +105,9 @@ def test_alter_and_describe_round_trip(broker: BrokerProcess, version: int) -> N
         assert after == {(("user", None),): {"consumer_byte_rate": 2048.0}}
 
 
-def test_kafkas_validation_errors(broker: BrokerProcess) -> None:
+def test_kafkas_validation_errors(wire_broker: InProcessBroker) -> None:
     bad = ErrorCode.invalid_request
-    with WireClient.to(broker.bootstrap) as w:
+    with WireClient.to(wire_broker.bootstrap) as w:
         assert alter(w, 1, [
             ([], [("producer_byte_rate", 1, False)]),
             ([("user", "")], [("producer_byte_rate", 1, False)]),
@@ -131,7 +140,7 @@ def test_kafkas_validation_errors(broker: BrokerProcess) -> None:
 
 
 def test_authorization_needs_cluster_configs_access(tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path / "d", {
+    with InProcessBroker(tmp_path / "d", {
             "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"}) as b, \
             WireClient.to(b.bootstrap) as w:
         assert alter(w, 1, [([("user", "u")], [("producer_byte_rate", 10, False)])]) == [

@@ -4,10 +4,21 @@ per partition, acks 0/1/all, a record near message.max.bytes."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from tests.brokerproc import BrokerProcess
 from tests.clients import CLIENTS, CODECS, Rec, by_partition, consume, create_topic, produce
+from tests.inproc import InProcessBroker
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    """The module's broker in process (tests/conftest.py's ``broker`` is a process):
+    nothing here kills, pauses or restarts it."""
+    with InProcessBroker(tmp_path_factory.mktemp("broker"), {"num.partitions": "1"}) as b:
+        yield b
 
 PARTITIONS = 8
 PER_PARTITION = 40

@@ -13,16 +13,17 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 from tests.brokerproc import BrokerProcess, wait_until
 from tests.clients import create_topic
+from tests.inproc import InProcessBroker
 
 KEYS = 8
 UPDATES = 3000
 
 
 @pytest.fixture(scope="module")
-def compacting_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def compacting_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
     data = tmp_path_factory.mktemp("broker")
-    with BrokerProcess(data, {"num.partitions": "1",
-                              "log.retention.check.interval.ms": "200"}) as b:
+    with InProcessBroker(data, {"num.partitions": "1",
+                                "log.retention.check.interval.ms": "200"}) as b:
         yield b
 
 

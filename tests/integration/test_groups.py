@@ -12,17 +12,19 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.brokerproc import BrokerProcess, wait_until
+from tests.brokerproc import wait_until
 from tests.clients import CLIENTS, Rec, create_topic, produce
 from tests.group_clients import GroupMember, settled, stop_all, wait_settled
+from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    """In process: nothing here is killed (a static member's restart is the client's)."""
     data = tmp_path_factory.mktemp("groups")
-    with BrokerProcess(data, {"num.partitions": "1",
-                              "group.initial.rebalance.delay.ms": "500"}) as b:
+    with InProcessBroker(data, {"num.partitions": "1",
+                                "group.initial.rebalance.delay.ms": "500"}) as b:
         yield b
 
 
@@ -31,7 +33,7 @@ def group_name() -> str:
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_three_members_share_six_partitions(broker: BrokerProcess, topic_name: str,
+def test_three_members_share_six_partitions(broker: InProcessBroker, topic_name: str,
                                              client: str) -> None:
     """R-GRP-1: disjoint partitions covering all; each record consumed exactly once while
     membership is stable."""
@@ -60,7 +62,7 @@ def _by_member_id(members: list[GroupMember]) -> list[list[int]]:
     return [sorted(m.assignment) for m in sorted(members, key=lambda m: m.member_id)]
 
 
-def test_range_assignor_seed_example(broker: BrokerProcess, topic_name: str) -> None:
+def test_range_assignor_seed_example(broker: InProcessBroker, topic_name: str) -> None:
     """R-GRP-5: range, 7 partitions over 5 consumers → p0-p1, p2-p3, p4, p5, p6."""
     create_topic("confluent", broker.bootstrap, topic_name, 7)
     group = group_name()
@@ -73,7 +75,7 @@ def test_range_assignor_seed_example(broker: BrokerProcess, topic_name: str) -> 
         stop_all(members)
 
 
-def test_roundrobin_assignor_seed_example(broker: BrokerProcess, topic_name: str) -> None:
+def test_roundrobin_assignor_seed_example(broker: InProcessBroker, topic_name: str) -> None:
     """R-GRP-5: roundrobin, 7 partitions over 3 consumers → c0: p0,p3,p6; c1: p1,p4;
     c2: p2,p5."""
     create_topic("confluent", broker.bootstrap, topic_name, 7)
@@ -87,7 +89,7 @@ def test_roundrobin_assignor_seed_example(broker: BrokerProcess, topic_name: str
         stop_all(members)
 
 
-def test_cooperative_sticky_rebalances_incrementally(broker: BrokerProcess,
+def test_cooperative_sticky_rebalances_incrementally(broker: InProcessBroker,
                                                      topic_name: str) -> None:
     """R-GRP-5: cooperative-sticky is carried opaquely: a joiner takes partitions while
     the others keep most of theirs."""
@@ -108,7 +110,7 @@ def test_cooperative_sticky_rebalances_incrementally(broker: BrokerProcess,
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_member_close_moves_partitions_quickly(broker: BrokerProcess, topic_name: str,
+def test_member_close_moves_partitions_quickly(broker: InProcessBroker, topic_name: str,
                                                client: str) -> None:
     """R-GRP-3: LeaveGroup on close → the others take over within about two seconds."""
     create_topic("confluent", broker.bootstrap, topic_name, 6)
@@ -123,7 +125,7 @@ def test_member_close_moves_partitions_quickly(broker: BrokerProcess, topic_name
         stop_all(members)
 
 
-def test_new_member_triggers_rebalance(broker: BrokerProcess, topic_name: str) -> None:
+def test_new_member_triggers_rebalance(broker: InProcessBroker, topic_name: str) -> None:
     """R-GRP-3: a join rebalances the group."""
     create_topic("confluent", broker.bootstrap, topic_name, 6)
     group = group_name()
@@ -158,7 +160,7 @@ CHILD = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_killed_member_partitions_move_after_session_timeout(
-        broker: BrokerProcess, topic_name: str, tmp_path: Path) -> None:
+        broker: InProcessBroker, topic_name: str, tmp_path: Path) -> None:
     """R-GRP-3: a member kill -9'd stops heartbeating; after session.timeout.ms it is
     removed and its partitions move."""
     create_topic("confluent", broker.bootstrap, topic_name, 6)
@@ -199,7 +201,7 @@ def join_member(w: WireClient, group: str, **kw: object) -> object:
     return _join(w, group, member_id=first.member_id, **kw)  # type: ignore[attr-defined,arg-type]
 
 
-def test_stale_generation_commit_is_rejected(broker: BrokerProcess, topic_name: str) -> None:
+def test_stale_generation_commit_is_rejected(broker: InProcessBroker, topic_name: str) -> None:
     """R-GRP-4: after a rebalance, a commit or heartbeat with the old generation gets
     ILLEGAL_GENERATION, so a stale member cannot commit."""
     create_topic("confluent", broker.bootstrap, topic_name, 1)
@@ -236,7 +238,7 @@ def test_stale_generation_commit_is_rejected(broker: BrokerProcess, topic_name: 
 
 
 def test_static_member_restart_keeps_partitions_without_rebalance(
-        broker: BrokerProcess, topic_name: str) -> None:
+        broker: InProcessBroker, topic_name: str) -> None:
     """KIP-345 (R-GRP-3): a static member back within its session timeout replaces itself
     and gets its partitions back; the other member sees no rebalance."""
     create_topic("confluent", broker.bootstrap, topic_name, 6)
@@ -259,7 +261,7 @@ def test_static_member_restart_keeps_partitions_without_rebalance(
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_an_error_in_a_member_thread_fails_the_test(broker: BrokerProcess, topic_name: str,
+def test_an_error_in_a_member_thread_fails_the_test(broker: InProcessBroker, topic_name: str,
                                                     client: str) -> None:
     """The harness itself: a member whose client raises in its thread (here: a config the
     client refuses) fails the waiting test at once with that error, and ``stop`` re-raises

@@ -12,15 +12,25 @@ import json
 import re
 import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from tests.brokerproc import BrokerProcess
 from tests.clients import Rec, consume, create_topic, produce
 from tests.conftest import require_tool
+from tests.inproc import InProcessBroker
 
 pytestmark = [pytest.mark.kcat, pytest.mark.timeout(120)]
 
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    """The module's broker in process (tests/conftest.py's ``broker`` is a process):
+    nothing here kills, pauses or restarts it."""
+    with InProcessBroker(tmp_path_factory.mktemp("broker"), {"num.partitions": "1"}) as b:
+        yield b
 
 @pytest.fixture(autouse=True)
 def _kcat_installed() -> None:

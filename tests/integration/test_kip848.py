@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from kio.schema.errors import ErrorCode
 
 from tests.brokerproc import BrokerProcess, wait_until
+from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 
 # Fast group timers. Every config below is part of the contract under test (README's broker
@@ -30,9 +31,9 @@ REBALANCE_S = 20.0
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
     data: Path = tmp_path_factory.mktemp("kip848")
-    with BrokerProcess(data, {"num.partitions": "1", **FAST}) as b:
+    with InProcessBroker(data, {"num.partitions": "1", **FAST}) as b:
         yield b
         failures = [line for line in b.stderr_lines if "Traceback" in line or "failed" in line]
         assert not failures, "".join(b.stderr_lines)

@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from kio.schema.errors import ErrorCode
 
 from tests.brokerproc import BrokerProcess, wait_until
+from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 
 FAST = {"group.consumer.heartbeat.interval.ms": "200",
@@ -35,9 +36,9 @@ Held = set[tuple[str, int]]
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
     data: Path = tmp_path_factory.mktemp("kip848churn")
-    with BrokerProcess(data, {"num.partitions": "1", **FAST}) as b:
+    with InProcessBroker(data, {"num.partitions": "1", **FAST}) as b:
         yield b
         failures = [line for line in b.stderr_lines if "Traceback" in line]
         assert not failures, "".join(b.stderr_lines)

@@ -27,6 +27,7 @@ from tests.batches import make_batch
 from tests.brokerproc import BrokerProcess, wait_until
 from tests.clients import create_topic
 from tests.conftest import require_tool
+from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 from tests.readme import commands
 
@@ -42,9 +43,10 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    """In process (each broker has its own registry; nothing here is killed)."""
     port = _free_port()
-    with BrokerProcess(tmp_path_factory.mktemp("metrics"), {
+    with InProcessBroker(tmp_path_factory.mktemp("metrics"), {
             "num.partitions": "1", "offsets.topic.num.partitions": "1",
             "group.initial.rebalance.delay.ms": "0", "metrics.port": str(port)}) as b:
         b.metrics_url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
@@ -61,7 +63,7 @@ def _get(url: str) -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
-def scrape(b: BrokerProcess) -> Samples:
+def scrape(b: InProcessBroker) -> Samples:
     status, text = _get(b.metrics_url + "/metrics")  # type: ignore[attr-defined]
     assert status == 200, text
     return {(s.name, frozenset(s.labels.items())): s.value
@@ -81,7 +83,7 @@ def log_size(samples: Samples, topic: str) -> float:
                if name == "kafka_log_log_size" and ("topic", topic) in labels)
 
 
-def test_health_ready_and_unknown_paths(broker: BrokerProcess) -> None:
+def test_health_ready_and_unknown_paths(broker: InProcessBroker) -> None:
     url = broker.metrics_url  # type: ignore[attr-defined]
     assert _get(url + "/health") == (200, "ok\n")
     assert _get(url + "/ready") == (200, "ready\n")
@@ -94,7 +96,7 @@ def test_health_ready_and_unknown_paths(broker: BrokerProcess) -> None:
     assert value(s, "process_resident_memory_bytes") > 0
 
 
-def test_hand_made_produce_requests_are_counted_exactly(broker: BrokerProcess) -> None:
+def test_hand_made_produce_requests_are_counted_exactly(broker: InProcessBroker) -> None:
     topic = f"m-wire-{uuid.uuid4().hex[:6]}"
     create_topic("confluent", broker.bootstrap, topic, 2)
     batches = [make_batch([(None, f"v{i}-{j}".encode(), int(time.time() * 1000), [])
@@ -135,7 +137,7 @@ def test_hand_made_produce_requests_are_counted_exactly(broker: BrokerProcess) -
                                request="Produce")
 
 
-def test_confluent_produce_consume_and_group_lag(broker: BrokerProcess) -> None:
+def test_confluent_produce_consume_and_group_lag(broker: InProcessBroker) -> None:
     topic = f"m-ck-{uuid.uuid4().hex[:6]}"
     group = f"g-{uuid.uuid4().hex[:6]}"
     create_topic("confluent", broker.bootstrap, topic, 1)
@@ -201,12 +203,12 @@ def test_metrics_port_taken_is_one_clear_line(tmp_path: Path) -> None:
 
 
 def test_off_by_default(tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path) as b:
+    with InProcessBroker(tmp_path) as b:
         wait_until(lambda: b.stderr_lines, what="the broker's first line")
         assert not any("metrics on http" in line for line in b.stderr_lines)
 
 
-def test_readme_metrics_commands(broker: BrokerProcess) -> None:
+def test_readme_metrics_commands(broker: InProcessBroker) -> None:
     """The README's three curl lines as written (issue 13, item 4), port 9404 made this
     broker's metrics port: the text format, /health and /ready."""
     require_tool("curl")

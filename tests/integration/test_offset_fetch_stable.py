@@ -18,14 +18,15 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from tests.brokerproc import BrokerProcess, wait_until
+from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 
 pytestmark = pytest.mark.timeout(90)
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("stable"), {
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    with InProcessBroker(tmp_path_factory.mktemp("stable"), {
             "transaction.state.log.replication.factor": "1",
             "transaction.state.log.min.isr": "1"}) as b:
         yield b

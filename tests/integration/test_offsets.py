@@ -14,14 +14,15 @@ from kio.schema.errors import ErrorCode
 
 from tests.brokerproc import BrokerProcess, wait_until
 from tests.clients import CLIENTS, Rec, create_topic, produce
+from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 
 FAST = {"group.initial.rebalance.delay.ms": "0", "num.partitions": "1"}
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("offsets"), FAST) as b:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    with InProcessBroker(tmp_path_factory.mktemp("offsets"), FAST) as b:
         yield b
 
 

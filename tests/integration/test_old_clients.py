@@ -32,6 +32,7 @@ from headrace.protocol.records import HEADER, HEADER_SIZE, LOG_OVERHEAD
 from tests.batches import Record, make_batch
 from tests.brokerproc import BrokerProcess, wait_until
 from tests.conftest import require_tool
+from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 
 pytestmark = pytest.mark.timeout(180)
@@ -40,9 +41,9 @@ CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
 @pytest.fixture(scope="module")
-def old(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def old(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
     data = tmp_path_factory.mktemp("old-clients")
-    with BrokerProcess(data, {"num.partitions": "1"}) as b:
+    with InProcessBroker(data, {"num.partitions": "1"}) as b:
         yield b
         text = "".join(b.stderr_lines)
         assert "Traceback" not in text, text[-3000:]

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from tests.brokerproc import BrokerProcess, wait_until
+from tests.inproc import InProcessBroker
 from tests.workerproc import WorkerProcess
 
 GROUP_TIMEOUTS = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
@@ -102,9 +103,9 @@ def worker_main(argv: list[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
     data = tmp_path_factory.mktemp("reliable-broker")
-    with BrokerProcess(data, {"group.initial.rebalance.delay.ms": "0"}) as b:
+    with InProcessBroker(data, {"group.initial.rebalance.delay.ms": "0"}) as b:
         yield b
 
 

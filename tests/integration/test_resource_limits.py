@@ -2,8 +2,10 @@
 
 Hostile clients are raw sockets (half-sent frames, pipelined requests never read, idle
 connections, too many connections); a confluent-kafka producer must keep working meanwhile.
-The broker is a real subprocess with small limits; its memory is read from
-/proc/PID/status (VmRSS, VmHWM) and asserted under a stated bound.
+Where memory is measured the broker is a real subprocess with small limits; its memory is
+read from /proc/PID/status (VmRSS, VmHWM) and asserted under a stated bound. The
+connection-limit, idle and oversized-frame tests, which read only the wire and the log,
+run the broker in process (``tests/inproc.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import pytest
 from headrace.broker.embedded import EmbeddedBroker
 from headrace.broker.handlers import HANDLERS
 from tests.brokerproc import BrokerProcess, wait_until
+from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 
 pytestmark = pytest.mark.timeout(90)
@@ -155,7 +158,7 @@ def closed_by_peer(s: socket.socket, timeout_s: float) -> bool:
         return False
 
 
-def log_text(b: BrokerProcess) -> str:
+def log_text(b: BrokerProcess | InProcessBroker) -> str:
     return "".join(b.stderr_lines)
 
 
@@ -214,8 +217,8 @@ def test_a_frame_larger_than_the_pool_can_ever_give_is_refused(tmp_path: Path) -
     """R-NF-3: with queued.max.request.bytes (16 MB) smaller than socket.request.max.bytes
     (64 MB), a 20 MB frame could never be reserved: its connection is closed at once
     instead of waiting forever, and the broker serves the next one."""
-    with BrokerProcess(tmp_path / "data", {"socket.request.max.bytes": str(64 * MB),
-                                           "queued.max.request.bytes": str(16 * MB)}) as b, \
+    with InProcessBroker(tmp_path / "data", {"socket.request.max.bytes": str(64 * MB),
+                                             "queued.max.request.bytes": str(16 * MB)}) as b, \
             socket.create_connection(("127.0.0.1", b.port)) as s:
         s.sendall(struct.pack(">i", 20 * MB) + b"x" * 1000)
         assert closed_by_peer(s, 5.0)
@@ -342,7 +345,7 @@ def test_idle_and_half_sent_connections_are_closed(tmp_path: Path) -> None:
     """R-NF-3: connections.max.idle.ms closes a connection that sent nothing, one stuck
     mid-frame, and one idle after a request, each after about the idle time (not before);
     one log line per sweep, and a producer that goes on afterwards."""
-    with BrokerProcess(tmp_path / "data", {"connections.max.idle.ms": "1500"}) as b:
+    with InProcessBroker(tmp_path / "data", {"connections.max.idle.ms": "1500"}) as b:
         t0 = time.monotonic()
         silent = socket.create_connection(("127.0.0.1", b.port))
         half = socket.create_connection(("127.0.0.1", b.port))
@@ -374,8 +377,8 @@ def test_max_connections_and_per_ip_refuse_past_the_limit(tmp_path: Path) -> Non
     """R-NF-3: max.connections.per.ip=4 and max.connections=6: the 5th connection from
     127.0.0.1 and the 3rd from 127.0.0.2 are closed at once; a refusal burst is one log line;
     a slot freed by a close is usable again."""
-    with BrokerProcess(tmp_path / "data", {"max.connections": "6",
-                                           "max.connections.per.ip": "4"}) as b:
+    with InProcessBroker(tmp_path / "data", {"max.connections": "6",
+                                             "max.connections.per.ip": "4"}) as b:
         def api_versions_ok(s: socket.socket) -> bool:
             wc = WireClient.__new__(WireClient)
             wc.sock, wc.correlation_id = s, 0

@@ -39,6 +39,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.security.devcerts import write_dev_certs
 from tests.brokerproc import BrokerProcess, wait_until
+from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 from tests.security_helpers import listener_ports, pem_keystore, plain_jaas, scram_user
 
@@ -53,7 +54,7 @@ META = {"topics": None, "allow_auto_topic_creation": False,
 
 @dataclass
 class Env:
-    broker: BrokerProcess
+    broker: BrokerProcess | InProcessBroker
     ports: dict[str, int]
     certs: dict[str, Path]
     untrusted: dict[str, Path]
@@ -128,7 +129,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         "num.partitions": "1",
         "group.initial.rebalance.delay.ms": "0",  # every client joins a group of one
     }
-    with BrokerProcess(base / "data", overrides) as b:
+    with InProcessBroker(base / "data", overrides) as b:  # nothing here kills it
         ports = listener_ports(b)
         assert set(ports) == set(listeners), ports
         # a SCRAM-SHA-512 user for the client matrix

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.metadata.store import BrokerInfo
 from tests.brokerproc import BrokerProcess, wait_until
+from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 
 pytestmark = pytest.mark.timeout(300)
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.timeout(300)
 LIMIT = 40
 
 
-def no_traceback(b: BrokerProcess) -> None:
+def no_traceback(b: BrokerProcess | InProcessBroker) -> None:
     log = "".join(b.stderr_lines)
     assert "Traceback" not in log, log[-4000:]
 
@@ -138,18 +139,19 @@ def test_a_thousand_topics_are_created_in_bounded_time(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("limited"),
-                       {"max.broker.partitions": str(LIMIT),
-                        "auto.create.topics.enable": "false"}) as b:
+def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    """In process: nothing here is killed or timed."""
+    with InProcessBroker(tmp_path_factory.mktemp("limited"),
+                         {"max.broker.partitions": str(LIMIT),
+                          "auto.create.topics.enable": "false"}) as b:
         yield b
 
 
-def topic_dirs(b: BrokerProcess, prefix: str) -> list[str]:
+def topic_dirs(b: InProcessBroker, prefix: str) -> list[str]:
     return sorted(d.name for d in b.data_dir.iterdir() if d.name.startswith(prefix))
 
 
-def test_partition_limit_confluent(limited: BrokerProcess) -> None:
+def test_partition_limit_confluent(limited: InProcessBroker) -> None:
     """max.broker.partitions (issue 8 item 9): CreateTopics whose topics together would
     pass it is refused whole, up front, with POLICY_VIOLATION (what Kafka answers an
     oversized operation: PolicyViolationException), validate_only too; nothing is created
@@ -185,7 +187,7 @@ def test_partition_limit_confluent(limited: BrokerProcess) -> None:
     no_traceback(limited)
 
 
-def test_partition_limit_kafka_python(limited: BrokerProcess) -> None:
+def test_partition_limit_kafka_python(limited: InProcessBroker) -> None:
     """The same refusal seen through kafka-python's admin client: PolicyViolationError, and
     no topic of the request exists afterwards (issue 8 item 9)."""
     from kafka.admin import KafkaAdminClient
@@ -229,7 +231,7 @@ def _answer_or_closed(wc: WireClient, frame: bytes) -> bytes | None:
         return None
 
 
-def test_null_arrays_in_create_requests(limited: BrokerProcess) -> None:
+def test_null_arrays_in_create_requests(limited: InProcessBroker) -> None:
     """Null arrays in CreateTopics and CreatePartitions raised TypeError in the handlers
     (issue 8 item 11). A null where the schema allows one is answered (CreatePartitions'
     assignments: the broker assigns); a null where it does not is refused (an
@@ -359,7 +361,8 @@ def test_a_data_dir_with_json_metadata_keeps_working(tmp_path: Path) -> None:
 
     from headrace.metadata.store import LocalMetadataStore
 
-    with BrokerProcess(tmp_path, {"auto.create.topics.enable": "false"}) as b:
+    # in process: the broker is stopped gracefully and started again, never killed
+    with InProcessBroker(tmp_path, {"auto.create.topics.enable": "false"}) as b:
         with WireClient.to(b.bootstrap) as wc:
             assert wc.request(19, 5, create_req("old", 3)).topics[0].error_code == 0
         producer = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True})

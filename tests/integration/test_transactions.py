@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from tests.brokerproc import BrokerProcess, wait_until
 from tests.clients import create_topic, read_to_end
+from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 from tests.workerproc import WorkerProcess
 
@@ -28,8 +29,9 @@ pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture(scope="module")
-def txb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("txn"), {
+def txb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    """In process: the tests kill clients (worker processes), never this broker."""
+    with InProcessBroker(tmp_path_factory.mktemp("txn"), {
             "num.partitions": "2",
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300"}) as b:
         yield b
@@ -37,26 +39,26 @@ def txb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         assert "Traceback" not in text, text[-3000:]
 
 
-def topic(b: BrokerProcess, prefix: str, partitions: int = 2) -> str:
+def topic(b: BrokerProcess | InProcessBroker, prefix: str, partitions: int = 2) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     create_topic("confluent", b.bootstrap, name, partitions)
     return name
 
 
-def txn_producer(b: BrokerProcess, tid: str, **extra: Any) -> Producer:
+def txn_producer(b: BrokerProcess | InProcessBroker, tid: str, **extra: Any) -> Producer:
     p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": tid, "linger.ms": 2,
                   **extra})
     p.init_transactions(30)
     return p
 
 
-def read_all(b: BrokerProcess, name: str, isolation: str, partitions: int = 2,
+def read_all(b: BrokerProcess | InProcessBroker, name: str, isolation: str, partitions: int = 2,
              timeout_s: float = 30) -> list[bytes]:
     """Every record of ``name`` up to its end (the LSO for read_committed)."""
     return read_to_end(b.bootstrap, name, partitions, isolation, timeout_s)
 
 
-def test_commit_and_abort_as_each_isolation_level_sees_them(txb: BrokerProcess) -> None:
+def test_commit_and_abort_as_each_isolation_level_sees_them(txb: InProcessBroker) -> None:
     out = topic(txb, "iso")
     p = txn_producer(txb, f"iso-{uuid.uuid4().hex[:6]}")
     p.begin_transaction()
@@ -77,7 +79,7 @@ def test_commit_and_abort_as_each_isolation_level_sees_them(txb: BrokerProcess) 
     assert sorted(everything) == sorted(committed + [b"a%d" % i for i in range(6)])
 
 
-def test_killed_consume_transform_produce_is_exactly_once(txb: BrokerProcess,
+def test_killed_consume_transform_produce_is_exactly_once(txb: InProcessBroker,
                                                          tmp_path: Path) -> None:
     """The issue's first check: kill -9 mid-stream, restart; the output read with
     read_committed holds each input record exactly once."""
@@ -126,7 +128,7 @@ def test_killed_consume_transform_produce_is_exactly_once(txb: BrokerProcess,
     assert len(read_all(txb, sink, "read_uncommitted")) >= n
 
 
-def test_a_second_producer_fences_the_first(txb: BrokerProcess) -> None:
+def test_a_second_producer_fences_the_first(txb: InProcessBroker) -> None:
     """Zombie fencing: a second producer with the same transactional id fences the first;
     the first's open transaction is aborted and it cannot commit."""
     out = topic(txb, "zombie")
@@ -147,7 +149,7 @@ def test_a_second_producer_fences_the_first(txb: BrokerProcess) -> None:
     assert sorted(read_all(txb, out, "read_uncommitted")) == [b"fresh", b"zombie"]
 
 
-def test_a_hung_transaction_is_aborted_after_its_timeout(txb: BrokerProcess) -> None:
+def test_a_hung_transaction_is_aborted_after_its_timeout(txb: InProcessBroker) -> None:
     """A producer that never ends its transaction holds read_committed consumers back at
     its first record only until transaction.timeout.ms: then the coordinator aborts it and
     the LSO moves on."""
@@ -169,7 +171,7 @@ def test_a_hung_transaction_is_aborted_after_its_timeout(txb: BrokerProcess) -> 
         hung.commit_transaction(10)
 
 
-def test_kafka_python_transactional_loop(txb: BrokerProcess) -> None:
+def test_kafka_python_transactional_loop(txb: InProcessBroker) -> None:
     from kafka import KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KTP
 
@@ -220,7 +222,7 @@ def test_kafka_python_transactional_loop(txb: BrokerProcess) -> None:
     assert sorted(got) == sorted(b"k%d" % i for i in range(200))
 
 
-def test_aiokafka_transactional_loop(txb: BrokerProcess) -> None:
+def test_aiokafka_transactional_loop(txb: InProcessBroker) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.structs import TopicPartition as ATP
 
@@ -271,7 +273,7 @@ def test_aiokafka_transactional_loop(txb: BrokerProcess) -> None:
     assert sum(tp.offset for tp in committed) == 150
 
 
-def test_describe_and_list_transactions_on_the_wire(txb: BrokerProcess) -> None:
+def test_describe_and_list_transactions_on_the_wire(txb: InProcessBroker) -> None:
     out = topic(txb, "desc")
     tid = f"d-{uuid.uuid4().hex[:6]}"
     p = txn_producer(txb, tid)
@@ -298,7 +300,7 @@ def test_describe_and_list_transactions_on_the_wire(txb: BrokerProcess) -> None:
 
 
 @pytest.mark.slow  # the command line: a process per call
-def test_cli_lists_and_describes_transactions(txb: BrokerProcess) -> None:
+def test_cli_lists_and_describes_transactions(txb: InProcessBroker) -> None:
     """``headrace transactions list|describe`` (kafka-transactions.sh's columns)."""
     import subprocess
 

@@ -25,7 +25,8 @@ from kio.schema.errors import ErrorCode
 
 from headrace.protocol import legacy
 from tests.batches import make_batch
-from tests.brokerproc import BrokerProcess, wait_until
+from tests.brokerproc import wait_until
+from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 
 pytestmark = pytest.mark.timeout(180)
@@ -37,10 +38,11 @@ BASE_TS = (int(time.time()) - 60) * 1000
 
 
 @pytest.fixture(scope="module")
-def wb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def wb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    """In process: nothing here is killed (the restarts are graceful)."""
     data = tmp_path_factory.mktemp("wire")
-    with BrokerProcess(data, {"num.partitions": "1",
-                              "log.retention.check.interval.ms": "200"}) as b:
+    with InProcessBroker(data, {"num.partitions": "1",
+                                "log.retention.check.interval.ms": "200"}) as b:
         yield b
 
 
@@ -60,7 +62,7 @@ def decode_records(data: bytes | None) -> list[tuple[int, int, bytes | None, byt
     return out
 
 
-def wire(b: BrokerProcess, timeout_s: float = 10) -> WireClient:
+def wire(b: InProcessBroker, timeout_s: float = 10) -> WireClient:
     return WireClient.to(b.bootstrap, timeout_s=timeout_s)
 
 
@@ -112,7 +114,7 @@ def earliest_latest(wc: WireClient, topic: str) -> tuple[int, int]:
 # ------------------------------------------------------------------ (1) long poll
 
 
-def test_long_poll_fetch_is_woken_by_a_produce(wb: BrokerProcess) -> None:
+def test_long_poll_fetch_is_woken_by_a_produce(wb: InProcessBroker) -> None:
     """R-PROTO-4: a Fetch (max_wait 5 s, min_bytes 1) parked on an empty partition is
     answered within a few ms of a produce on another connection, with the record."""
     with wire(wb) as admin:
@@ -164,7 +166,7 @@ def test_long_poll_fetch_is_woken_by_a_produce(wb: BrokerProcess) -> None:
     assert decode_records(part.records) == [(0, BASE_TS, b"key", b"wake up")]
 
 
-def test_long_poll_on_an_empty_partition_waits_max_wait(wb: BrokerProcess) -> None:
+def test_long_poll_on_an_empty_partition_waits_max_wait(wb: InProcessBroker) -> None:
     """R-PROTO-4: with no data a Fetch is held for max_wait (300 ms), then answered empty."""
     with wire(wb) as wc:
         topic = create_topic(wc, "emptypoll")
@@ -196,7 +198,7 @@ def _idem_batch(pid: int, epoch: int, seq: int, n: int, tag: str) -> bytes:
 
 
 def test_idempotent_producer_dedupes_and_rejects_gaps_across_a_restart(
-        wb: BrokerProcess) -> None:
+        wb: InProcessBroker) -> None:
     """R-PROTO-7: a retried batch (same producer id, epoch, sequence) is acknowledged with
     its original offset and stored once; a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER;
     after a restart the broker still recognises the duplicate and continues the sequence."""
@@ -245,7 +247,7 @@ BATCHES, PER_BATCH = 4, 5
 
 
 @pytest.fixture(scope="module")
-def timed_topic(wb: BrokerProcess) -> str:
+def timed_topic(wb: InProcessBroker) -> str:
     """4 batches of 5 records; the record at offset i has timestamp BASE_TS + 10*i."""
     with wire(wb) as wc:
         topic = create_topic(wc, "timed")
@@ -273,7 +275,7 @@ AFTER_ALL = BASE_TS + TS_STEP * N_TIMED + 1
 
 
 def test_list_offsets_earliest_latest_and_by_timestamp_on_the_wire(
-        wb: BrokerProcess, timed_topic: str) -> None:
+        wb: InProcessBroker, timed_topic: str) -> None:
     """R-PROTO-5: earliest/latest, and a timestamp lookup gives the first offset whose
     timestamp is >= the target (-1 past the end)."""
     with wire(wb) as wc:
@@ -283,7 +285,7 @@ def test_list_offsets_earliest_latest_and_by_timestamp_on_the_wire(
         assert list_offset(wc, timed_topic, AFTER_ALL) == (ErrorCode.none, -1)
 
 
-def test_offsets_for_times_confluent(wb: BrokerProcess, timed_topic: str) -> None:
+def test_offsets_for_times_confluent(wb: InProcessBroker, timed_topic: str) -> None:
     """R-PROTO-5 via librdkafka: offsets_for_times and watermarks."""
     from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
@@ -302,7 +304,7 @@ def test_offsets_for_times_confluent(wb: BrokerProcess, timed_topic: str) -> Non
         c.close()
 
 
-def test_offsets_for_times_kafka_python(wb: BrokerProcess, timed_topic: str) -> None:
+def test_offsets_for_times_kafka_python(wb: InProcessBroker, timed_topic: str) -> None:
     """R-PROTO-5 via kafka-python: offsets_for_times, beginning_offsets, end_offsets."""
     from kafka import KafkaConsumer, TopicPartition
 
@@ -325,7 +327,7 @@ def test_offsets_for_times_kafka_python(wb: BrokerProcess, timed_topic: str) -> 
 
 
 def test_retention_advances_log_start_and_fetch_below_is_out_of_range(
-        wb: BrokerProcess) -> None:
+        wb: InProcessBroker) -> None:
     """R-LOG-5, R-LOG-2, R-PROTO-4: segments whose records are an hour old (retention.ms
     60 s) are deleted by the retention task; the log start offset moves to a batch
     boundary; a Fetch below it gets OFFSET_OUT_OF_RANGE; a consumer with
@@ -430,7 +432,7 @@ def _api_versions(wc: WireClient, version: int) -> dict[int, tuple[int, int]]:
     return ranges
 
 
-def test_api_versions_v0_v3_v4_are_answered_alike(wb: BrokerProcess) -> None:
+def test_api_versions_v0_v3_v4_are_answered_alike(wb: InProcessBroker) -> None:
     """R-PROTO-1: every ApiVersions version the broker advertises answers the same ranges,
     which cover what the Python clients and librdkafka need."""
     with wire(wb) as wc:
@@ -514,7 +516,7 @@ MINIMAL_REQUEST_ERRORS = {
 }
 
 
-def test_every_advertised_version_is_served(wb: BrokerProcess) -> None:
+def test_every_advertised_version_is_served(wb: InProcessBroker) -> None:
     """R-PROTO-1: every (key, version) ApiVersions advertises is accepted: a minimal
     request of each is answered with a decodable response on one connection; the version
     just above each range (when a schema exists to send it) closes the connection."""
@@ -563,7 +565,7 @@ def test_every_advertised_version_is_served(wb: BrokerProcess) -> None:
             assert wc.is_closed_by_peer(5.0), f"v{hi + 1} of key {key} was not refused"
 
 
-def test_topic_ids_are_stable_across_a_restart(wb: BrokerProcess) -> None:
+def test_topic_ids_are_stable_across_a_restart(wb: InProcessBroker) -> None:
     """R-PROTO-2: Metadata v10+ topic ids are persisted: the same after a restart, and
     Metadata by topic id finds the topic."""
     with wire(wb) as wc:
@@ -589,7 +591,7 @@ def test_topic_ids_are_stable_across_a_restart(wb: BrokerProcess) -> None:
         assert (t.error_code, t.name) == (ErrorCode.none, names[0])
 
 
-def test_fetch_sessions_are_for_replicas_clients_stay_sessionless(wb: BrokerProcess) -> None:
+def test_fetch_sessions_are_for_replicas_clients_stay_sessionless(wb: InProcessBroker) -> None:
     """KIP-227: a client asking for a session (epoch 0) gets session_id 0 and a full
     answer (Kafka may refuse a session; clients then keep sending full fetches); an
     incremental fetch in a session the broker does not know answers

@@ -152,6 +152,15 @@ partition_counts = st.fixed_dictionaries(
     {"a": st.integers(0, 20), "b": st.integers(0, 12), "c": st.integers(1, 5)})
 
 
+# built once: a strategy constructed inside a composite is rebuilt (and its cache looked up)
+# on every draw, which cost more than the assignors themselves
+topic_sets = st.frozensets(st.sampled_from("abc"))
+nonempty_topic_sets = st.frozensets(st.sampled_from("abc"), min_size=1)
+# (topic, partition) pairs, drawn from one list: half the cost of tuples of two draws
+current_picks = st.frozensets(
+    st.sampled_from([(n, p) for n in "abc" for p in range(26)]), max_size=10)
+
+
 @st.composite
 def groups(draw: st.DrawFn, equal: bool = False) -> tuple[
     dict[str, MemberSubscription], dict[str, TopicInfo], dict[str, dict[uuid.UUID, frozenset[int]]]
@@ -160,18 +169,15 @@ def groups(draw: st.DrawFn, equal: bool = False) -> tuple[
     sizes = draw(partition_counts)
     topics = {n: TopicInfo(TOPIC_IDS[n], k) for n, k in sizes.items()}
     if equal:
-        shared = draw(st.sets(st.sampled_from("abc"), min_size=1))
-        members = {m: MemberSubscription(frozenset(shared)) for m in ids}
+        shared = draw(nonempty_topic_sets)
+        members = {m: MemberSubscription(shared) for m in ids}
     else:
-        members = {m: MemberSubscription(frozenset(draw(st.sets(st.sampled_from("abc")))))
-                   for m in ids}
+        members = {m: MemberSubscription(draw(topic_sets)) for m in ids}
     # an arbitrary (possibly invalid, overlapping) current assignment
     current: dict[str, dict[uuid.UUID, frozenset[int]]] = {}
     for m in ids:
-        picks = draw(st.sets(st.tuples(st.sampled_from("abc"), st.integers(0, 25)),
-                             max_size=10))
         per: dict[uuid.UUID, set[int]] = {}
-        for name, p in picks:
+        for name, p in draw(current_picks):
             per.setdefault(TOPIC_IDS[name], set()).add(p)
         current[m] = {t: frozenset(ps) for t, ps in per.items()}
     return members, topics, current

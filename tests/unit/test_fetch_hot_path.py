@@ -14,6 +14,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 from tests.batches import make_batch
 from tests.brokerproc import BrokerProcess
+from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 
 from headrace.protocol.records import split_batches
@@ -26,7 +27,7 @@ VALUE = b"v" * 1000
 def topic_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, str,
                                                                               Any]]:
     data: Path = tmp_path_factory.mktemp("fetchhot")
-    with BrokerProcess(data, {"num.partitions": "1"}) as b:
+    with InProcessBroker(data, {"num.partitions": "1"}) as b:
         wc = WireClient.to(b.bootstrap)
         name = f"hot-{uuid.uuid4().hex[:8]}"
         resp = wc.request(19, 7, {"topics": [{
