@@ -7,7 +7,8 @@
 # console's browser test; iptables for the cluster's network-partition tests).
 #
 # --fast runs only the fast tier (tests not marked slow: the pure cores, wire and protocol
-# tests, fuzzers at a quarter of their budget, in-process and single-broker tests; under 5
+# tests, fuzzers and property tests at a quarter of their budget, in-process and
+# single-broker tests; under 5
 # minutes on 2 cores), for use while developing. tests/conftest.py says which tests are
 # slow, and why.
 #
@@ -53,7 +54,9 @@ xdist=()
 [ "$workers" -gt 0 ] && xdist=(-n "$workers" --dist loadfile)
 if [ "$fast" = 1 ]; then
   first=parallel; second=fast-serial
-  # the fuzzers at a quarter of their budget (the full suite runs the whole budget)
+  # the fuzzers and the property tests (Hypothesis, tests/unit: tests/property_budget.py)
+  # at a quarter of their budget (the full suite runs the whole budget)
+  export PROPERTY_FRACTION="${PROPERTY_FRACTION:-0.25}"
   export FUZZ_EXAMPLES="${FUZZ_EXAMPLES:-300}" FUZZ_TAGGED="${FUZZ_TAGGED:-750}" \
     FUZZ_SECONDS="${FUZZ_SECONDS:-6}" FUZZ_BATCH_EXAMPLES="${FUZZ_BATCH_EXAMPLES:-400}"
 else

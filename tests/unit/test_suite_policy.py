@@ -140,7 +140,8 @@ def test_longest_units_go_first_and_a_groups_modules_stay_together() -> None:
            "tests/integration/test_spark.py::t1", "tests/unit/test_a.py::t2",
            "tests/cluster/test_y.py::t1", "tests/integration/test_cli.py::t1"]
     items = [Fake(i) for i in ids]
-    seconds = {"tests/integration/test_spark.py": 500.0, "zookeeper": 400.0, "tests/integration/test_cli.py": 30.0}
+    seconds = {"tests/integration/test_spark.py": 500.0, "zookeeper": 400.0,
+               "tests/integration/test_cli.py": 30.0}
     saved = dict(conftest.XDIST_UNIT_SECONDS)
     conftest.XDIST_UNIT_SECONDS.clear()
     conftest.XDIST_UNIT_SECONDS.update(seconds)
