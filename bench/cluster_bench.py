@@ -439,6 +439,41 @@ class ScaleRun:
                 else round(time.monotonic() - t0, 1),
                 **self.snapshot(cpu0)}
 
+    def probe_all(self, timeout_s: float) -> dict[str, Any]:
+        """After creation: one acks=all record into every partition (min.insync.replicas=2,
+        so a follower must have opened its log and fetched); seconds until all are acked."""
+        producer = Producer({"bootstrap.servers": ",".join(
+            f"127.0.0.1:{b.port}" for b in self.cluster.brokers.values()),
+            "acks": "all", "linger.ms": 5, "retry.backoff.ms": 100,
+            "message.timeout.ms": int(timeout_s * 1000), "queue.buffering.max.messages": 1_000_000})
+        acked: set[tuple[str, int]] = set()
+        retry: list[tuple[str, int]] = []
+        errors: dict[str, int] = {}
+
+        def dr(err: Any, m: Any) -> None:
+            if err is None:
+                acked.add((m.topic(), m.partition()))
+            else:
+                errors[err.name()] = errors.get(err.name(), 0) + 1
+                retry.append((m.topic(), m.partition()))
+
+        cpu0 = self.cpu_now()
+        t0 = time.monotonic()
+        for t, n in self.topics.items():
+            for q in range(n):
+                producer.produce(t, b"x", partition=q, on_delivery=dr)
+        while len(acked) < self.partitions and time.monotonic() - t0 < timeout_s \
+                and not self.over_memory.is_set():
+            producer.poll(0.05)
+            while retry:
+                t, q = retry.pop()
+                producer.produce(t, b"x", partition=q, on_delivery=dr)
+        took = time.monotonic() - t0
+        producer.flush(5)
+        return {"acked": len(acked), "all_acked_s": round(took, 1)
+                if len(acked) == self.partitions else None, "delivery_errors": errors,
+                **self.snapshot(cpu0)}
+
     def failover(self, probe: int, timeout_s: float) -> dict[str, Any]:
         md = self.metadata(self.admin)
         counts: dict[int, int] = {}
@@ -531,6 +566,12 @@ def run_scale(partitions: int, args: argparse.Namespace) -> dict[str, Any]:
         out["create"] = run.create(args.scale_timeout)
         say(f"[{partitions}] created: {out['create']['all_leaders_full_isr_s']} s")
         if out["create"]["all_leaders_full_isr_s"] is None:
+            return out
+        say(f"[{partitions}] one acks=all record into every partition ...")
+        out["write_every_partition"] = run.probe_all(args.scale_timeout)
+        say(f"[{partitions}] every partition acked: "
+            f"{out['write_every_partition']['all_acked_s']} s")
+        if out["write_every_partition"]["all_acked_s"] is None:
             return out
         cpu0 = run.cpu_now()  # followers' first fetch sessions, checkpoints: a steady state,
         time.sleep(args.settle)  # and what N idle partitions cost in CPU over it
