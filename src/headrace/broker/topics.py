@@ -347,14 +347,28 @@ class TopicAdmin:
             self._reserved[p.name] = self._hosted(p.states)
         started: set[str] = set()
         try:
+            if self.cluster is not None:
+                # every topic of the request at once, as Kafka's one DelayedCreatePartitions
+                # for the request: one after the other, each waiting for its leaders, a
+                # request of 10 topics of 1,000 partitions took over librdkafka's 60 s
+                # socket timeout (bench/cluster_bench.py --scale)
+                at = [i for i, o in enumerate(out) if isinstance(o, TopicPlan)]
+                plans_at = [out[i] for i in at]
+                started.update(p.name for p in plans)  # each create releases its own
+                results = await asyncio.gather(
+                    *(_to_completion(self._create_in_cluster(p)) for p in plans_at
+                      if isinstance(p, TopicPlan)), return_exceptions=True)
+                for i, r in zip(at, results, strict=True):
+                    if isinstance(r, TopicError | TopicState):
+                        out[i] = r
+                    else:
+                        raise r
+                return out
             for i, o in enumerate(out):
                 if isinstance(o, TopicPlan):
                     started.add(o.name)  # from here its create releases its reservation
                     try:
-                        if self.cluster is not None:
-                            out[i] = await _to_completion(self._create_in_cluster(o))
-                        else:
-                            out[i] = await _to_completion(self._create_off_loop(o))
+                        out[i] = await _to_completion(self._create_off_loop(o))
                     except TopicError as e:
                         out[i] = e
         finally:
