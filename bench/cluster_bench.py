@@ -430,7 +430,9 @@ class ScaleRun:
         for i in range(0, len(names), self.topics_per_request):
             batch = [NewTopic(t, self.topics[t], 3, config={"min.insync.replicas": "2"})
                      for t in names[i:i + self.topics_per_request]]
-            for fut in self.admin.create_topics(batch, request_timeout=timeout_s).values():
+            # operation_timeout: the broker answers once every partition has a leader
+            for fut in self.admin.create_topics(batch, request_timeout=timeout_s,
+                                                operation_timeout=timeout_s).values():
                 fut.result(timeout_s + 10)
         requests_s = time.monotonic() - t0
         healthy = self.wait_healthy(self.admin, timeout_s)

@@ -310,13 +310,16 @@ class TopicAdmin:
         return self._commit_create(plan, provisional, logs)
 
     async def create_topics(
-        self, specs: Sequence[TopicSpec | TopicError], validate_only: bool
+        self, specs: Sequence[TopicSpec | TopicError], validate_only: bool,
+        timeout_ms: int = 0,
     ) -> list[Outcome]:
         """CreateTopics: each topic its own result (a TopicState, the TopicPlan when
         ``validate_only``, or a TopicError), each all or nothing. The partition limit is
         checked for the whole request first: if the topics would take this broker past
         ``max.broker.partitions`` together, every one of them is refused and nothing is
-        created. Directories and logs are made in a worker thread."""
+        created. Directories and logs are made in a worker thread. On a cluster the answer
+        waits for the leaders up to the request's ``timeout_ms`` (Kafka's), or, when that
+        is 0 or less, ``request.timeout.ms`` (where Kafka answers at once)."""
         out: list[Outcome] = []
         collisions = self._collisions()
         for spec in specs:
@@ -356,7 +359,7 @@ class TopicAdmin:
                 plans_at = [out[i] for i in at]
                 started.update(p.name for p in plans)  # each create releases its own
                 results = await asyncio.gather(
-                    *(_to_completion(self._create_in_cluster(p)) for p in plans_at
+                    *(_to_completion(self._create_in_cluster(p, timeout_ms)) for p in plans_at
                       if isinstance(p, TopicPlan)), return_exceptions=True)
                 for i, r in zip(at, results, strict=True):
                     if isinstance(r, TopicError | TopicState):
@@ -675,7 +678,7 @@ class TopicAdmin:
     def _timeout_s(self) -> float:
         return int(self.config["request.timeout.ms"]) / 1000
 
-    async def _create_in_cluster(self, plan: TopicPlan) -> TopicState:
+    async def _create_in_cluster(self, plan: TopicPlan, timeout_ms: int = 0) -> TopicState:
         """Write the topic's znodes (configs, then the assignment); the controller elects
         its leaders and every replica opens its log. Answered once this broker's cache
         shows a leader for every partition (Kafka's DelayedCreatePartitions), or
@@ -703,7 +706,8 @@ class TopicAdmin:
             t = self.metadata.topic(plan.name)
             return t is not None and all(p.leader >= 0 for p in t.partitions)
 
-        if not await self.cluster.wait_for(ready, self._timeout_s()):
+        wait_s = timeout_ms / 1000 if timeout_ms > 0 else self._timeout_s()
+        if not await self.cluster.wait_for(ready, wait_s):
             raise TopicError(ErrorCode.request_timed_out,
                              f"Topic '{plan.name}' was created but not every partition has a "
                              "leader yet.")
