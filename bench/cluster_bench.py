@@ -330,7 +330,10 @@ class ScaleRun:
                  per_topic: int, topics_per_request: int, max_rss_mb: float) -> None:
         self.cluster = cluster
         self.partitions = partitions
-        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        # socket.timeout.ms: librdkafka's default 60 s also bounds an admin request that
+        # waits on the broker (operation_timeout), and creating 10,000 partitions can take
+        # longer on this machine
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 300_000})
         sizes = [per_topic] * (partitions // per_topic)
         if partitions % per_topic:
             sizes.append(partitions % per_topic)
