@@ -604,6 +604,7 @@ def run_scale(partitions: int, args: argparse.Namespace) -> dict[str, Any]:
         cluster.zk.stop()
         if guard is not None:
             guard.join(5)
+        print(json.dumps(out), flush=True)  # before the removal, which takes a while
         if not args.keep:
             import shutil
             shutil.rmtree(root, ignore_errors=True)
@@ -642,9 +643,8 @@ def main() -> int:
     if args.scale:
         results = []
         for n in (int(x) for x in args.scale.split(",")):
-            r = run_scale(n, args)
+            r = run_scale(n, args)  # prints its JSON line
             results.append(r)
-            print(json.dumps(r), flush=True)
             if r.get("error") or r.get("stopped_over_memory"):
                 break
         return 0 if all(not r.get("error") and not r.get("stopped_over_memory")
