@@ -2,9 +2,8 @@
 
 Standalone, on 127.0.0.1, ``tickTime=500`` so session timeouts down to 1 s are allowed
 (fault tests use 4 s), the admin server off; its output goes to ``DIR/zookeeper.out``.
-Readiness is a ``ruok`` answered ``imok`` (polled with a deadline); ``wchs`` and ``mntr``
-are whitelisted too (watch and znode counts, read by ``bench/cluster_bench.py --scale``).
-``stop`` kills the process group (no stray JVM) and waits for it.
+Readiness is a ``ruok`` answered ``imok`` (polled with a deadline). ``stop`` kills the
+process group (no stray JVM) and waits for it.
 """
 
 from __future__ import annotations
@@ -39,15 +38,30 @@ def _ruok(port: int) -> bool:
         return False
 
 
-def four_letter_word(port: int, word: str, timeout_s: float = 5.0) -> str:
-    """Send a whitelisted four-letter word (``ruok``, ``srvr``, ``stat``, ``wchs``,
-    ``mntr``) and return the whole answer (the server closes the connection after it)."""
+def four_letter_word(port: int, word: str, timeout_s: float = 10.0) -> str:
+    """The answer of a four-letter word (``mntr``, ``wchs``, ``wchp``: whitelisted)."""
+    chunks = []
     with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
         s.sendall(word.encode())
-        chunks = []
         while chunk := s.recv(65536):
             chunks.append(chunk)
     return b"".join(chunks).decode(errors="replace")
+
+
+def watches_by_path(port: int, prefix: str = "/") -> dict[str, int]:
+    """Watched path -> how many sessions watch it (``wchp``), for paths under ``prefix``
+    (a chroot: the server names paths with it)."""
+    out: dict[str, int] = {}
+    path = None
+    for line in four_letter_word(port, "wchp").splitlines():
+        if not line.strip():
+            continue
+        if line.startswith((" ", "\t")):
+            if path is not None:
+                out[path] = out.get(path, 0) + 1
+            continue
+        path = line.strip() if line.strip().startswith(prefix) else None
+    return out
 
 
 class ZooKeeperServer:
@@ -71,7 +85,8 @@ class ZooKeeperServer:
             "tickTime=500", f"dataDir={data}", f"clientPort={self.port}",
             "clientPortAddress=127.0.0.1", "admin.enableServer=false",
             "minSessionTimeout=1000", "maxSessionTimeout=60000",
-            "4lw.commands.whitelist=ruok,srvr,stat,wchs,mntr", "maxClientCnxns=0", ""]))
+            "4lw.commands.whitelist=ruok,srvr,stat,mntr,wchs,wchp", "maxClientCnxns=0",
+            ""]))
         out = open(self.directory / "zookeeper.out", "ab")  # noqa: SIM115 (the child's)
         env = {**os.environ, "ZOOCFGDIR": str(self.directory), "ZOO_LOG_DIR": str(self.directory),
                "JVMFLAGS": "-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"}
