@@ -13,12 +13,23 @@ one machine, with confluent-kafka clients.
    the kill. And the controller: kill -9 it, time until Metadata names another.
 4. Start-up with the big topic: a broker's restart time (process start to listening) and
    its resident memory.
+5. Scale (``--scale 3000,10000,30000``, issue 21 item 5): for each N a fresh 3-broker
+   cluster on a fresh ZooKeeper; N partitions RF 3 are created as a user would (topics of
+   ``--topic-partitions`` partitions, several topics per CreateTopics request through the
+   admin client); the time until Metadata shows every partition with a leader and a full
+   ISR; then kill -9 the broker leading the most partitions and time until Metadata names
+   a live leader for every partition it led and until each of them (or a ``--probe``
+   sample) acknowledged an acks=all record sent after the kill; then restart it and time
+   until every ISR is full again. Beside each phase: ZooKeeper's watch count (``wchs``)
+   and znode count (``mntr``), each broker's resident memory, open file descriptors and
+   CPU seconds. A run stops if brokers and ZooKeeper together pass ``--max-rss-mb``.
 
 ``zookeeper.session.timeout.ms`` is stated in the output (default 6000 here): a dead
 broker is noticed when its session expires, so failover >= that. Three brokers share the
 machine's cores: the RF 3 / RF 1 ratio says where the CPU goes, not what three machines do.
 
     .venv/bin/python bench/cluster_bench.py [--quick] [--big 1000] [--session-ms 6000]
+    .venv/bin/python bench/cluster_bench.py --scale 3000,10000,30000 [--probe 0]
 """
 
 from __future__ import annotations
@@ -27,6 +38,8 @@ import argparse
 import contextlib
 import json
 import os
+import random
+import re
 import statistics
 import subprocess
 import sys
@@ -41,6 +54,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headrace.cluster.local import LocalCluster
+from headrace.cluster.zookeeper_server import four_letter_word
 
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -72,6 +86,13 @@ def rss_mb(pid: int) -> float:
     except OSError:
         pass
     return 0.0
+
+
+def open_fds(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return -1
 
 
 def say(msg: str) -> None:
@@ -302,6 +323,294 @@ class Bench:
         return {"restart_to_listening_s": round(took, 2), "rss_mb": round(rss_mb(b.proc.pid))}
 
 
+class ScaleRun:
+    """The scale scenario for one partition count (see the module docstring, item 5)."""
+
+    def __init__(self, cluster: LocalCluster, bootstrap: str, partitions: int,
+                 per_topic: int, topics_per_request: int, max_rss_mb: float) -> None:
+        self.cluster = cluster
+        self.partitions = partitions
+        # socket.timeout.ms: librdkafka's default 60 s also bounds an admin request that
+        # waits on the broker (operation_timeout), and creating 10,000 partitions can take
+        # longer on this machine
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 300_000})
+        sizes = [per_topic] * (partitions // per_topic)
+        if partitions % per_topic:
+            sizes.append(partitions % per_topic)
+        tag = uuid.uuid4().hex[:4]
+        self.topics = {f"scale-{tag}-{i:03d}": n for i, n in enumerate(sizes)}
+        self.topics_per_request = topics_per_request
+        self.max_rss_mb = max_rss_mb
+        self.peak_rss_mb = 0.0
+        self.over_memory = threading.Event()
+        self._stop_guard = threading.Event()
+
+    # -- observation ------------------------------------------------------------------
+
+    def processes(self) -> dict[str, int]:
+        out = {f"broker-{i}": b.proc.pid for i, b in self.cluster.brokers.items()
+               if b.proc is not None and b.proc.poll() is None}
+        zk = self.cluster.zk.proc
+        if zk is not None:  # zkServer.sh start-foreground execs java: the pid is the JVM's
+            out["zookeeper"] = zk.pid
+        return out
+
+    def guard(self) -> None:
+        """Stop the run (kill every process) once brokers + ZooKeeper pass max_rss_mb."""
+        while not self._stop_guard.wait(1.0):
+            total = sum(rss_mb(pid) for pid in self.processes().values())
+            self.peak_rss_mb = max(self.peak_rss_mb, total)
+            if total > self.max_rss_mb:
+                say(f"!! brokers + ZooKeeper use {total:.0f} MB > {self.max_rss_mb:.0f} MB: "
+                    "stopping this run")
+                self.over_memory.set()
+                for b in self.cluster.brokers.values():
+                    b.kill()
+                self.cluster.zk.stop()
+                return
+
+    def zk_counts(self) -> dict[str, Any]:
+        port = self.cluster.zk.port
+        out: dict[str, Any] = {}
+        with contextlib.suppress(OSError):
+            # "3 connections watching 30012 paths\nTotal watches:90036"
+            w = four_letter_word(port, "wchs")
+            m = re.search(r"(\d+) connections watching (\d+) paths.*?Total watches:\s*(\d+)",
+                          w, re.S)
+            if m:
+                out["watches"] = int(m.group(3))
+                out["watched_paths"] = int(m.group(2))
+                out["watching_connections"] = int(m.group(1))
+        with contextlib.suppress(OSError):
+            mntr = dict(line.split("\t", 1) for line in four_letter_word(port, "mntr")
+                        .splitlines() if "\t" in line)
+            for k in ("zk_znode_count", "zk_approximate_data_size"):
+                if k in mntr:
+                    out[k[3:]] = int(mntr[k])
+        return out
+
+    def snapshot(self, cpu0: dict[str, float] | None = None) -> dict[str, Any]:
+        """ZooKeeper's counts, and per process RSS (MB), open fds and CPU seconds (since
+        ``cpu0`` when given)."""
+        procs: dict[str, Any] = {}
+        for name, pid in self.processes().items():
+            cpu = cpu_s(pid)
+            procs[name] = {"rss_mb": round(rss_mb(pid)), "fds": open_fds(pid),
+                           "cpu_s": round(cpu - (cpu0 or {}).get(name, 0.0), 1)}
+        return {"zookeeper": self.zk_counts(), "processes": procs}
+
+    def cpu_now(self) -> dict[str, float]:
+        return {name: cpu_s(pid) for name, pid in self.processes().items()}
+
+    # -- phases -----------------------------------------------------------------------
+
+    def metadata(self, admin: AdminClient) -> dict[str, dict[int, Any]]:
+        md = admin.list_topics(timeout=30)
+        return {t: md.topics[t].partitions for t in self.topics if t in md.topics}
+
+    def wait_healthy(self, admin: AdminClient, timeout_s: float,
+                     live: set[int] | None = None) -> float | None:
+        """Seconds until Metadata shows every partition with a leader and a full ISR (RF 3;
+        or, with ``live``, a leader among ``live`` and an ISR of at least the live count)."""
+        t0 = time.monotonic()
+        want_isr = 3 if live is None else len(live)
+        while time.monotonic() - t0 < timeout_s and not self.over_memory.is_set():
+            with contextlib.suppress(Exception):
+                md = self.metadata(admin)
+                if len(md) == len(self.topics) and all(
+                        len(md[t]) == n for t, n in self.topics.items()) and all(
+                        p.leader >= 0 and (live is None or p.leader in live)
+                        and len(p.isrs) >= want_isr
+                        for parts in md.values() for p in parts.values()):
+                    return time.monotonic() - t0
+            time.sleep(0.5)
+        return None
+
+    def create(self, timeout_s: float) -> dict[str, Any]:
+        cpu0 = self.cpu_now()
+        t0 = time.monotonic()
+        names = list(self.topics)
+        for i in range(0, len(names), self.topics_per_request):
+            batch = [NewTopic(t, self.topics[t], 3, config={"min.insync.replicas": "2"})
+                     for t in names[i:i + self.topics_per_request]]
+            # operation_timeout: the broker answers once every partition has a leader
+            for fut in self.admin.create_topics(batch, request_timeout=timeout_s,
+                                                operation_timeout=timeout_s).values():
+                fut.result(timeout_s + 10)
+        requests_s = time.monotonic() - t0
+        healthy = self.wait_healthy(self.admin, timeout_s)
+        return {"topics": len(self.topics), "create_requests_s": round(requests_s, 1),
+                "all_leaders_full_isr_s": None if healthy is None
+                else round(time.monotonic() - t0, 1),
+                **self.snapshot(cpu0)}
+
+    def probe_all(self, timeout_s: float) -> dict[str, Any]:
+        """After creation: one acks=all record into every partition (min.insync.replicas=2,
+        so a follower must have opened its log and fetched); seconds until all are acked."""
+        producer = Producer({"bootstrap.servers": ",".join(
+            f"127.0.0.1:{b.port}" for b in self.cluster.brokers.values()),
+            "acks": "all", "linger.ms": 5, "retry.backoff.ms": 100,
+            "message.timeout.ms": int(timeout_s * 1000), "queue.buffering.max.messages": 1_000_000})
+        acked: set[tuple[str, int]] = set()
+        retry: list[tuple[str, int]] = []
+        errors: dict[str, int] = {}
+
+        def dr(err: Any, m: Any) -> None:
+            if err is None:
+                acked.add((m.topic(), m.partition()))
+            else:
+                errors[err.name()] = errors.get(err.name(), 0) + 1
+                retry.append((m.topic(), m.partition()))
+
+        cpu0 = self.cpu_now()
+        t0 = time.monotonic()
+        for t, n in self.topics.items():
+            for q in range(n):
+                producer.produce(t, b"x", partition=q, on_delivery=dr)
+        while len(acked) < self.partitions and time.monotonic() - t0 < timeout_s \
+                and not self.over_memory.is_set():
+            producer.poll(0.05)
+            while retry:
+                t, q = retry.pop()
+                producer.produce(t, b"x", partition=q, on_delivery=dr)
+        took = time.monotonic() - t0
+        producer.flush(5)
+        return {"acked": len(acked), "all_acked_s": round(took, 1)
+                if len(acked) == self.partitions else None, "delivery_errors": errors,
+                **self.snapshot(cpu0)}
+
+    def failover(self, probe: int, timeout_s: float) -> dict[str, Any]:
+        md = self.metadata(self.admin)
+        counts: dict[int, int] = {}
+        for parts in md.values():
+            for p in parts.values():
+                counts[p.leader] = counts.get(p.leader, 0) + 1
+        victim = max(counts, key=counts.get)  # type: ignore[arg-type]
+        led = [(t, q) for t, parts in md.items() for q, p in parts.items() if p.leader == victim]
+        sample = led if probe <= 0 or probe >= len(led) else random.sample(led, probe)
+        live_ids = {i for i in self.cluster.brokers if i != victim}
+        live = ",".join(f"127.0.0.1:{self.cluster.brokers[i].port}" for i in live_ids)
+        md_admin = AdminClient({"bootstrap.servers": live})
+        # not idempotent: librdkafka then packs many partitions into one Produce request
+        producer = Producer({"bootstrap.servers": live, "acks": "all", "linger.ms": 5,
+                             "topic.metadata.refresh.interval.ms": 1000,
+                             "retry.backoff.ms": 100, "message.timeout.ms": int(timeout_s * 1000),
+                             "queue.buffering.max.messages": 1_000_000})
+        producer.list_topics(timeout=30)  # connections and metadata before the kill
+        acked: dict[tuple[str, int], float] = {}
+        errors: dict[str, int] = {}
+        retry: list[tuple[str, int]] = []
+
+        def dr(err: Any, m: Any) -> None:
+            if err is None:
+                acked.setdefault((m.topic(), m.partition()), time.monotonic())
+            else:
+                errors[err.name()] = errors.get(err.name(), 0) + 1
+                retry.append((m.topic(), m.partition()))
+
+        cpu0 = self.cpu_now()
+        killed_at = time.monotonic()
+        self.cluster.brokers[victim].kill()
+        # every probe is sent after the kill, so only a new leader can acknowledge it
+        for t, q in sample:
+            producer.produce(t, b"x", partition=q, on_delivery=dr)
+        moved_s: float | None = None
+        deadline = killed_at + timeout_s
+        while time.monotonic() < deadline and not self.over_memory.is_set():
+            producer.poll(0.05)
+            while retry:
+                t, q = retry.pop()
+                producer.produce(t, b"x", partition=q, on_delivery=dr)
+            if moved_s is None:
+                with contextlib.suppress(Exception):
+                    now_md = self.metadata(md_admin)
+                    if all(now_md[t][q].leader in live_ids for t, q in led):
+                        moved_s = time.monotonic() - killed_at
+            if moved_s is not None and len(acked) == len(sample):
+                break
+        producer.flush(5)
+        done = sorted(acked[k] - killed_at for k in sample if k in acked)
+        during = self.snapshot(cpu0)
+        result = {"broker_killed": victim, "partitions_it_led": len(led),
+                  "probed": len(sample), "acked": len(done),
+                  "metadata_moved_s": round(moved_s, 2) if moved_s is not None else None,
+                  "all_probes_acked_s": round(done[-1], 2) if len(done) == len(sample)
+                  else None,
+                  "median_probe_s": round(statistics.median(done), 2) if done else None,
+                  "delivery_errors": errors, "acked_by_second": _histogram(done), **during}
+        return result
+
+    def rejoin(self, victim: int, timeout_s: float) -> dict[str, Any]:
+        cpu0 = self.cpu_now()
+        t0 = time.monotonic()
+        b = self.cluster.brokers[victim]
+        b.start()  # not cluster.restart: opening thousands of logs can take over its 60 s
+        if not b.wait_listening(timeout_s):
+            raise RuntimeError(f"broker {victim} did not restart; see {b.log_path}")
+        listening = time.monotonic() - t0
+        healthy = self.wait_healthy(self.admin, timeout_s)
+        return {"restart_to_listening_s": round(listening, 1),
+                "all_isrs_full_s": None if healthy is None else round(time.monotonic() - t0, 1),
+                **self.snapshot(cpu0)}
+
+
+def run_scale(partitions: int, args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix=f"headrace-scale-{partitions}-"))
+    cluster = LocalCluster(root, 3, overrides=[
+        f"zookeeper.session.timeout.ms={args.session_ms}", "replica.lag.time.max.ms=10000",
+        *args.override])
+    say(f"[{partitions}] starting ZooKeeper and 3 brokers in {root} ...")
+    out: dict[str, Any] = {"partitions": partitions, "session_timeout_ms": args.session_ms}
+    run: ScaleRun | None = None
+    guard: threading.Thread | None = None
+    try:
+        bootstrap = cluster.start()
+        run = ScaleRun(cluster, bootstrap, partitions, args.topic_partitions,
+                       args.topics_per_request, args.max_rss_mb)
+        guard = threading.Thread(target=run.guard, daemon=True)
+        guard.start()
+        out["idle"] = run.snapshot()
+        say(f"[{partitions}] creating {len(run.topics)} topics RF 3 ...")
+        out["create"] = run.create(args.scale_timeout)
+        say(f"[{partitions}] created: {out['create']['all_leaders_full_isr_s']} s")
+        if out["create"]["all_leaders_full_isr_s"] is None:
+            return out
+        say(f"[{partitions}] one acks=all record into every partition ...")
+        out["write_every_partition"] = run.probe_all(args.scale_timeout)
+        say(f"[{partitions}] every partition acked: "
+            f"{out['write_every_partition']['all_acked_s']} s")
+        if out["write_every_partition"]["all_acked_s"] is None:
+            return out
+        cpu0 = run.cpu_now()  # followers' first fetch sessions, checkpoints: a steady state,
+        time.sleep(args.settle)  # and what N idle partitions cost in CPU over it
+        out["steady"] = {"seconds": args.settle, **run.snapshot(cpu0)}
+        say(f"[{partitions}] kill -9 the broker leading the most partitions ...")
+        out["failover"] = run.failover(args.probe, args.scale_timeout)
+        say(f"[{partitions}] failover: {out['failover']['metadata_moved_s']} s (Metadata), "
+            f"{out['failover']['all_probes_acked_s']} s (every probe acked)")
+        say(f"[{partitions}] restarting it ...")
+        out["rejoin"] = run.rejoin(out["failover"]["broker_killed"], args.scale_timeout)
+        say(f"[{partitions}] every ISR full again: {out['rejoin']['all_isrs_full_s']} s")
+    except Exception as e:  # a failed phase is a result too: say which, keep the rest
+        out["error"] = f"{type(e).__name__}: {e}"
+        say(f"[{partitions}] {out['error']}")
+    finally:
+        if run is not None:
+            out["peak_rss_mb_brokers_and_zookeeper"] = round(run.peak_rss_mb)
+            out["stopped_over_memory"] = run.over_memory.is_set()
+            run._stop_guard.set()
+        for b in cluster.brokers.values():  # kill -9: a clean stop of 30k partitions is
+            b.kill()                           # not what is measured, and may be slow
+        cluster.zk.stop()
+        if guard is not None:
+            guard.join(5)
+        print(json.dumps(out), flush=True)  # before the removal, which takes a while
+        if not args.keep:
+            import shutil
+            shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -316,7 +625,30 @@ def main() -> int:
     ap.add_argument("--kill-controller", action="store_true",
                     help="in the many-partition failover, kill the controller (it leads a "
                     "third of the partitions) instead of the broker leading the most")
+    ap.add_argument("--scale", help="comma-separated partition counts (e.g. 3000,10000,30000):"
+                    " run only the scale scenario, a fresh cluster for each")
+    ap.add_argument("--topic-partitions", type=int, default=1000,
+                    help="partitions per topic in the scale scenario")
+    ap.add_argument("--topics-per-request", type=int, default=10,
+                    help="topics per CreateTopics request in the scale scenario")
+    ap.add_argument("--probe", type=int, default=0, help="partitions of the killed broker "
+                    "that get an acks=all probe after the kill (0: all of them)")
+    ap.add_argument("--scale-timeout", type=float, default=600)
+    ap.add_argument("--settle", type=float, default=10,
+                    help="seconds between a healthy cluster and the kill")
+    ap.add_argument("--max-rss-mb", type=float, default=8000,
+                    help="stop a scale run when brokers and ZooKeeper use more")
+    ap.add_argument("--keep", action="store_true", help="keep the scale runs' data dirs")
     args = ap.parse_args()
+    if args.scale:
+        results = []
+        for n in (int(x) for x in args.scale.split(",")):
+            r = run_scale(n, args)  # prints its JSON line
+            results.append(r)
+            if r.get("error") or r.get("stopped_over_memory"):
+                break
+        return 0 if all(not r.get("error") and not r.get("stopped_over_memory")
+                        for r in results) else 1
     records = 20_000 if args.quick else 100_000
     if LOADGEN.is_file():  # the C client needs more records for a phase of some seconds
         records *= 10

@@ -168,3 +168,33 @@ def test_a_follower_checks_the_leader_epoch_before_leadership(healthy: Cluster) 
         assert code(epoch) == ErrorCode.not_leader_or_follower
         if epoch > 0:
             assert code(epoch - 1) == ErrorCode.fenced_leader_epoch
+
+
+def test_one_create_topics_request_of_several_topics(healthy: Cluster) -> None:
+    """One CreateTopics request of several topics (librdkafka sends the batch as one): the
+    topics are created together and each gets its own result, an existing name its
+    TOPIC_ALREADY_EXISTS without holding the others back; when the answer comes, every
+    partition of the new topics has a leader in the answering broker's Metadata."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    cluster = healthy
+    existing = _topic("multi-old")
+    cluster.create_topic(existing, 1, 3)
+    new = {_topic("multi-a"): 6, _topic("multi-b"): 3}
+    admin = cluster.admin()
+    futs = admin.create_topics([NewTopic(t, n, 3) for t, n in new.items()]
+                               + [NewTopic(existing, 2, 3)], request_timeout=60)
+    for t in new:
+        assert futs[t].result(70) is None
+    with pytest.raises(KafkaException) as exc:
+        futs[existing].result(70)
+    assert exc.value.args[0].name() == "TOPIC_ALREADY_EXISTS"
+    controller = admin.list_topics(timeout=10).controller_id
+    with _wire(cluster, controller) as wc:
+        md = wc.request(3, 12, {"topics": [{"name": t, "topic_id": None} for t in new],
+                                "allow_auto_topic_creation": False,
+                                "include_topic_authorized_operations": False})
+    leaders = {str(t.name): sorted(int(p.leader_id) for p in t.partitions) for t in md.topics}
+    assert {t: len(ls) for t, ls in leaders.items()} == new
+    assert all(ld in cluster.brokers for ls in leaders.values() for ld in ls)

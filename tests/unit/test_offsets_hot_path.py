@@ -44,9 +44,17 @@ def test_new_partition_is_created_without_fsync(
     assert not fsyncs
     assert (log.log_start_offset, log.log_end_offset) == (0, 0)
     names = sorted(p.name for p in (tmp_path / "t-0").iterdir())
+    empty = PartitionLog.open(tmp_path / "empty-0", LogConfig(), clock)
+    empty.close()  # reopened without a checkpoint: no epochs, nothing to scan
+    reopened = PartitionLog.open(tmp_path / "empty-0", LogConfig(), clock)
+    assert (reopened.log_end_offset, reopened.leader_epochs) == (0, [])
+    reopened.close()
+    # no leader-epoch checkpoint yet: the first epoch writes it (one file fewer per new
+    # partition; a missing checkpoint of an empty log means no epochs)
     assert names == ["00000000000000000000.index", "00000000000000000000.log",
-                     "00000000000000000000.timeindex", "leader-epoch-checkpoint"]
+                     "00000000000000000000.timeindex"]
     log.append_own_batch(build_batch([(b"k", b"v")], T0), leader_epoch=0)
+    assert (tmp_path / "t-0" / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"
     log.close()
     # an existing directory goes through recovery as before
     again = PartitionLog.open(tmp_path / "t-0", LogConfig(), clock)

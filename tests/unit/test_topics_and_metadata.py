@@ -281,7 +281,7 @@ def test_create_handlers_answer_null_arrays(tmp_path: Path) -> None:
                      "assignments": [], "configs": [], **kw})
 
     resp = asyncio.run(handle_create_topics(broker, ctx(19, 5), NS(
-        topics=None, validate_only=False, timeout_ms=1000)))
+        topics=None, validate_only=False, timeout=1000)))
     assert list(resp.topics) == []
     resp = asyncio.run(handle_create_topics(broker, ctx(19, 5), NS(topics=[
         topic("n-configs", configs=None),
@@ -289,7 +289,7 @@ def test_create_handlers_answer_null_arrays(tmp_path: Path) -> None:
         topic("n-brokers", num_partitions=-1, replication_factor=-1,
               assignments=[NS(partition_index=0, broker_ids=None)]),
         topic("fine"),
-    ], validate_only=False, timeout_ms=1000)))
+    ], validate_only=False, timeout=1000)))
     codes = {t.name: t.error_code for t in resp.topics}
     assert codes == {"n-configs": ErrorCode.invalid_request,
                      "n-assign": ErrorCode.invalid_request,

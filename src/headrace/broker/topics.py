@@ -310,13 +310,16 @@ class TopicAdmin:
         return self._commit_create(plan, provisional, logs)
 
     async def create_topics(
-        self, specs: Sequence[TopicSpec | TopicError], validate_only: bool
+        self, specs: Sequence[TopicSpec | TopicError], validate_only: bool,
+        timeout_ms: int = 0,
     ) -> list[Outcome]:
         """CreateTopics: each topic its own result (a TopicState, the TopicPlan when
         ``validate_only``, or a TopicError), each all or nothing. The partition limit is
         checked for the whole request first: if the topics would take this broker past
         ``max.broker.partitions`` together, every one of them is refused and nothing is
-        created. Directories and logs are made in a worker thread."""
+        created. Directories and logs are made in a worker thread. On a cluster the answer
+        waits for the leaders up to the request's ``timeout_ms`` (Kafka's), or, when that
+        is 0 or less, ``request.timeout.ms`` (where Kafka answers at once)."""
         out: list[Outcome] = []
         collisions = self._collisions()
         for spec in specs:
@@ -347,14 +350,28 @@ class TopicAdmin:
             self._reserved[p.name] = self._hosted(p.states)
         started: set[str] = set()
         try:
+            if self.cluster is not None:
+                # every topic of the request at once, as Kafka's one DelayedCreatePartitions
+                # for the request: one after the other, each waiting for its leaders, a
+                # request of 10 topics of 1,000 partitions took over librdkafka's 60 s
+                # socket timeout (bench/cluster_bench.py --scale)
+                at = [i for i, o in enumerate(out) if isinstance(o, TopicPlan)]
+                plans_at = [out[i] for i in at]
+                started.update(p.name for p in plans)  # each create releases its own
+                results = await asyncio.gather(
+                    *(_to_completion(self._create_in_cluster(p, timeout_ms)) for p in plans_at
+                      if isinstance(p, TopicPlan)), return_exceptions=True)
+                for i, r in zip(at, results, strict=True):
+                    if isinstance(r, TopicError | TopicState):
+                        out[i] = r
+                    else:
+                        raise r
+                return out
             for i, o in enumerate(out):
                 if isinstance(o, TopicPlan):
                     started.add(o.name)  # from here its create releases its reservation
                     try:
-                        if self.cluster is not None:
-                            out[i] = await _to_completion(self._create_in_cluster(o))
-                        else:
-                            out[i] = await _to_completion(self._create_off_loop(o))
+                        out[i] = await _to_completion(self._create_off_loop(o))
                     except TopicError as e:
                         out[i] = e
         finally:
@@ -661,7 +678,7 @@ class TopicAdmin:
     def _timeout_s(self) -> float:
         return int(self.config["request.timeout.ms"]) / 1000
 
-    async def _create_in_cluster(self, plan: TopicPlan) -> TopicState:
+    async def _create_in_cluster(self, plan: TopicPlan, timeout_ms: int = 0) -> TopicState:
         """Write the topic's znodes (configs, then the assignment); the controller elects
         its leaders and every replica opens its log. Answered once this broker's cache
         shows a leader for every partition (Kafka's DelayedCreatePartitions), or
@@ -689,7 +706,8 @@ class TopicAdmin:
             t = self.metadata.topic(plan.name)
             return t is not None and all(p.leader >= 0 for p in t.partitions)
 
-        if not await self.cluster.wait_for(ready, self._timeout_s()):
+        wait_s = timeout_ms / 1000 if timeout_ms > 0 else self._timeout_s()
+        if not await self.cluster.wait_for(ready, wait_s):
             raise TopicError(ErrorCode.request_timed_out,
                              f"Topic '{plan.name}' was created but not every partition has a "
                              "leader yet.")

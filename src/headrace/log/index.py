@@ -262,6 +262,17 @@ class _IndexFile:
         with contextlib.suppress(FileNotFoundError):
             os.truncate(self.path, entries * self.entry_size)
 
+    def clear(self) -> None:
+        """Empty the file (creating it if missing) and memory: one ``open`` with O_TRUNC,
+        atomic as ``rebuild([])`` is (a crash leaves the old file or an empty one, and an
+        index of a new segment has nothing to lose) at a third of its file-system work: no
+        temporary file and no rename per new segment, which counts when a topic of
+        thousands of partitions is created."""
+        self.close()
+        self._drop_entries(0)
+        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                         0o644))
+
     def flush(self) -> None:
         self._file.fsync()
 

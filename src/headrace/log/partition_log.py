@@ -213,10 +213,13 @@ class PartitionLog:
              topic_id: uuid.UUID | None = None) -> PartitionLog:
         """Open (creating if needed) and recover the log in ``dir``.
 
-        A directory that does not exist yet gets one empty segment and nothing else: there
-        is nothing to recover, and nothing is fsynced (an empty partition lost in a crash
-        is recreated, empty, by the next open), so creating a topic of many partitions
-        (``__consumer_offsets``) does not stall the event loop.
+        A directory that does not exist yet gets one empty segment and its
+        ``partition.metadata`` and nothing else: there is nothing to recover, and nothing
+        is fsynced (an empty partition lost in a crash is recreated, empty, by the next
+        open), so creating a topic of many partitions (``__consumer_offsets``, or 10,000 in
+        ``bench/cluster_bench.py --scale``) does not stall the event loop. Its
+        leader-epoch checkpoint is written by the first epoch (``assign_epoch`` or the first
+        append); until then a missing one means no epochs, which an empty log has.
 
         ``topic_id`` (not 0): the topic this partition belongs to. An existing directory
         whose ``partition.metadata`` names another topic is a stray of a deleted topic: it
@@ -240,7 +243,6 @@ class PartitionLog:
             plog = cls(dir, config, clock, [LogSegment.create(
                 dir, 0, index_interval_bytes=config.index_interval_bytes,
                 max_index_bytes=config.segment_index_bytes, now_ms=now)])
-            plog._write_leader_epochs()
             if known_id is not None:
                 write_partition_metadata(dir, known_id)
                 plog.topic_id = known_id

@@ -140,8 +140,8 @@ class LogSegment:
         """A new empty segment (existing files with this base offset are emptied)."""
         seg = cls(directory, base_offset, index_interval_bytes=index_interval_bytes,
                   max_index_bytes=max_index_bytes, created_ms=now_ms, truncate=True)
-        seg.index.rebuild([])
-        seg.time_index.rebuild([])
+        seg.index.clear()
+        seg.time_index.clear()
         return seg
 
     @classmethod

@@ -115,6 +115,8 @@ class TxnTracker:
         return out
 
     def last_stable_offset(self, high_watermark: int) -> int:
+        if not self.ongoing and not self.unreplicated:  # no transaction: the common case,
+            return high_watermark  # asked per partition on every fetch
         return min(self.first_unstable(high_watermark), high_watermark)
 
     def aborted_in(self, start: int, end: int) -> list[AbortedTxn]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.handlers.base import RequestContext, handler, ms
 from headrace.broker.handlers.describe_configs import topic_config_entries
 from headrace.broker.security import CREATE, DESCRIBE_CONFIGS, TOPIC
 from headrace.broker.topics import TopicError, TopicPlan, TopicSpec
@@ -65,7 +65,8 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: Any) ->
     refused = [t for t in requested if t.name not in allowed and seen[t.name] == 1]
     wanted = [t for t in requested if t not in refused]
     done = iter(await broker.topics.create_topics(
-        [_spec(t, seen[t.name] > 1) for t in wanted], bool(req.validate_only)))
+        [_spec(t, seen[t.name] > 1) for t in wanted], bool(req.validate_only),
+        ms(req.timeout)))
     outcomes = [TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
                 if t in refused else next(done) for t in requested]
     results = []
