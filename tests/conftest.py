@@ -110,6 +110,8 @@ SERIAL_MODULES = {
     "tests/integration/test_quota_produce_rate.py": "measures a produce rate",
     "tests/integration/test_client_quotas.py": "measures throttled rates and delays",
     "tests/integration/test_process_lanes.py": "CPU-bound worker processes",
+    "tests/integration/test_topic_scale.py": "bounds the latency of clients served during "
+                                             "a 10,000-partition create, and creation times",
 }
 TIERS = ("all", "fast", "parallel", "fast-serial", "rest", "unserial", "serial")
 
