@@ -126,10 +126,44 @@ XDIST_GROUPS: dict[str, tuple[str, ...]] = {
                   "tests/integration/test_server_properties.py",
                   "tests/integration/test_burrow.py"),
 }
-# Seconds a unit took in a full run (measured under load; order only): the longest go
-# first, so that no long unit starts last while the other worker idles (longest
-# processing time first). A unit not listed counts as 0 and keeps its place.
-XDIST_UNIT_SECONDS: dict[str, float] = {}
+# Seconds a unit took in a full run (worker-seconds, summed from ``--durations=0`` of
+# ``CI=true bash .ci/run`` on 2 cores, load 2-10; they only order the units): the longest
+# go first, so that no long unit starts last while the other worker idles (longest
+# processing time first). A unit not listed (under 15 s) counts as 0 and keeps its place.
+XDIST_UNIT_SECONDS: dict[str, float] = {
+    "tests/integration/test_spark.py": 765,
+    "zookeeper": 710,
+    "tests/integration/test_demo.py": 152,
+    "tests/integration/test_spark_executor_kill.py": 125,
+    "tests/integration/test_security.py": 105,
+    "tests/integration/test_audit_exit.py": 87,
+    "tests/integration/test_reliable.py": 80,
+    "tests/integration/test_readme_quickstart.py": 64,
+    "tests/integration/test_console.py": 62,
+    "tests/fault/test_compaction_crash.py": 62,
+    "tests/integration/test_simulate_command.py": 61,
+    "tests/fault/test_data_dir_lock.py": 61,
+    "tests/integration/test_cli_ux.py": 58,
+    "tests/fault/test_delete_crash.py": 56,
+    "tests/integration/test_web_console.py": 53,
+    "tests/fuzz/test_request_fuzz.py": 53,
+    "tests/fault/test_consumer_kill.py": 44,
+    "tests/integration/test_topic_scale.py": 43,
+    "tests/integration/test_groups.py": 39,
+    "tests/fuzz/test_batch_fuzz.py": 36,
+    "tests/unit/test_suite_policy.py": 34,
+    "tests/integration/test_offsets.py": 27,
+    "tests/integration/test_transactions.py": 25,
+    "tests/integration/test_resource_limits.py": 24,
+    "tests/integration/test_clients.py": 24,
+    "tests/fault/test_restart_and_corruption.py": 23,
+    "tests/integration/test_groups_cli.py": 21,
+    "tests/integration/test_kip848.py": 20,
+    "tests/integration/test_admin_apis.py": 20,
+    "tests/integration/test_readme_fast_tier.py": 18,
+    "tests/fault/test_group_restart.py": 16,
+    "tests/fault/test_many_partitions.py": 16,
+}
 
 
 def _rel(path: Path, config: pytest.Config) -> str:
