@@ -558,9 +558,22 @@ class Broker:
                 r.leader = -1
                 r.core.maybe_increment_high_watermark(r.leo)
                 self.w.observe_hw(self, r)
-            elif r.core is not None and r.core.pending is None:
-                r.core.set_isr(st.isr, r.leo, now)
+            elif r.core is not None:
+                # a newer state at this epoch settles a pending ISR change (ours if it lists
+                # that ISR: its answer may be lost), else the state's ISR is taken (the
+                # controller decided): Partition.update_state's rule
+                core = r.core
+                change = core.pending
+                if change is not None and tuple(st.isr) == change.isr:
+                    core.isr_committed(change, r.leo, now)
+                    self.w.trace(f"b{self.id} p{p} isr -> {list(change.isr)} (found applied)")
+                else:
+                    if change is not None:
+                        core.isr_failed(change)
+                    if tuple(st.isr) != core.isr:
+                        core.set_isr(st.isr, r.leo, now)
                 self.w.observe_hw(self, r)
+                self.check_purgatory()
             return
         if leading:
             self.stop_leading(r)

@@ -126,3 +126,18 @@ def test_a_restarted_broker_leading_from_a_reread_moves_the_hw_back() -> None:
     assert run_seed(27, params=Params(hw_checkpoint_ms=60), faults=schedule).ok
     r = run_seed(27, params=Params(hw_checkpoint_ms=60, reread_leads=True), faults=schedule)
     assert r.violation is not None and r.violation.prop == "high watermark monotonic"
+
+
+def test_a_leader_takes_the_controllers_isr_when_its_own_change_is_settled_otherwise() -> None:
+    """Found by the long run (seed 24946 of 20,000-24,999, three faults): a leader's ISR
+    expansion is written but its answer lost; the controller, meanwhile, removes another
+    replica from the ISR it read (which includes the joiner). The simulated broker then
+    failed its pending change and kept its old ISR instead of the controller's, so the
+    high watermark moved past the joiner's log end while ZooKeeper listed the joiner in
+    sync; the joiner was elected and an acknowledged record was lost. The real
+    ``Partition.update_state`` takes the newer state's ISR; the simulation's shell now
+    does too."""
+    schedule = [Fault.parse(f) for f in
+                "leadercrash:2@915+524,zkcut:2@1142+892,crash:1@2024+1298".split(",")]
+    r = run_seed(24946, faults=schedule)
+    assert r.ok, r.violation
