@@ -138,6 +138,6 @@ def test_a_leader_takes_the_controllers_isr_when_its_own_change_is_settled_other
     ``Partition.update_state`` takes the newer state's ISR; the simulation's shell now
     does too."""
     schedule = [Fault.parse(f) for f in
-                "leadercrash:2@915+524,zkcut:2@1142+892,crash:1@2024+1298".split(",")]
+                ("leadercrash:2@915+524", "zkcut:2@1142+892", "crash:1@2024+1298")]
     r = run_seed(24946, faults=schedule)
     assert r.ok, r.violation
