@@ -54,6 +54,11 @@ TWINS: dict[str, tuple[str, ...]] = {
         EPOCHS + "test_end_offset_for_epoch", EPOCHS + "test_diverging_epoch",
         INT + "test_admin_apis.py::test_offset_for_leader_epoch_confluent_detects_truncation",
         CTRL_STATE + "test_unclean_election_when_allowed"),
+    # one CreateTopics of several topics: each its own result (an existing name its
+    # TOPIC_ALREADY_EXISTS), the others created whole
+    "tests/cluster/test_admin_cluster.py::test_one_create_topics_request_of_several_topics": (
+        U + "test_topics_and_metadata.py::test_create_topics_off_the_loop_each_topic_all_or_nothing",
+        U + "test_topics_and_metadata.py::test_concurrent_creates_of_one_name_and_concurrent_growth"),
     # a replica checks the request's leader epoch (FENCED / UNKNOWN_LEADER_EPOCH) first
     "tests/cluster/test_admin_cluster.py::test_a_follower_checks_the_leader_epoch_before_leadership": (
         INT + "test_inproc_epochs.py::test_the_epoch_rule",

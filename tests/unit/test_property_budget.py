@@ -38,9 +38,12 @@ def test_a_property_test_of_200_examples(n: int) -> None:
 
 
 def test_the_property_test_above_ran_its_scaled_budget() -> None:
-    """The collection hook replaced the settings of the test above: it ran 200 examples in
-    the full suite, a fraction of them under PROPERTY_FRACTION (runs after it: same
-    module, file order)."""
+    """The collection hook replaced the settings of the test above: it runs 200 examples in
+    the full suite, a fraction of them under PROPERTY_FRACTION (run here again, so that
+    the order of the tests and the worker they run on do not matter: every worker's
+    collection applied the hook to the same function)."""
+    calls.clear()
+    test_a_property_test_of_200_examples()
     fraction = property_fraction(dict(os.environ))
     expected = 200 if fraction is None else scaled_examples(200, fraction)
     assert len(calls) == expected
