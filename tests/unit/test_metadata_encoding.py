@@ -74,3 +74,23 @@ def test_a_null_topic_name_from_v12() -> None:
     ours = encode_metadata_body(12, 0, [], "c", 1, t, UNKNOWN_OPS)
     assert b"".join(encode_response_chunks(3, 12, 7, ours)) == encode_response(3, 12, 7,
                                                                                kio_body)
+
+
+@pytest.mark.parametrize("version", range(13))
+def test_a_quota_sets_the_hand_encoded_throttle_time(version: int) -> None:
+    """R-PROTO-5 (KIP-219): a throttled Metadata answer carries its throttle_time_ms (v3+),
+    as kio's encoding of the same response would. (The hand encoding once dropped it: a
+    client under a request quota saw 0 while muted for a window after every request.)"""
+    from headrace.broker.quotas import with_throttle
+
+    topics = _cases()[2]
+    ms = 750 if version >= 3 else 0
+    kio_body = build(response_class(3, version), {
+        "throttle_time": ms, "cluster_id": "c", "controller_id": 1,
+        "cluster_authorized_operations": UNKNOWN_OPS,
+        "brokers": [{"node_id": n, "host": h, "port": p, "rack": r} for n, h, p, r in BROKERS],
+        "topics": [_as_dict(t) for t in topics]})
+    ours = with_throttle(encode_metadata_body(version, 0, BROKERS, "c", 1, topics,
+                                              UNKNOWN_OPS), 750)
+    got = b"".join(encode_response_chunks(3, version, 9, ours))
+    assert got == encode_response(3, version, 9, kio_body)

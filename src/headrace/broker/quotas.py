@@ -83,8 +83,10 @@ class Timed:
 
 def with_throttle(body: Any, throttle_ms: int) -> Any:
     """``body`` with its ``throttle_time_ms`` set (responses without the field unchanged)."""
-    if throttle_ms <= 0 or body is None or isinstance(body, EncodedBody):
+    if throttle_ms <= 0 or body is None:
         return body
+    if isinstance(body, EncodedBody):  # encoded by hand (Metadata): its own field, if any
+        return body.with_throttle_time(throttle_ms)
     if any(f.name == "throttle_time" for f in dataclasses.fields(body)):
         return dataclasses.replace(body, throttle_time=i32Timedelta.parse(
             datetime.timedelta(milliseconds=throttle_ms)))

@@ -199,13 +199,27 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
 
 
 class EncodedBody:
-    """A response body already encoded: ``chunks`` written in order, ``size`` bytes."""
+    """A response body already encoded: ``chunks`` written in order, ``size`` bytes.
+    ``throttle_chunk``: the index of the chunk that is exactly the response's
+    throttle_time_ms (4 bytes), so that a quota can set it (``with_throttle``); None when
+    the response has no such field."""
 
-    __slots__ = ("chunks", "size")
+    __slots__ = ("chunks", "size", "throttle_chunk")
 
-    def __init__(self, chunks: list[bytes | memoryview], size: int) -> None:
+    def __init__(self, chunks: list[bytes | memoryview], size: int,
+                 throttle_chunk: int | None = None) -> None:
         self.chunks = chunks
         self.size = size
+        self.throttle_chunk = throttle_chunk
+
+    def with_throttle_time(self, throttle_ms: int) -> EncodedBody:
+        """This body with its throttle_time_ms set (unchanged without the field)."""
+        at = self.throttle_chunk
+        if at is None:
+            return self
+        chunks = list(self.chunks)
+        chunks[at] = _I32.pack(throttle_ms)
+        return EncodedBody(chunks, self.size, at)
 
 
 @cache
@@ -409,8 +423,6 @@ def encode_metadata_body(
         return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
 
     tag = b"\0" if flexible else b""
-    if v >= 3:
-        out += _I32.pack(throttle_time_ms)
     out += length(len(brokers))
     for node_id, host, port, rack in brokers:
         out += _I32.pack(node_id) + string(host) + _I32.pack(port)
@@ -454,6 +466,8 @@ def encode_metadata_body(
     if 8 <= v <= 10:
         out += _I32.pack(cluster_authorized_operations)
     out += tag
+    if v >= 3:  # throttle_time_ms first, a chunk of its own (a quota may set it)
+        return EncodedBody([_I32.pack(throttle_time_ms), bytes(out)], 4 + len(out), 0)
     return EncodedBody([bytes(out)], len(out))
 
 
