@@ -30,6 +30,18 @@ Rules:
    emptying it (the last in-sync replica stays so that only it may lead again).
 5. **LeaderAndIsr** goes to the replicas of a partition once its new state is written, and
    to a broker that (re)starts for every partition it hosts.
+6. **A bounce is a failure, then a start**: the failure half never elects uncleanly (the
+   bounced replica is back and may lead again, at a newer epoch). ``Startup`` also finds
+   the bounces the new controller cannot have seen happen: an ISR member or leader whose
+   broker epoch (its registration's zxid) is newer than the state's last write
+   (``state_zxids``; ``cluster.controller.bounced_replicas``).
+7. **Topics**: ``TopicChanged`` brings a topic's states as read (new partitions, a new
+   assignment, a newer state, its ``unclean.leader.election.enable``), ``TopicDeleted``
+   drops its partitions from every table and index. Unclean election is decided per
+   topic (``unclean_topics``, else ``unclean``).
+8. **Controlled shutdown**: a broker shutting down leads nothing another live in-sync
+   replica can lead and leaves every ISR it is not alone in; it stops shutting down when
+   its registration goes (it died or registered again).
 """
 
 from __future__ import annotations
@@ -40,7 +52,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from headrace.cluster.controller import elected, initial_state, offline_election
+from headrace.cluster.controller import (
+    bounced_replicas,
+    elected,
+    initial_state,
+    offline_election,
+)
 from headrace.metadata.store import PartitionState
 
 TP = tuple[str, int]
@@ -109,6 +126,9 @@ class Startup:
     """This broker won the controller election: the full read of ZooKeeper."""
     states: Mapping[TP, PartitionState]
     live: Mapping[int, int]  # broker id -> broker epoch (its registration's session)
+    # the zxid of each state's last write (-1 / absent: unknown), to find the bounces this
+    # controller did not see (a registration newer than the state)
+    state_zxids: Mapping[TP, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +150,22 @@ class TopicCreated:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicChanged:
+    """A topic as read: its partitions' states (with the assignment's replicas; a state
+    not written yet has ``zk_version`` -1) and its unclean election config (None: the
+    controller's default). New partitions are created, known ones take a newer state or
+    a new assignment; each is decided again."""
+    topic: str
+    states: Mapping[int, PartitionState]
+    unclean: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDeleted:
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
 class ControlledShutdown:
     broker: int
 
@@ -146,8 +182,8 @@ class WriteRefused:
     current: PartitionState | None  # what the znode holds now
 
 
-Event = Startup | BrokerChange | IsrChange | TopicCreated | ControlledShutdown | \
-    StateWritten | WriteRefused
+Event = Startup | BrokerChange | IsrChange | TopicCreated | TopicChanged | TopicDeleted | \
+    ControlledShutdown | StateWritten | WriteRefused
 
 
 # ---------------------------------------------------------------------- effects
@@ -178,6 +214,7 @@ class Controller:
 
     epoch: int
     unclean: bool = False
+    unclean_topics: dict[str, bool] = field(default_factory=dict)  # per-topic config
     states: dict[TP, PartitionState] = field(default_factory=dict)
     partition_phase: dict[TP, PartitionPhase] = field(default_factory=dict)
     replica_phase: dict[tuple[TP, int], ReplicaPhase] = field(default_factory=dict)
@@ -210,6 +247,10 @@ class Controller:
             return self._isr_change(event.tp, event.state)
         if isinstance(event, TopicCreated):
             return self._topic_created(event)
+        if isinstance(event, TopicChanged):
+            return self._topic_changed(event)
+        if isinstance(event, TopicDeleted):
+            return self._topic_deleted(event.topic)
         if isinstance(event, ControlledShutdown):
             return self._controlled_shutdown(event.broker)
         if isinstance(event, StateWritten):
@@ -239,9 +280,16 @@ class Controller:
 
     # ------------------------------------------------------------------ helpers
     def _index(self, tp: TP, st: PartitionState) -> None:
+        old = self.states.get(tp)
         self.states[tp] = st
+        if old is not None and old.replicas != st.replicas:
+            for r in set(old.replicas) - set(st.replicas):
+                self.hosted.get(r, set()).discard(tp)
         for r in st.replicas:
             self.hosted.setdefault(r, set()).add(tp)
+
+    def _unclean(self, topic: str) -> bool:
+        return self.unclean_topics.get(topic, self.unclean)
 
     def _write(self, tp: TP, st: PartitionState, why: str) -> list[Effect]:
         if tp in self.in_flight:
@@ -252,14 +300,16 @@ class Controller:
         return [WriteState(tp, replace(st, replicas=list(st.replicas), isr=list(st.isr)),
                            expected, self.epoch, why)]
 
-    def _decide(self, tp: TP) -> list[Effect]:
+    def _decide(self, tp: TP, down: frozenset[int] = frozenset()) -> list[Effect]:
         """The one decision for ``tp`` given the live brokers (Kafka's
         ``onBrokerFailure`` / ``onBrokerStartup`` / ``triggerOnlinePartitionStateChange``
-        for one partition)."""
+        for one partition). ``down``: live brokers handled as failed here (the failure
+        half of a bounce): never an unclean election then."""
         st = self.states.get(tp)
         if st is None or tp in self.in_flight:
             return []
-        live = set(self.live)
+        live = set(self.live) - down
+        unclean = self._unclean(tp[0]) and not (down & set(st.replicas))
         if self.partition_phase.get(tp) is PartitionPhase.NEW or st.zk_version < 0:
             init = initial_state(list(st.replicas), live)
             return [] if init is None else self._write(tp, init, "new partition")
@@ -277,15 +327,18 @@ class Controller:
                 isr = [r for r in st.isr if r not in dead]
                 return self._write(tp, replace(st, isr=isr), f"broker(s) {dead} left the ISR")
             return []
-        choice = offline_election(st, usable, self.unclean)
+        choice = offline_election(st, usable, unclean)
         if choice is None:
             if st.leader != -1:
                 isr = [r for r in st.isr if r in live] or list(st.isr)
                 return self._write(tp, elected(st, -1, isr),
                                    f"leader {st.leader} gone, no live in-sync replica")
             return []
-        leader, isr, _ = choice
-        return self._write(tp, elected(st, leader, isr), f"leader {st.leader} gone")
+        leader, isr, was_unclean = choice
+        return self._write(tp, elected(st, leader, isr),
+                           f"leader {st.leader} gone" + (" (UNCLEAN election: broker "
+                                                         f"{leader} was not in the ISR)"
+                                                         if was_unclean else ""))
 
     def _leader_and_isr(self, tp: TP, brokers: Iterable[int]) -> list[Effect]:
         st = self.states[tp]
@@ -309,7 +362,11 @@ class Controller:
                 self.move_replica(tp, r, ReplicaPhase.ONLINE if r in self.live
                                   else ReplicaPhase.OFFLINE)
         for tp in sorted(self.states):
-            out += self._decide(tp)
+            st = self.states[tp]
+            zxid = ev.state_zxids.get(tp, -1)
+            bounced = (frozenset(bounced_replicas(st, set(), self.live, zxid))
+                       if zxid >= 0 and st.zk_version >= 0 else frozenset())
+            out += self._decide(tp, bounced)
             if tp not in self.in_flight and self.states[tp].zk_version >= 0:
                 out += self._leader_and_isr(tp, self.states[tp].replicas)
         return out
@@ -321,13 +378,14 @@ class Controller:
         for b in gone | came:
             touched |= self.hosted.get(b, set())
         # a bounced broker: first its failure (out of the ISRs, leadership moved) ...
+        bounced = frozenset(gone & came)
         self.live = {b: e for b, e in live.items() if b not in came}
-        self.shutting_down &= set(live)
+        self.shutting_down = (self.shutting_down & set(live)) - gone
         out: list[Effect] = []
         for tp in sorted(touched):
             for b in sorted(gone & set(self.states[tp].replicas)):
                 self.move_replica(tp, b, ReplicaPhase.OFFLINE)
-            out += self._decide(tp)
+            out += self._decide(tp, bounced)
         # ... then its start: LeaderAndIsr for what it hosts, offline partitions retried
         self.live = dict(live)
         for tp in sorted(touched):
@@ -364,6 +422,58 @@ class Controller:
             out += self._decide(tp)
         return out
 
+    def _topic_changed(self, ev: TopicChanged) -> list[Effect]:
+        if ev.unclean is None:
+            self.unclean_topics.pop(ev.topic, None)
+        else:
+            self.unclean_topics[ev.topic] = ev.unclean
+        out: list[Effect] = []
+        for p in sorted(ev.states):
+            tp, st = (ev.topic, p), ev.states[p]
+            old = self.states.get(tp)
+            if old is None:
+                if not self.move_partition(tp, PartitionPhase.NEW):
+                    continue
+                self._index(tp, st)
+                for r in st.replicas:
+                    self.move_replica(tp, r, ReplicaPhase.NEW)
+                if st.zk_version >= 0:
+                    self.move_partition(tp, PartitionPhase.ONLINE if st.leader >= 0
+                                        else PartitionPhase.OFFLINE)
+                    for r in st.replicas:
+                        self.move_replica(tp, r, ReplicaPhase.ONLINE if r in self.live
+                                          else ReplicaPhase.OFFLINE)
+            elif st.zk_version > old.zk_version:
+                self._index(tp, st)
+            elif list(st.replicas) != list(old.replicas):  # a new assignment, same state
+                self._index(tp, replace(old, replicas=list(st.replicas)))
+            if tp in self.in_flight:
+                continue
+            for r in self.states[tp].replicas:
+                if (tp, r) not in self.replica_phase:
+                    self.move_replica(tp, r, ReplicaPhase.NEW)
+            out += self._decide(tp)
+        return out
+
+    def _topic_deleted(self, topic: str) -> list[Effect]:
+        """Kafka's topic deletion, all at once: each partition Offline -> NonExistent,
+        each replica through deletion to NonExistent, then out of every table."""
+        for tp in sorted(t for t in self.states if t[0] == topic):
+            st = self.states.pop(tp)
+            self.move_partition(tp, PartitionPhase.OFFLINE)
+            self.move_partition(tp, PartitionPhase.NON_EXISTENT)
+            self.partition_phase.pop(tp, None)
+            for r in st.replicas:
+                self.move_replica(tp, r, ReplicaPhase.OFFLINE)
+                self.move_replica(tp, r, ReplicaPhase.DELETION_STARTED)
+                self.move_replica(tp, r, ReplicaPhase.DELETION_SUCCESSFUL)
+                self.move_replica(tp, r, ReplicaPhase.NON_EXISTENT)
+                self.replica_phase.pop((tp, r), None)
+                self.hosted.get(r, set()).discard(tp)
+            self.in_flight.discard(tp)  # its answer, if any, is ignored
+        self.unclean_topics.pop(topic, None)
+        return []
+
     def _controlled_shutdown(self, broker: int) -> list[Effect]:
         if broker not in self.live:
             self.refused.append(f"controlled shutdown of broker {broker}: not live")
@@ -383,6 +493,8 @@ class Controller:
 
     def _written(self, tp: TP, st: PartitionState) -> list[Effect]:
         self.in_flight.discard(tp)
+        if tp not in self.states:  # deleted meanwhile
+            return []
         self._index(tp, st)
         target = PartitionPhase.ONLINE if st.leader >= 0 else PartitionPhase.OFFLINE
         self.move_partition(tp, target)
@@ -395,6 +507,8 @@ class Controller:
 
     def _refused(self, tp: TP, current: PartitionState | None) -> list[Effect]:
         self.in_flight.discard(tp)
+        if tp not in self.states:  # deleted meanwhile
+            return []
         if current is not None:
             self._index(tp, current)
         return self._decide(tp)
