@@ -142,55 +142,6 @@ def test_reassignment_phases() -> None:
         c.start_reassignment(st, [2, 2])
 
 
-def test_elections_are_written_before_isr_only_changes() -> None:
-    """The controller's shell (R-REP-5): when a broker dies, the partitions it led get
-    their new leaders in a first write batch and the ISR-only changes (it followed
-    elsewhere) come after, as Kafka's onBrokerFailure orders them: a broker leading 1,000
-    of 3,000 partitions no longer queues its new leaders behind 2,000 ISR writes."""
-    import asyncio
-
-    from headrace.cluster.controller_service import ControllerService
-    from headrace.metadata.store import BrokerInfo
-
-    topics = {"t": topic("t", *[ps([1, 2, 3][i % 3:] + [1, 2, 3][:i % 3], [1, 2, 3][i % 3],
-                                   [1, 2, 3]) for i in range(30)])}
-    batches: list[list[tuple[str, int, PartitionState]]] = []
-
-    class Store:
-        def add_listener(self, _: object) -> None: ...
-        def topics(self) -> dict[str, TopicState]: return topics
-        def topic(self, name: str) -> TopicState | None: return topics.get(name)
-        def live_brokers(self) -> list[BrokerInfo]:
-            return [BrokerInfo(b, "h", 1) for b in (2, 3)]  # broker 1 died
-        def controlled_shutdown_requests(self) -> list[int]: return []
-        def pending_deletions(self) -> list[str]: return []
-        def reassignments(self) -> dict[str, object]: return {}
-        def preferred_election_requests(self) -> list[tuple[str, int]]: return []
-        def broker_epochs(self) -> dict[int, int]: return {2: 20, 3: 30}
-        def state_mzxid(self, topic: str, partition: int) -> int: return 40
-        def write_partition_states(self, updates: list[tuple[str, int, PartitionState]],
-                                   epoch: int, version: int) -> list[int]:
-            batches.append(list(updates))
-            return [1] * len(updates)
-
-    svc = ControllerService.__new__(ControllerService)
-    svc.node_id, svc.store, svc.epoch, svc._epoch_zk_version = 2, Store(), 5, 4
-    svc.config = {"unclean.leader.election.enable": False}  # type: ignore[assignment]
-    svc._broker_epochs = {2: 20, 3: 30}
-
-    async def run() -> None:
-        svc._lock = asyncio.Lock()
-        await svc._reconcile()
-
-    asyncio.run(run())
-    assert [len(b) for b in batches] == [10, 20]
-    led_by_1 = {i for i, st in enumerate(topics["t"].partitions) if st.leader == 1}
-    assert {p for _, p, _ in batches[0]} == led_by_1
-    assert all(st.leader in (2, 3) and 1 not in st.isr for _, _, st in batches[0])
-    assert all(st.leader == topics["t"].partitions[p].leader and st.isr == [
-        r for r in topics["t"].partitions[p].isr if r != 1] for _, p, st in batches[1])
-
-
 # ---------------------------------------------------------------------- bounced brokers
 def test_a_bounced_leader_is_a_failure_then_a_startup() -> None:
     """Kafka's bouncedBrokerIds: broker 1 re-registered (its broker epoch changed) while

@@ -3,11 +3,26 @@
 Every broker runs one. It campaigns for the ephemeral ``/controller`` znode whenever the
 cache shows none; the winner increments ``/controller_epoch`` and from then on every write
 it makes is fenced by that znode's version (``ControllerMovedError``: it resigns and
-campaigns again). While active, each event (brokers, topics, admin requests) triggers a
-reconcile: the pure decisions of ``controller`` on the cache, written in a worker thread
-(``write_partition_states``, pipelined), never on the event loop's time. Decisions are
-idempotent against the cache: a write lost to a race (BadVersion) is simply decided again
-when the cache shows the new state.
+campaigns again).
+
+The decisions are the pure ``replication.controller.Controller``'s, the simulation's own
+(issue 21): the winner hands it one snapshot of the cache (``Startup``), and from then on
+the store's notifications become its events, each handled incrementally:
+``brokers_changed`` -> ``BrokerChange`` (only the partitions of the brokers that left,
+came or bounced), ``topic_changed`` -> ``IsrChange`` per changed partition (or
+``TopicChanged`` for a new or reassigned topic, a config change), ``topic_deleted`` ->
+``TopicDeleted``, a controlled shutdown request -> ``ControlledShutdown``. No event
+rescans the partitions. The effects (``WriteState``) are written in a worker thread
+(``write_partition_states``, pipelined), the elections first and the ISR-only changes in a
+second batch, as Kafka's ``onBrokerFailure``; each answer goes back as an event:
+``StateWritten``, or ``WriteRefused`` with that one partition's znode re-read (someone
+else decided: never overwrite). ``LeaderAndIsr`` effects are not sent: brokers learn
+states from the state change notifications (``zk_store``).
+
+Admin operations (preferred and requested unclean elections, the auto rebalance,
+reassignments, topic deletion) still decide here with ``cluster.controller``'s pure
+functions over the cache, under the same lock, with the same fenced conditional writes;
+what they write is handed to the pure controller as an ``IsrChange``.
 """
 
 from __future__ import annotations
@@ -15,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -24,6 +39,7 @@ from headrace.cluster import zk_layout as L
 from headrace.cluster.zk_store import ControllerMovedError
 from headrace.config import TOPIC_CONFIGS, BrokerConfig
 from headrace.metadata.store import PartitionState, TopicState
+from headrace.replication import controller as pure
 
 if TYPE_CHECKING:
     from headrace.clock import Clock
@@ -34,17 +50,9 @@ log = logging.getLogger("headrace.controller")
 RETRY_S = 0.5
 
 
-def _snapshot(topics: Mapping[str, TopicState]) -> dict[str, TopicState]:
-    """The cache as it is now: the store replaces a topic's partition states in place as
-    notifications arrive, so decisions that span awaits take their own copy."""
-    return {name: replace(t, partitions=list(t.partitions)) for name, t in topics.items()}
-
-
-def _leader(topics: Mapping[str, TopicState], d: decide.Decision) -> int:
-    """The leader a decision's partition had before it (-2: a partition not yet known)."""
-    t = topics.get(d.topic)
-    return t.partitions[d.partition].leader if t is not None and d.partition < len(
-        t.partitions) else -2
+def _copy(st: PartitionState) -> PartitionState:
+    """A state of the cache, for the pure controller to keep (never shared)."""
+    return replace(st, replicas=list(st.replicas), isr=list(st.isr))
 
 
 class ControllerService:
@@ -60,38 +68,86 @@ class ControllerService:
         self._kick = asyncio.Event()
         self._lock = asyncio.Lock()
         self._stopping = False
-        self._shutting_down: set[int] = set()
-        self._broker_epochs: dict[int, int] = {}  # as last handled (Kafka's broker epochs)
+        # the pure controller while this broker is the active one
+        self.ctl: pure.Controller | None = None
+        self._topic_ids: dict[str, uuid.UUID] = {}  # as handed to ``ctl``
+        self._reread: set[pure.TP] = set()  # written without an answer, or refused
         store.add_listener(self)
 
     # ------------------------------------------------------------------ events
+    def _enqueue(self, event: pure.Event) -> None:
+        if self.ctl is not None:
+            self.ctl.enqueue(event)
+
+    def _topic_unclean(self, t: TopicState) -> bool | None:
+        raw = t.configs.get("unclean.leader.election.enable")
+        return None if raw is None else bool(
+            TOPIC_CONFIGS["unclean.leader.election.enable"].parse(raw))
+
+    def _topic_event(self, t: TopicState) -> None:
+        if self._topic_ids.get(t.name, t.topic_id) != t.topic_id:
+            self._enqueue(pure.TopicDeleted(t.name))  # deleted and created again
+        self._topic_ids[t.name] = t.topic_id
+        self._enqueue(pure.TopicChanged(t.name, {i: _copy(st) for i, st in
+                                                 enumerate(t.partitions)},
+                                        self._topic_unclean(t)))
+
     def topic_changed(self, name: str) -> None:
+        t = self.store.topic(name)
+        if self.ctl is not None and t is not None:
+            parts = self.store.changed_partitions.get(name)
+            if parts is None or self._topic_ids.get(name) != t.topic_id:
+                self._topic_event(t)
+            else:
+                for p in sorted(parts):
+                    if 0 <= p < len(t.partitions):
+                        self._enqueue(pure.IsrChange((name, p), _copy(t.partitions[p])))
         self._kick.set()
 
     def topic_deleted(self, name: str) -> None:
+        if self.ctl is not None:
+            self._topic_ids.pop(name, None)
+            self._enqueue(pure.TopicDeleted(name))
         self._kick.set()
 
     def brokers_changed(self) -> None:
+        self._enqueue(pure.BrokerChange(dict(self.store.broker_epochs())))
+        self._shutdown_requests()
         self._kick.set()
+
+    def _shutdown_requests(self) -> None:
+        ctl = self.ctl
+        if ctl is None:
+            return
+        for b in self.store.controlled_shutdown_requests():
+            if b in self.store.broker_epochs() and b not in ctl.shutting_down:
+                ctl.enqueue(pure.ControlledShutdown(b))
 
     def controller_changed(self, controller_id: int) -> None:
         if controller_id != self.node_id and self.is_active:
             log.warning("broker %d is the controller now; this broker stops controlling",
                         controller_id)
-            self.is_active = False
+            self._resign()
         self._kick.set()
 
     def admin_changed(self, kind: str) -> None:
+        if kind == "controlled_shutdown":
+            self._shutdown_requests()
         self._kick.set()
 
     def session_lost(self) -> None:
         if self.is_active:
             log.warning("ZooKeeper session lost: no longer the controller")
-        self.is_active = False
+        self._resign()
         self._kick.set()
 
     def session_restored(self) -> None:
         self._kick.set()
+
+    def _resign(self) -> None:
+        self.is_active = False
+        self.ctl = None
+        self._reread.clear()
 
     # ------------------------------------------------------------------ loop
     async def run(self, stopped: asyncio.Event) -> None:
@@ -112,17 +168,19 @@ class ControllerService:
                             await self._rebalance()
                 except ControllerMovedError:
                     log.warning("another controller took over (epoch moved); resigning")
-                    self.is_active = False
+                    self._resign()
                 except Exception as e:
                     log.warning("controller step failed: %s; retrying", e)
                     await asyncio.sleep(RETRY_S)
                     self._kick.set()
+                if self.ctl is not None and (self.ctl.queue or self._reread):
+                    continue  # events arrived while writing
                 timeout = max(next_rebalance - loop.time(), 0.05) if self.is_active else 1.0
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._kick.wait(), timeout)
         finally:
             if self.is_active:
-                self.is_active = False
+                self._resign()
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(self.store.resign_controller, self.node_id)
 
@@ -131,24 +189,32 @@ class ControllerService:
         if won is None:
             return
         self.epoch, self._epoch_zk_version = won
-        # the broker epochs this controller has handled: none yet (a bounce before this
-        # controller started shows as a registration newer than its leader's state)
-        self._broker_epochs = {}
+        # one snapshot of the cache (Kafka's onControllerFailover), then only events
+        topics = self.store.topics()
+        states: dict[pure.TP, PartitionState] = {}
+        zxids: dict[pure.TP, int] = {}
+        for name, t in topics.items():
+            for i, st in enumerate(t.partitions):
+                states[(name, i)] = _copy(st)
+                zxids[(name, i)] = self.store.state_mzxid(name, i)
+        self.ctl = pure.Controller(
+            self.epoch, unclean=bool(self.config["unclean.leader.election.enable"]),
+            unclean_topics={n: u for n, t in topics.items()
+                            if (u := self._topic_unclean(t)) is not None})
+        self._topic_ids = {n: t.topic_id for n, t in topics.items()}
+        self._reread = set()
+        self.ctl.enqueue(pure.Startup(states, dict(self.store.broker_epochs()), zxids))
+        self._shutdown_requests()
         self.is_active = True
-        log.info("broker %d is the controller (epoch %d)", self.node_id, self.epoch)
+        log.info("broker %d is the controller (epoch %d): %d partition(s) loaded",
+                 self.node_id, self.epoch, len(states))
 
     # ------------------------------------------------------------------ decisions
-    def _unclean(self, topic: str) -> bool:
-        t = self.store.topic(topic)
-        raw = t.configs.get("unclean.leader.election.enable") if t is not None else None
-        if raw is None:
-            return bool(self.config["unclean.leader.election.enable"])
-        return bool(TOPIC_CONFIGS["unclean.leader.election.enable"].parse(raw))
-
     def _live(self) -> set[int]:
         return {b.node_id for b in self.store.live_brokers()}
 
     async def _write(self, decisions: list[decide.Decision]) -> list[int | None]:
+        """The admin operations' writes; what was written goes to the pure controller."""
         if not decisions:
             return []
         updates = [(d.topic, d.partition, d.state) for d in decisions]
@@ -156,6 +222,11 @@ class ControllerService:
                                           self.epoch, self._epoch_zk_version)
         written = [d for d, r in zip(decisions, results, strict=True) if r is not None]
         by_why: dict[str, int] = {}
+        for d, r in zip(decisions, results, strict=True):
+            if r is None:
+                continue
+            self._enqueue(pure.IsrChange((d.topic, d.partition), replace(
+                _copy(d.state), zk_version=r, controller_epoch=self.epoch)))
         for d in written:
             by_why[d.why] = by_why.get(d.why, 0) + 1
             if d.unclean:
@@ -166,35 +237,88 @@ class ControllerService:
             log.info("wrote %d partition state(s): %s", n, why)
         return results
 
+    async def _step(self) -> None:
+        """Run the pure controller until its queue is empty: its writes, their answers
+        back as events. The caller holds the lock."""
+        ctl = self.ctl
+        while ctl is not None and self.ctl is ctl and (ctl.queue or self._reread):
+            if self._reread:
+                await self._read_refused(ctl)
+                if self._reread:
+                    return  # the re-read failed: retried on the loop's next pass
+            writes = [e for e in ctl.run() if isinstance(e, pure.WriteState)]
+            # as Kafka's onBrokerFailure: the elections first (they make partitions
+            # writable again), then the ISR-only changes, each its own pipelined batch:
+            # a broker leading 10,000 partitions dies, and the 10,000 new leaders are not
+            # queued behind 20,000 ISR writes
+            elections: list[pure.WriteState] = []
+            isr_only: list[pure.WriteState] = []
+            for w in writes:
+                before = ctl.states.get(w.tp)
+                (isr_only if before is not None and before.leader == w.state.leader
+                 else elections).append(w)
+            for batch in (elections, isr_only):
+                if batch and self.ctl is ctl:
+                    await self._write_effects(ctl, batch)
+
+    async def _write_effects(self, ctl: pure.Controller, batch: list[pure.WriteState]) -> None:
+        updates = [(w.tp[0], w.tp[1], replace(w.state, zk_version=w.expected_version))
+                   for w in batch]
+        try:
+            results = await asyncio.to_thread(self.store.write_partition_states, updates,
+                                              ctl.epoch, self._epoch_zk_version)
+        except ControllerMovedError:
+            raise
+        except Exception as e:  # no answer: written or not, a re-read tells
+            log.warning("writing %d partition state(s) failed: %s; re-reading them",
+                        len(batch), f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+            self._reread |= {w.tp for w in batch}
+            await asyncio.sleep(RETRY_S)
+            return
+        by_why: dict[str, int] = {}
+        for w, r in zip(batch, results, strict=True):
+            if r is None:
+                self._reread.add(w.tp)
+                continue
+            ctl.enqueue(pure.StateWritten(w.tp, replace(w.state, zk_version=r,
+                                                        controller_epoch=w.controller_epoch)))
+            why = w.why.split(" (UNCLEAN")[0]
+            by_why[why] = by_why.get(why, 0) + 1
+            if "UNCLEAN" in w.why:
+                log.warning("UNCLEAN election of %s-%d: broker %d leads (epoch %d) although it "
+                            "was not in the ISR; records only the old leader had are lost",
+                            w.tp[0], w.tp[1], w.state.leader, w.state.leader_epoch)
+        for why, n in by_why.items():
+            log.info("wrote %d partition state(s): %s", n, why)
+        refused = len(batch) - sum(by_why.values())
+        if refused:
+            log.info("%d partition state write(s) refused (changed meanwhile): re-reading "
+                     "them", refused)
+
+    async def _read_refused(self, ctl: pure.Controller) -> None:
+        """Re-read exactly the partitions whose writes were refused or unanswered."""
+        tps = sorted(self._reread)
+        try:
+            current = await asyncio.to_thread(self.store.read_partition_states, tps)
+        except Exception as e:
+            log.warning("re-reading %d partition state(s) failed: %s", len(tps), e)
+            await asyncio.sleep(RETRY_S)
+            return
+        self._reread.clear()
+        if any(st is None for st in current):
+            await asyncio.sleep(RETRY_S)  # a create refused without a znode: not in a loop
+        for tp, st in zip(tps, current, strict=True):
+            if st is not None:
+                t = self.store.topic(tp[0])
+                known = ctl.states.get(tp)
+                replicas = (t.partitions[tp[1]].replicas if t is not None and tp[1] < len(
+                    t.partitions) else known.replicas if known is not None else [])
+                st = replace(st, replicas=list(replicas))
+            ctl.enqueue(pure.WriteRefused(tp, st))
+
     async def _reconcile(self) -> None:
         async with self._lock:
-            topics = _snapshot(self.store.topics())
-            live = self._live()
-            shutting = set(self.store.controlled_shutdown_requests()) & live
-            # bounced brokers first: a failure (this round) then a startup (the next
-            # round, once their partitions' new states are read back)
-            epochs = dict(self.store.broker_epochs())
-            seen, self._broker_epochs = self._broker_epochs, epochs
-            bounced = {b for b, e in epochs.items() if seen.get(b, e) != e}
-            if bounced:
-                log.info("broker(s) %s registered again (new broker epoch): handled as a "
-                         "failure and a startup", sorted(bounced))
-            bounces = decide.on_brokers_bounced(topics, live, bounced, epochs,
-                                                self.store.state_mzxid)
-            await self._write(bounces)
-            done = {(d.topic, d.partition) for d in bounces}
-            decisions = [d for d in decide.on_brokers_changed(topics, live, self._unclean)
-                         if (d.topic, d.partition) not in done]
-            # as Kafka's onBrokerFailure: the elections first (they make partitions
-            # writable again), then the ISR-only changes (dead followers out), each its
-            # own pipelined batch: a broker leading 1,000 of 3,000 partitions dies, and
-            # the 1,000 new leaders are not queued behind 2,000 ISR writes
-            moved = [d for d in decisions if d.state.leader != _leader(topics, d)]
-            await self._write(moved)
-            await self._write([d for d in decisions if d.state.leader == _leader(topics, d)])
-            for b in sorted(shutting):
-                await self._write(decide.controlled_shutdown(self.store.topics(), b,
-                                                             live - shutting))
+            await self._step()
             for name in self.store.pending_deletions():
                 if self.store.topic(name) is not None:
                     await asyncio.to_thread(self.store.delete_topic_znodes, name,
@@ -286,8 +410,8 @@ class ControllerService:
             # ISRs it is removed from below while it still fetches (KIP-841)
             await asyncio.to_thread(self.store.request_controlled_shutdown, broker_id)
         async with self._lock:
-            live = self._live() - {broker_id}
-            await self._write(decide.controlled_shutdown(self.store.topics(), broker_id, live))
+            self._enqueue(pure.ControlledShutdown(broker_id))
+            await self._step()
 
     # ------------------------------------------------------------------ reassignment
     async def _write_assignment(self, name: str, assignment: dict[int, list[int]],

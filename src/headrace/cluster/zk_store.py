@@ -1256,6 +1256,24 @@ class ZkMetadataStore:
             raise ControllerMovedError("the controller epoch changed")
         return out
 
+    def read_partition_states(self, tps: list[tuple[str, int]]
+                              ) -> list[PartitionState | None]:
+        """The state znodes of ``tps`` as they are now, pipelined, no watch (the
+        controller's re-read of the partitions whose writes were refused); None: no znode.
+        The replicas are left empty (the caller knows the assignment)."""
+        c = self._c()
+        pending = [(tp, c.get_async(L.state_path(*tp))) for tp in tps]
+        out: list[PartitionState | None] = []
+        for (topic, p), res in pending:
+            try:
+                data, stat = res.get(timeout=max(self.session_timeout_s, 10))
+            except NoNodeError:
+                out.append(None)
+                continue
+            leader, epoch, isr, cepoch = L.decode_state(f"state of {topic}-{p}", data)
+            out.append(PartitionState([], leader, epoch, isr, epoch, cepoch, int(stat.version)))
+        return out
+
     @staticmethod
     def _announce_state(t: Any, topic: str, p: int, version: int, data: bytes) -> None:
         """In the state write's transaction: its notification (L.STATE_CHANGES)."""

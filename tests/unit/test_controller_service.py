@@ -1,0 +1,210 @@
+"""The controller's shell (``cluster.controller_service``) around the pure
+``replication.controller.Controller``, over an in-memory store: one snapshot when it wins,
+then the store's notifications as events, each handled for its own partitions only; the
+elections written before the ISR-only changes; a refused write re-reads that partition
+only (R-REP-5, issue 21 defect 5)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import replace
+from typing import Any
+
+from headrace.cluster.controller_service import ControllerService
+from headrace.metadata.store import BrokerInfo, PartitionState, TopicState
+
+Update = tuple[str, int, PartitionState]
+
+
+class Store:
+    """What the shell uses of ``ZkMetadataStore``: the cache (topics, brokers, their
+    epochs), notifications by hand, and conditional writes that succeed unless told."""
+
+    def __init__(self, topics: dict[str, TopicState], epochs: dict[int, int]) -> None:
+        self._topics = topics
+        self.epochs = epochs
+        self.batches: list[list[Update]] = []
+        self.refuse: dict[tuple[str, int], PartitionState] = {}  # someone wrote this first
+        self.reads: list[list[tuple[str, int]]] = []
+        self.changed_partitions: dict[str, set[int] | None] = {}
+        self.listener: Any = None
+
+    def add_listener(self, listener: Any) -> None: self.listener = listener
+    def topics(self) -> dict[str, TopicState]: return self._topics
+    def topic(self, name: str) -> TopicState | None: return self._topics.get(name)
+    def live_brokers(self) -> list[BrokerInfo]:
+        return [BrokerInfo(b, "h", 1) for b in sorted(self.epochs)]
+    def broker_epochs(self) -> dict[int, int]: return self.epochs
+    def state_mzxid(self, topic: str, partition: int) -> int: return 5
+    def controlled_shutdown_requests(self) -> list[int]: return []
+    def pending_deletions(self) -> list[str]: return []
+    def reassignments(self) -> dict[str, object]: return {}
+    def preferred_election_requests(self) -> list[tuple[str, int]]: return []
+    def controller_id(self) -> int: return -1
+    def elect_controller(self, broker_id: int) -> tuple[int, int]: return 5, 4
+
+    def write_partition_states(self, updates: list[Update], epoch: int, version: int
+                               ) -> list[int | None]:
+        self.batches.append(list(updates))
+        out: list[int | None] = []
+        for name, p, st in updates:
+            now = self._topics[name].partitions[p]
+            if (name, p) in self.refuse:
+                self._topics[name].partitions[p] = self.refuse.pop((name, p))
+                out.append(None)
+                continue
+            assert st.zk_version == now.zk_version, "a write not conditional on the snapshot"
+            self._topics[name].partitions[p] = replace(st, zk_version=st.zk_version + 1)
+            out.append(st.zk_version + 1)
+        return out
+
+    def read_partition_states(self, tps: list[tuple[str, int]]
+                              ) -> list[PartitionState | None]:
+        self.reads.append(list(tps))
+        return [replace(self._topics[n].partitions[p], replicas=[]) for n, p in tps]
+
+
+def spread(n: int, brokers: list[int], version: int = 0) -> list[PartitionState]:
+    """``n`` partitions, RF 3 over ``brokers``, led by their first replica."""
+    out = []
+    for i in range(n):
+        r = [brokers[(i + k) % len(brokers)] for k in range(3)]
+        out.append(PartitionState(r, r[0], 0, list(r), 0, 1, version))
+    return out
+
+
+def service(store: Store) -> ControllerService:
+    cfg = {"unclean.leader.election.enable": False}
+    return ControllerService(2, store, cfg, None)  # type: ignore[arg-type]
+
+
+async def won(svc: ControllerService) -> None:
+    await svc._campaign()
+    await svc._reconcile()
+
+
+def test_elections_are_written_before_isr_only_changes() -> None:
+    """When a broker dies, the partitions it led get their new leaders in a first write
+    batch and the ISR-only changes (it followed elsewhere) come after, as Kafka's
+    onBrokerFailure orders them: a broker leading 1,000 of 3,000 partitions no longer
+    queues its new leaders behind 2,000 ISR writes."""
+    store = Store({"t": TopicState("t", uuid.uuid4(), spread(30, [1, 2, 3]))},
+                  {1: 1, 2: 2, 3: 3})
+    svc = service(store)
+
+    async def run() -> None:
+        await won(svc)
+        assert store.batches == []  # a healthy cluster: the snapshot decides nothing
+        store.epochs = {2: 2, 3: 3}  # broker 1 died
+        svc.brokers_changed()
+        await svc._reconcile()
+
+    before = list(store.topics()["t"].partitions)
+    asyncio.run(run())
+    assert [len(b) for b in store.batches] == [10, 20]
+    led_by_1 = {i for i, st in enumerate(before) if st.leader == 1}
+    assert {p for _, p, _ in store.batches[0]} == led_by_1
+    assert all(st.leader in (2, 3) and 1 not in st.isr for _, _, st in store.batches[0])
+    assert all(st.leader == before[p].leader and st.isr == [r for r in before[p].isr if r != 1]
+               for _, p, st in store.batches[1])
+
+
+def test_a_broker_failure_touches_only_its_partitions() -> None:
+    """10 partitions on broker 1, 3,000 elsewhere: its failure writes (and decides) the 10
+    only; the snapshot was read once, when the controller won, never again."""
+    mine = spread(10, [1, 2, 3])
+    others = spread(3000, [2, 3, 4])
+    store = Store({"a": TopicState("a", uuid.uuid4(), mine),
+                   "b": TopicState("b", uuid.uuid4(), others)}, {1: 1, 2: 2, 3: 3, 4: 4})
+    svc = service(store)
+    reads = 0
+    topics = store.topics
+
+    def counted() -> dict[str, TopicState]:
+        nonlocal reads
+        reads += 1
+        return topics()
+
+    store.topics = counted  # type: ignore[method-assign]
+
+    async def run() -> None:
+        await won(svc)
+        assert reads == 1
+        store.epochs = {2: 2, 3: 3, 4: 4}
+        svc.brokers_changed()
+        await svc._reconcile()
+
+    asyncio.run(run())
+    assert reads == 1  # no rescan of the cache
+    assert sorted({(n, p) for b in store.batches for n, p, _ in b}) == [
+        ("a", i) for i in range(10)]
+
+
+def test_a_refused_write_rereads_that_partition_only() -> None:
+    """A leader wrote partition 1's ISR first (BadVersion): the controller re-reads that
+    znode alone and decides again on it, conditionally on the version it read."""
+    store = Store({"t": TopicState("t", uuid.uuid4(), spread(6, [1, 2, 3]))},
+                  {1: 1, 2: 2, 3: 3})
+    svc = service(store)
+    t = store.topics()["t"]
+
+    async def run() -> None:
+        await won(svc)
+        store.refuse[("t", 1)] = replace(t.partitions[1], isr=[2, 3], zk_version=7)
+        store.epochs = {1: 1, 3: 3}  # broker 2 died
+        svc.brokers_changed()
+        await svc._reconcile()
+
+    asyncio.run(run())
+    assert store.reads == [[("t", 1)]]
+    last = [(p, st) for b in store.batches for n, p, st in b if p == 1]
+    assert [st.zk_version for _, st in last] == [0, 7]  # first refused, then on the re-read
+    assert t.partitions[1].isr == [3] and t.partitions[1].leader == 3
+
+
+def test_a_notified_state_is_an_isr_change_of_one_partition() -> None:
+    """A leader's ISR write reaches the controller as a notification of one partition: a
+    dead broker it still lists is taken out; nothing else is decided."""
+    store = Store({"t": TopicState("t", uuid.uuid4(), spread(6, [1, 2, 3]))},
+                  {1: 1, 2: 2})
+    svc = service(store)
+    t = store.topics()["t"]
+
+    async def run() -> None:
+        await won(svc)  # broker 3 was already dead: the snapshot took it out
+        store.batches.clear()
+        t.partitions[4] = replace(t.partitions[4], isr=[1, 2, 3],
+                                  zk_version=t.partitions[4].zk_version + 1)
+        store.changed_partitions = {"t": {4}}
+        svc.topic_changed("t")
+        await svc._reconcile()
+
+    asyncio.run(run())
+    assert [[(p, st.isr) for _, p, st in b] for b in store.batches] == [
+        [(4, [1, 2])]]
+
+
+def test_a_new_topic_gets_its_states_and_a_deleted_one_nothing() -> None:
+    store = Store({}, {1: 1, 2: 2, 3: 3})
+    svc = service(store)
+
+    async def run() -> None:
+        await won(svc)
+        store._topics["n"] = TopicState("n", uuid.uuid4(), [
+            PartitionState([1, 2, 3], -1, -1, [], 0, -1, -1),
+            PartitionState([2, 3, 1], -1, -1, [], 0, -1, -1)])
+        svc.topic_changed("n")
+        await svc._reconcile()
+        assert [(p, st.leader, st.zk_version) for _, p, st in store.batches[0]] == [
+            (0, 1, -1), (1, 2, -1)]
+        del store._topics["n"]
+        svc.topic_deleted("n")
+        store.epochs = {2: 2, 3: 3}
+        svc.brokers_changed()
+        await svc._reconcile()
+
+    asyncio.run(run())
+    assert len(store.batches) == 1
+    assert svc.ctl is not None and not any(tp[0] == "n" for tp in svc.ctl.states)
+    assert all(("n", 0) not in s for s in svc.ctl.hosted.values())
