@@ -5,6 +5,7 @@ incrementally (only the partitions of the brokers that changed are looked at).""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -23,7 +24,9 @@ from headrace.replication.controller import (
     ReplicaPhase,
     Startup,
     StateWritten,
+    TopicChanged,
     TopicCreated,
+    TopicDeleted,
     WriteRefused,
     WriteState,
 )
@@ -222,3 +225,142 @@ def test_controlled_shutdown_moves_leadership_and_leaves_isrs() -> None:
 def test_deposed_epoch_is_on_every_write() -> None:
     _, eff = started({TP0: PartitionState([1], -1, -1, [], -1, -1, -1)}, {1: 1})
     assert [w.controller_epoch for w in writes(eff)] == [3]
+
+
+# ---------------------------------------------------------------------- the running cluster's
+class Counting(Controller):
+    """Counts the partitions decided (to prove an event looks only at its own)."""
+
+    def __init__(self, epoch: int) -> None:
+        super().__init__(epoch)
+        self.decided: list[tuple[str, int]] = []
+
+    def _decide(self, tp: tuple[str, int], down: frozenset[int] = frozenset()) -> list:  # type: ignore[override]
+        self.decided.append(tp)
+        return super()._decide(tp, down)
+
+
+def test_a_broker_failure_decides_only_the_partitions_it_hosts() -> None:
+    """3,000 partitions on brokers 2-4, 10 with broker 1: its failure decides the 10."""
+    states = {("b", i): st([2 + i % 3, 2 + (i + 1) % 3, 2 + (i + 2) % 3], 2 + i % 3, 0,
+                           [2, 3, 4], 0) for i in range(3000)}
+    states |= {("a", i): st([1, 2, 3], 1, 0, [1, 2, 3], 0) for i in range(10)}
+    ctl = Counting(epoch=3)
+    ctl.enqueue(Startup(states, {1: 11, 2: 12, 3: 13, 4: 14}))
+    assert writes(ctl.run()) == []
+    ctl.decided.clear()
+    ctl.enqueue(BrokerChange({2: 12, 3: 13, 4: 14}))
+    eff = ctl.run()
+    assert set(ctl.decided) == {("a", i) for i in range(10)}
+    assert {w.tp for w in writes(eff)} == {("a", i) for i in range(10)}
+    assert ctl.hosted[1] == {("a", i) for i in range(10)}
+
+
+def test_a_refused_write_decides_that_partition_only() -> None:
+    states = {("t", i): st([1, 2, 3], 1, 0, [1, 2, 3], 4) for i in range(50)}
+    ctl = Counting(epoch=3)
+    ctl.enqueue(Startup(states, {1: 11, 2: 12, 3: 13}))
+    ctl.run()
+    ctl.enqueue(BrokerChange({1: 11, 3: 13}))
+    eff = ctl.run()
+    assert len(writes(eff)) == 50
+    ctl.decided.clear()
+    ctl.enqueue(WriteRefused(("t", 7), st([1, 2, 3], 1, 0, [1, 2], 5)))
+    [w] = writes(ctl.run())
+    assert ctl.decided == [("t", 7)]
+    assert (w.tp, w.expected_version, w.state.isr) == (("t", 7), 5, [1])
+
+
+def test_startup_finds_a_bounce_it_did_not_see_by_the_state_zxid() -> None:
+    """Broker 1 registered (epoch 900) after the state's last write (zxid 800): a bounce
+    the new controller never saw: the failure half (another leader, never unclean), then
+    on the written state the start. A registration older than the state is no bounce."""
+    states = {("t", 0): st([1, 2, 3], 1, 4, [1, 2, 3], 7),
+              ("t", 1): st([1, 2, 3], 1, 4, [1], 7),
+              ("t", 2): st([1, 2, 3], 1, 4, [1, 2, 3], 7)}
+    ctl = Controller(epoch=3, unclean=True)
+    ctl.enqueue(Startup(states, {1: 900, 2: 12, 3: 13},
+                        {("t", 0): 800, ("t", 1): 800, ("t", 2): 950}))
+    eff = ctl.run()
+    got = {w.tp: (w.state.leader, w.state.leader_epoch, w.state.isr) for w in writes(eff)}
+    assert got == {("t", 0): (2, 5, [2, 3]), ("t", 1): (-1, 5, [1])}
+    again = confirm(ctl, eff)
+    [w] = writes(again)
+    assert (w.tp, w.state.leader, w.state.leader_epoch) == (("t", 1), 1, 6)
+
+
+def test_a_bounce_never_elects_uncleanly_a_death_may() -> None:
+    ctl = Controller(epoch=1, unclean=True)
+    ctl.enqueue(Startup({TP0: st([1, 2, 3], 1, 0, [1], 2)}, {1: 1, 2: 2, 3: 3}))
+    ctl.run()
+    ctl.enqueue(BrokerChange({1: 5, 2: 2, 3: 3}))  # broker 1 bounced: it may lead again
+    [w] = writes(ctl.run())
+    assert (w.state.leader, w.state.isr) == (-1, [1])
+    ctl2 = Controller(epoch=1, unclean=True)
+    ctl2.enqueue(Startup({TP0: st([1, 2, 3], 1, 0, [1], 2)}, {1: 1, 2: 2, 3: 3}))
+    ctl2.run()
+    ctl2.enqueue(BrokerChange({2: 2, 3: 3}))  # broker 1 died
+    [w] = writes(ctl2.run())
+    assert (w.state.leader, w.state.isr) == (2, [2])
+    assert "UNCLEAN" in w.why
+
+
+def test_unclean_election_per_topic_config() -> None:
+    """The topic's ``unclean.leader.election.enable`` overrides the controller's default;
+    turning it on elects the topic's offline partitions at once."""
+    states = {("t", 0): st([1, 2], 1, 0, [1], 2), ("u", 0): st([1, 2], 1, 0, [1], 2)}
+    ctl, _ = started(states, {1: 11, 2: 12})
+    ctl.enqueue(TopicChanged("u", {0: states[("u", 0)]}, unclean=True))
+    assert writes(ctl.run()) == []
+    ctl.enqueue(BrokerChange({2: 12}))
+    eff = ctl.run()
+    got = {w.tp: (w.state.leader, w.state.isr) for w in writes(eff)}
+    assert got == {("t", 0): (-1, [1]), ("u", 0): (2, [2])}
+    confirm(ctl, eff)
+    ctl.enqueue(TopicChanged("t", {0: ctl.states[("t", 0)]}, unclean=True))
+    [w] = writes(ctl.run())
+    assert (w.tp, w.state.leader, w.state.isr) == (("t", 0), 2, [2])
+
+
+def test_topic_changed_creates_new_partitions_and_takes_a_new_assignment() -> None:
+    ctl, _ = started({("t", 0): st([1, 2], 1, 0, [1, 2], 3)}, {1: 11, 2: 12, 3: 13})
+    new = PartitionState([3, 1], -1, -1, [], 0, -1, -1)
+    ctl.enqueue(TopicChanged("t", {0: st([1, 2, 3], 1, 0, [1, 2], 3), 1: new}))
+    [w] = writes(ctl.run())
+    assert (w.tp, w.state.leader, w.state.isr, w.expected_version) == (
+        ("t", 1), 3, [3, 1], -1)
+    assert ctl.partition_phase[("t", 1)] is P.NEW
+    assert ctl.states[("t", 0)].replicas == [1, 2, 3] and ("t", 0) in ctl.hosted[3]
+    assert ctl.replica_phase[(("t", 0), 3)] is R.NEW
+    # reassigned away from broker 2: no longer hosted there
+    ctl.enqueue(TopicChanged("t", {0: st([1, 3], 1, 1, [1, 3], 4)}))
+    ctl.run()
+    assert ("t", 0) not in ctl.hosted[2]
+
+
+def test_topic_deleted_leaves_no_trace_and_ignores_late_answers() -> None:
+    ctl, _ = started({("t", 0): st([1, 2], 1, 0, [1, 2], 3)}, {1: 11, 2: 12})
+    ctl.enqueue(BrokerChange({1: 11}))
+    [w] = writes(ctl.run())
+    ctl.enqueue(TopicDeleted("t"))
+    assert ctl.run() == []
+    assert not ctl.states and not ctl.partition_phase and not ctl.replica_phase
+    assert not any(ctl.hosted.values()) and not ctl.in_flight and not ctl.refused
+    ctl.enqueue(StateWritten(w.tp, replace(w.state, zk_version=4)))
+    ctl.enqueue(WriteRefused(w.tp, None))
+    assert ctl.run() == [] and not ctl.states
+    # created again under the same name: new partitions from version -1
+    ctl.enqueue(TopicChanged("t", {0: PartitionState([2, 1], -1, -1, [], 0, -1, -1)}))
+    [w] = writes(ctl.run())
+    assert (w.state.leader, w.state.isr, w.expected_version) == (1, [1], -1)
+
+
+def test_a_shut_down_broker_that_bounces_may_lead_again() -> None:
+    ctl, _ = started({TP0: st([1, 2], 1, 0, [1, 2], 3)}, {1: 11, 2: 12})
+    ctl.enqueue(ControlledShutdown(1))
+    eff = ctl.run()
+    assert 1 in ctl.shutting_down
+    confirm(ctl, eff)
+    ctl.enqueue(BrokerChange({1: 21, 2: 12}))  # restarted within one notification
+    ctl.run()
+    assert ctl.shutting_down == set()
