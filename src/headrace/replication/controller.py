@@ -366,7 +366,10 @@ class Controller:
             zxid = ev.state_zxids.get(tp, -1)
             bounced = (frozenset(bounced_replicas(st, set(), self.live, zxid))
                        if zxid >= 0 and st.zk_version >= 0 else frozenset())
-            out += self._decide(tp, bounced)
+            decided = self._decide(tp, bounced)
+            if bounced and not decided:  # the failure half changes nothing: the start
+                decided = self._decide(tp)
+            out += decided
             if tp not in self.in_flight and self.states[tp].zk_version >= 0:
                 out += self._leader_and_isr(tp, self.states[tp].replicas)
         return out
@@ -400,7 +403,10 @@ class Controller:
 
     def _isr_change(self, tp: TP, st: PartitionState) -> list[Effect]:
         old = self.states.get(tp)
-        if old is not None and st.zk_version <= old.zk_version:
+        if old is None:  # a partition of a topic not known (yet, or any more)
+            self.refused.append(f"state of unknown partition {tp[0]}-{tp[1]} ignored")
+            return []
+        if st.zk_version <= old.zk_version:
             return []  # not newer than what the controller knows
         self._index(tp, st)
         if tp in self.in_flight:

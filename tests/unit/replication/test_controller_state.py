@@ -364,3 +364,19 @@ def test_a_shut_down_broker_that_bounces_may_lead_again() -> None:
     ctl.enqueue(BrokerChange({1: 21, 2: 12}))  # restarted within one notification
     ctl.run()
     assert ctl.shutting_down == set()
+
+
+def test_startup_bounce_of_an_offline_partitions_last_replica_elects_it() -> None:
+    """Seen in a real cluster: broker 2, the last in-sync replica of an offline partition,
+    re-registered after the state's last write; the new controller's failure half has
+    nothing to write (already offline), so the start elects it at once (a newer epoch)."""
+    ctl = Controller(epoch=4)
+    ctl.enqueue(Startup({TP0: st([2], -1, 3, [2], 9)}, {2: 900, 3: 13}, {TP0: 800}))
+    [w] = writes(ctl.run())
+    assert (w.state.leader, w.state.leader_epoch, w.state.isr) == (2, 4, [2])
+
+
+def test_a_state_of_an_unknown_partition_is_ignored() -> None:
+    ctl, _ = started({}, {1: 11})
+    ctl.enqueue(IsrChange(("gone", 0), st([1], 1, 0, [1], 4)))
+    assert ctl.run() == [] and not ctl.states and "unknown partition" in ctl.refused[-1]
