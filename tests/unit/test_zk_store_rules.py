@@ -245,3 +245,31 @@ def test_new_states_of_a_deleted_topic_do_not_bring_its_znode_back(
         s.write_partition_states([("live", 1, new)], 3, 6)
     assert L.state_path("live", 1) not in zk.nodes
     s.close()
+
+
+def test_state_updates_go_in_batches_with_one_notification_and_a_refusal_alone(
+        loop: asyncio.AbstractEventLoop) -> None:
+    """The controller's updates of 250 states: three transactions (100, 100, 50), each
+    with one notification naming its states and their new versions, instead of 250; a
+    batch with one stale version is refused whole and tried again one partition at a time,
+    so only that partition's answer is None (the controller re-reads it)."""
+    zk = FakeZooKeeper()
+    for path in ("/brokers", L.TOPICS, L.topic_path("t"), "/headrace", L.STATE_CHANGES):
+        zk.nodes[path] = (b"", 0, 0)
+    zk.nodes[L.CONTROLLER_EPOCH] = (b"3", 7, 0)
+    s = store(zk, 1, 101, loop)
+    new = PartitionState([1, 2], 1, 0, [1, 2])
+    assert s.write_partition_states([("t", p, new) for p in range(250)], 3, 7) == [0] * 250
+    zk.nodes = {k: v for k, v in zk.nodes.items() if not k.startswith(L.STATE_CHANGES + "/")}
+    moved = PartitionState([1, 2], 2, 1, [2], 1, -1, 0)
+    stale = PartitionState([1, 2], 2, 1, [2], 1, -1, 5)  # someone wrote partition 120 first
+    updates = [("t", p, stale if p == 120 else moved) for p in range(250)]
+    assert s.write_partition_states(updates, 3, 7) == [None if p == 120 else 1
+                                                       for p in range(250)]
+    notes = sorted(p for p in zk.nodes if p.startswith(L.STATE_CHANGES + "/"))
+    sizes = sorted(len(L.decode_state_changes(zk.nodes[n][0])) for n in notes)
+    assert sizes == [1] * 99 + [50, 100]  # the refused batch's 99 others went alone
+    announced = {(t, p): v for n in notes for t, p, v, _ in L.decode_state_changes(
+        zk.nodes[n][0])}
+    assert announced == {("t", p): 1 for p in range(250) if p != 120}
+    s.close()

@@ -210,6 +210,27 @@ def decode_state_change(data: bytes | None) -> tuple[str, int, int, bytes]:
         raise LayoutError(f"state change: {e}") from None
 
 
+def encode_state_changes(changes: list[tuple[str, int, int, bytes]]) -> bytes:
+    """One notification for the states a controller wrote in one transaction:
+    ``{"version": 1, "changes": [<as encode_state_change>, ...]}``."""
+    return _dump({"version": 1, "changes": [
+        {"topic": t, "partition": p, "zk_version": v, "state": json.loads(state)}
+        for t, p, v, state in changes]})
+
+
+def decode_state_changes(data: bytes | None) -> list[tuple[str, int, int, bytes]]:
+    """Every (topic, partition, zk_version, state bytes) of a notification, one change
+    (``encode_state_change``) or several (``encode_state_changes``)."""
+    d = _load(data, "state change")
+    if "changes" not in d:
+        return [decode_state_change(data)]
+    try:
+        return [(str(c["topic"]), int(c["partition"]), int(c["zk_version"]),
+                 _dump(dict(c["state"]))) for c in d["changes"]]
+    except (KeyError, TypeError, ValueError) as e:
+        raise LayoutError(f"state change: {e}") from None
+
+
 def decode_purged(data: bytes | None) -> int:
     """The highest state change sequence number removed (-1: none)."""
     try:

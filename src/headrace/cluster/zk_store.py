@@ -121,6 +121,11 @@ NOTIFICATIONS_KEPT = 1000  # change notifications kept per list (older ones are 
 # the controller removes older ones every STATE_CHANGES_PURGE_EVERY notifications
 STATE_CHANGES_KEPT = 20_000
 STATE_CHANGES_PURGE_EVERY = 2_000
+# the controller's state updates (not creations) go to ZooKeeper this many per transaction,
+# with one notification for all: a failover of 10,000 partitions is 100 transactions and
+# 100 notifications for each broker to read, not 10,000 (ZooKeeper wrote ~60-80 of the
+# single ones per second under the brokers' listings of the notifications)
+STATE_WRITE_BATCH = 100
 _EXTENDED = {L.ACL_CHANGES: False, L.ACL_EXTENDED_CHANGES: True}
 
 
@@ -480,12 +485,13 @@ class ZkMetadataStore:
             except NoNodeError:  # removed since listed: read everything
                 return self._reread_states()
             try:
-                topic, p, version, state = L.decode_state_change(raw)
+                changes = L.decode_state_changes(raw)
             except L.LayoutError as e:
                 log.warning("ignoring a state change notification: %s", e)
                 continue
-            # its czxid is the state write's zxid (one transaction)
-            out.append(("state", (topic, p, state, version, int(stat.czxid))))
+            # its czxid is the state writes' zxid (one transaction)
+            out += [("state", (topic, p, state, version, int(stat.czxid)))
+                    for topic, p, version, state in changes]
         return out
 
     def _reread_states(self) -> list[tuple[str, Any]]:
@@ -1181,14 +1187,52 @@ class ZkMetadataStore:
     def write_partition_states(self, updates: list[tuple[str, int, PartitionState]],
                                controller_epoch: int, epoch_zk_version: int
                                ) -> list[int | None]:
-        """Create or conditionally set each state znode, each in a transaction with a
-        check of ``/controller_epoch``'s version (pipelined). ControllerMovedError if
-        the check failed; per update the new version or None (BadVersion: re-decide)."""
+        """Create or conditionally set each state znode in a transaction with a check of
+        ``/controller_epoch``'s version (pipelined). Updates go STATE_WRITE_BATCH to a
+        transaction with one notification for all of them; a batch refused as a whole
+        (one BadVersion) is tried again one partition per transaction, as creations are.
+        ControllerMovedError if the check failed; per update the new version or None
+        (BadVersion: re-decide)."""
         c = self._c()
+        out: list[int | None] = [None] * len(updates)
+        moved = False
+        newest = -1
+        singles = list(range(len(updates)))
+        sets = [i for i, (_, _, st) in enumerate(updates) if st.zk_version >= 0]
+        if len(sets) > 1:  # updates in transactions of STATE_WRITE_BATCH, one notification each
+            singles = [i for i, (_, _, st) in enumerate(updates) if st.zk_version < 0]
+            batches: list[tuple[list[int], Any]] = []
+            for k in range(0, len(sets), STATE_WRITE_BATCH):
+                idx = sets[k:k + STATE_WRITE_BATCH]
+                t = c.transaction()
+                t.check(L.CONTROLLER_EPOCH, epoch_zk_version)
+                changes = []
+                for i in idx:
+                    topic, p, st = updates[i]
+                    data = L.encode_state(st, controller_epoch)
+                    t.set_data(L.state_path(topic, p), data, version=st.zk_version)
+                    changes.append((topic, p, st.zk_version + 1, data))
+                t.create(f"{L.STATE_CHANGES}/{L.STATE_CHANGE_PREFIX}",
+                         L.encode_state_changes(changes), sequence=True)
+                batches.append((idx, t.commit_async()))
+            for idx, res in batches:
+                results = res.get(timeout=max(self.session_timeout_s, 10))
+                first = results[0]
+                if isinstance(first, Exception) and type(first).__name__ != "RolledBackError":
+                    moved = True  # fenced: nothing written
+                elif any(isinstance(r, Exception) for r in results):
+                    singles += idx  # one refused (BadVersion): each alone, to know which
+                else:
+                    newest = max(newest, _announced(results[-1]))
+                    for i, r in zip(idx, results[1:-1], strict=True):
+                        out[i] = int(r.version)
+            singles.sort()
+        if moved:
+            raise ControllerMovedError("the controller epoch changed")
         parents_known: set[str] = set()
         gone: set[str] = set()
         pending: list[tuple[str, int, PartitionState, bytes, Any]] = []
-        for topic, p, st in updates:
+        for topic, p, st in [updates[i] for i in singles]:
             path = L.state_path(topic, p)
             data = L.encode_state(st, controller_epoch)
             t = c.transaction()
@@ -1214,19 +1258,17 @@ class ZkMetadataStore:
                 t.set_data(path, data, version=st.zk_version)
                 self._announce_state(t, topic, p, st.zk_version + 1, data)
             pending.append((topic, p, st, data, t.commit_async()))
-        out: list[int | None] = []
-        moved = False
-        newest = -1
+        single_out: list[int | None] = []
         for topic, p, st, data, res in pending:
             if res is None:  # its topic is gone: nothing written
-                out.append(None)
+                single_out.append(None)
                 continue
             results = res.get(timeout=max(self.session_timeout_s, 10))
             newest = max(newest, _announced(results[-1]))
             first, last = results[0], results[-2]  # last: the state's write
             if isinstance(first, Exception) and type(first).__name__ != "RolledBackError":
                 moved = True
-                out.append(None)
+                single_out.append(None)
             elif st.zk_version < 0 and isinstance(results[1], NodeExistsError):
                 # the partition's node exists (a retry after a partial failure): the state
                 # alone, still fenced
@@ -1238,13 +1280,15 @@ class ZkMetadataStore:
                 if isinstance(r[0], Exception) and type(r[0]).__name__ != "RolledBackError":
                     moved = True
                 newest = max(newest, _announced(r[-1]))
-                out.append(None if isinstance(r[-1], Exception) else 0)
+                single_out.append(None if isinstance(r[-1], Exception) else 0)
             elif isinstance(last, Exception):
-                out.append(None)
+                single_out.append(None)
             elif isinstance(last, str):  # create returns the path
-                out.append(0)
+                single_out.append(0)
             else:
-                out.append(int(last.version))
+                single_out.append(int(last.version))
+        for i, r in zip(singles, single_out, strict=True):
+            out[i] = r
         if newest >= 0 and (newest // STATE_CHANGES_PURGE_EVERY
                             != self._last_purge // STATE_CHANGES_PURGE_EVERY):
             self._last_purge = newest
