@@ -41,16 +41,16 @@ EPOCH_FOLLOWER = (INT + "test_inproc_epochs.py::"
 # restarts resume from the checkpointed offsets; the sink writes keys, values, headers, and a
 # replayed batch of its transactional mode adds nothing
 SPARK_TWINS = (
-        INT + "test_spark_source_inproc.py::test_micro_batches_read_every_record_once_in_order",
-        U + "test_spark_offsets.py::test_plan_end_caps_by_limit_and_available_now_target",
-        U + "test_spark_offsets.py::test_new_partition_enters_at_earliest_with_an_empty_range",
-        U + "test_spark_offsets.py::test_data_loss_is_reported_not_decided",
-        U + "test_spark_offsets.py::test_offset_spec_and_resolve",
-        U + "test_spark_offsets.py::test_json_round_trip_is_sparks_kafka_format",
-        U + "test_spark_batch_decode.py::test_every_codec_keys_values_headers_nulls",
-        U + "test_spark_batch_decode.py::test_control_batch_is_skipped_but_counted",
-        SINK + "test_a_replayed_committed_batch_writes_nothing",
-        SINK + "test_a_task_that_died_with_its_transaction_open_is_fenced_and_retried_once"),
+    INT + "test_spark_source_inproc.py::test_micro_batches_read_every_record_once_in_order",
+    U + "test_spark_offsets.py::test_plan_end_caps_by_limit_and_available_now_target",
+    U + "test_spark_offsets.py::test_new_partition_enters_at_earliest_with_an_empty_range",
+    U + "test_spark_offsets.py::test_data_loss_is_reported_not_decided",
+    U + "test_spark_offsets.py::test_offset_spec_and_resolve",
+    U + "test_spark_offsets.py::test_json_round_trip_is_sparks_kafka_format",
+    U + "test_spark_batch_decode.py::test_every_codec_keys_values_headers_nulls",
+    U + "test_spark_batch_decode.py::test_control_batch_is_skipped_but_counted",
+    SINK + "test_a_replayed_committed_batch_writes_nothing",
+    SINK + "test_a_task_that_died_with_its_transaction_open_is_fenced_and_retried_once")
 
 SIM_CLEAN = (SIM + "test_seeds_are_clean", SIM + "test_every_fault_kind_appears_and_stays_clean",
              SIM + "test_each_mutation_is_caught_at_its_seed")
