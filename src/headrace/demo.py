@@ -108,6 +108,10 @@ class EventProducer(threading.Thread):
         except BaseException as e:
             self.error = e
 
+    def done_producing(self, elapsed_s: float) -> bool:
+        """After ``duration_s``, once ``hold`` (if any) is set."""
+        return elapsed_s >= self.duration_s and (self.hold is None or self.hold.is_set())
+
     def _run(self) -> None:
         from confluent_kafka import Producer
 
@@ -120,7 +124,7 @@ class EventProducer(threading.Thread):
         sentence_every = 10
         while not self.stop_requested.is_set():
             elapsed = time.monotonic() - start
-            if elapsed >= self.duration_s and (self.hold is None or self.hold.is_set()):
+            if self.done_producing(elapsed):
                 break
             due = int(elapsed * self.rate) - self.stats.sent
             for _ in range(max(0, due)):
@@ -609,18 +613,21 @@ class BrokerFault(threading.Thread):
                 self._changed.wait(min(left, 0.5))  # and look at the stop flag
         return True
 
-    def run(self) -> None:
+    def leader(self) -> int:
+        """The broker leading ``activity``-0 now (broker 1 if none is known)."""
         from confluent_kafka.admin import AdminClient
 
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        md = admin.list_topics(topic=ACTIVITY_TOPIC, timeout=10)
+        leader = int(md.topics[ACTIVITY_TOPIC].partitions[0].leader)
+        return leader if leader in self.cluster.brokers else 1
+
+    def run(self) -> None:
         deadline = time.monotonic() + self.timeout_s
         try:
             if not self._wait(self._first_rows, deadline, "first micro-batch"):
                 return
-            admin = AdminClient({"bootstrap.servers": self.bootstrap})
-            md = admin.list_topics(topic=ACTIVITY_TOPIC, timeout=10)
-            leader = int(md.topics[ACTIVITY_TOPIC].partitions[0].leader)
-            if leader not in self.cluster.brokers:
-                leader = 1
+            leader = self.leader()
             with self._changed:
                 self._rows_at_kill = dict(self._rows)
             self.cluster.brokers[leader].kill()
