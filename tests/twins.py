@@ -89,7 +89,6 @@ TWINS: dict[str, tuple[str, ...]] = {
         U + "test_kafka_properties.py::test_listeners_set_host_and_port_unless_given"),
     # R-SPARK-3/4 on a cluster: the source follows leader changes, nothing lost or doubled
     "tests/cluster/test_demo_cluster.py": (
-        U + "test_demo_fault.py::test_kill_after_the_first_micro_batch_restart_after_every_query_read_again",
         U + "test_spark_list_offsets.py::test_first_offsets_wait_for_a_partition_without_a_leader",
         U + "test_spark_list_offsets.py::test_a_micro_batch_leaves_a_leaderless_partition_for_the_next",
         U + "test_spark_offsets.py::test_audit_compare", SIM + "test_seeds_are_clean"),
