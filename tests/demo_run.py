@@ -204,3 +204,20 @@ class OutputLines:
         self._thread.join(timeout_s)
         assert not self._thread.is_alive(), "the output did not end"
         return self.text()
+
+
+def written_not_checkpointed(
+    work: Path, queries: tuple[tuple[str, str], ...] = (("activity", "activity_counts"),
+                                                          ("wordcount", "word_counts")),
+) -> list[tuple[str, int]]:
+    """(table, batch id) of batches committed to their warehouse table (``batch_id=N``)
+    whose query's checkpoint has no commit for them (``commits/N``); by default the result
+    queries'."""
+    out = []
+    for query, table in queries:
+        commits = work / "checkpoints" / query / "commits"
+        for batch in (work / "warehouse" / table).glob("batch_id=*"):
+            n = int(batch.name.removeprefix("batch_id="))
+            if not (commits / str(n)).exists():
+                out.append((table, n))
+    return out

@@ -37,6 +37,21 @@ SINK = INT + "test_transactional_sink_inproc.py::"
 EPOCH_FOLLOWER = (INT + "test_inproc_epochs.py::"
                   "test_a_replica_that_does_not_lead_checks_the_epoch_first_and_deletes_nothing")
 
+# R-SPARK-1/2: offsets planned, every record once per micro-batch plan, data loss reported,
+# restarts resume from the checkpointed offsets; the sink writes keys, values, headers, and a
+# replayed batch of its transactional mode adds nothing
+SPARK_TWINS = (
+    INT + "test_spark_source_inproc.py::test_micro_batches_read_every_record_once_in_order",
+    U + "test_spark_offsets.py::test_plan_end_caps_by_limit_and_available_now_target",
+    U + "test_spark_offsets.py::test_new_partition_enters_at_earliest_with_an_empty_range",
+    U + "test_spark_offsets.py::test_data_loss_is_reported_not_decided",
+    U + "test_spark_offsets.py::test_offset_spec_and_resolve",
+    U + "test_spark_offsets.py::test_json_round_trip_is_sparks_kafka_format",
+    U + "test_spark_batch_decode.py::test_every_codec_keys_values_headers_nulls",
+    U + "test_spark_batch_decode.py::test_control_batch_is_skipped_but_counted",
+    SINK + "test_a_replayed_committed_batch_writes_nothing",
+    SINK + "test_a_task_that_died_with_its_transaction_open_is_fenced_and_retried_once")
+
 SIM_CLEAN = (SIM + "test_seeds_are_clean", SIM + "test_every_fault_kind_appears_and_stays_clean",
              SIM + "test_each_mutation_is_caught_at_its_seed")
 
@@ -401,17 +416,14 @@ TWINS: dict[str, tuple[str, ...]] = {
     INT + "test_simulate_command.py": (SIM + "test_seeds_are_clean",),
     # R-SPARK-1/2: offsets planned, every record once per micro-batch plan, data loss reported,
     # restarts resume from the checkpointed offsets; the sink writes keys, values, headers
-    INT + "test_spark.py": (
-        INT + "test_spark_source_inproc.py::test_micro_batches_read_every_record_once_in_order",
-        U + "test_spark_offsets.py::test_plan_end_caps_by_limit_and_available_now_target",
-        U + "test_spark_offsets.py::test_new_partition_enters_at_earliest_with_an_empty_range",
-        U + "test_spark_offsets.py::test_data_loss_is_reported_not_decided",
-        U + "test_spark_offsets.py::test_offset_spec_and_resolve",
-        U + "test_spark_offsets.py::test_json_round_trip_is_sparks_kafka_format",
-        U + "test_spark_batch_decode.py::test_every_codec_keys_values_headers_nulls",
-        U + "test_spark_batch_decode.py::test_control_batch_is_skipped_but_counted",
-        SINK + "test_a_replayed_committed_batch_writes_nothing",
-        SINK + "test_a_task_that_died_with_its_transaction_open_is_fenced_and_retried_once"),
+    INT + "test_spark.py": SPARK_TWINS,
+    # test_spark.py's tests moved to modules of their own (one Spark session or demo run
+    # each, for pytest-xdist), with the same twins: a job killed with -9 and restarted from
+    # its checkpoint (R-SPARK-2, the transactional sink's replay: issue 10 item 3)
+    INT + "test_spark_driver_kill.py": SPARK_TWINS,
+    # the demo killed with -9 and rerun (issue 10); demo runs of their own (R-SPARK-3/4)
+    INT + "test_spark_demo_kill.py": (*SPARK_TWINS, U + "test_spark_offsets.py::test_audit_compare"),
+    INT + "test_spark_demo.py": (*SPARK_TWINS, U + "test_spark_offsets.py::test_audit_compare"),
     # issue 10: a replayed batch of the transactional sink adds nothing (fencing, read_committed)
     INT + "test_spark_executor_kill.py": (
         SINK + "test_a_replayed_committed_batch_writes_nothing",

@@ -9,7 +9,8 @@ topics, written in the sink's transactional mode, hold exactly their tables' row
 items 4 and 5 (the set-up command as written; a summary a person can read).
 
 The demo runs that need something else are elsewhere, each its own run: killed with -9 and
-rerun, Ctrl-C, a broker other programs used (``test_spark.py``), on a cluster with a broker
+rerun (``test_spark_demo_kill.py``), Ctrl-C and a broker other programs used
+(``test_spark_demo.py``), on a cluster with a broker
 killed (``tests/cluster/test_demo_cluster.py``). Under pytest-xdist this module is one
 ``xdist_group``, so that its readers share one worker and one run.
 """

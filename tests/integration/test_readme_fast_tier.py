@@ -25,5 +25,5 @@ def test_fast_tier_command_selects_the_fast_tests() -> None:
     assert any(i.startswith("tests/unit/replication/") for i in ids), r.stdout[-2000:]
     assert any(i.startswith("tests/unit/") for i in ids)
     slow = [i for i in ids if i.startswith(("tests/cluster/", "tests/fault/"))
-            or "test_spark.py" in i or "test_demo.py" in i]
+            or "test_spark" in i or "test_demo.py" in i]
     assert not slow, slow[:10]

@@ -2,7 +2,8 @@
 driver or executor kill) adds nothing"): ``headrace.spark.kafka_io.
 produce_batches_transactional``, the function each sink task runs, called as a task runs it
 against an in-process broker. Fast twin of tests/integration/test_spark_executor_kill.py and
-of test_spark.py's transactional driver kill, where Spark's executor or driver is killed:
+of test_spark_driver_kill.py's transactional driver kill, where Spark's executor or driver
+is killed:
 
 - a task whose batch committed, then runs again (a replay after the driver died before
   recording the batch, or a retried task whose first attempt committed) writes nothing;
