@@ -142,13 +142,14 @@ class SimZk:
         self.w = world
         self.nodes: dict[str, Znode] = {}
         self.sessions: dict[int, Session] = {}
+        self.live: dict[int, Session] = {}  # the sessions not expired yet
         self.watches: dict[str, list[int]] = {}
         self.next_sid = 1
 
     def open_session(self, broker: int) -> int:
         sid = self.next_sid
         self.next_sid += 1
-        self.sessions[sid] = Session(sid, broker, self.w.now)
+        self.sessions[sid] = self.live[sid] = Session(sid, broker, self.w.now)
         return sid
 
     def alive(self, sid: int) -> bool:
@@ -161,9 +162,9 @@ class SimZk:
             s.last_heard = self.w.now
 
     def expire_due(self) -> None:
-        for sid in sorted(self.sessions):
-            s = self.sessions[sid]
-            if s.alive and self.w.now - s.last_heard > self.w.p.session_timeout_ms:
+        deadline = self.w.now - self.w.p.session_timeout_ms
+        for sid, s in list(self.live.items()):  # in session order
+            if s.last_heard < deadline:
                 self.expire(sid)
 
     def expire(self, sid: int) -> None:
@@ -171,6 +172,7 @@ class SimZk:
         if not s.alive:
             return
         s.alive = False
+        del self.live[sid]
         for path in sorted(p for p, n in self.nodes.items() if n.owner == sid):
             del self.nodes[path]
             self._fire(path)
@@ -416,8 +418,8 @@ class Broker:
         if w.p.transactions:
             self.txn_tick()
         now = w.now
-        for p in sorted(self.replicas):
-            r = self.replicas[p]
+        for r in self.replicas.values():  # built in partition order
+            p = r.p
             if r.core is not None:
                 if r.core.pending is not None and now >= r.isr_deadline:
                     # no answer: the write may have been applied or not
@@ -952,11 +954,17 @@ class Network:
         self.last: dict[tuple[int, int], int] = {}
 
     def linked(self, a: int, b: int) -> bool:
-        return self.cuts.get((min(a, b), max(a, b)), 0) == 0
+        if not self.cuts:
+            return True
+        return (min(a, b), max(a, b)) not in self.cuts
 
     def cut(self, a: int, b: int, delta: int) -> None:
         k = (min(a, b), max(a, b))
-        self.cuts[k] = self.cuts.get(k, 0) + delta
+        n = self.cuts.get(k, 0) + delta
+        if n:
+            self.cuts[k] = n
+        else:
+            del self.cuts[k]  # only cut links are kept
 
 
 # ---------------------------------------------------------------------- clients
