@@ -59,9 +59,11 @@ chosen at random each time they start following, rely on the fetch's diverging e
 
 **Clients**: one idempotent acks=all producer per partition (one request in flight,
 retried with the same sequence number until acknowledged; duplicates are detected at the
-leader from the log) and one read_committed consumer per partition reading up to the high
-watermark (no transactions are simulated: the last stable offset is the high watermark).
-Clients find leaders from the partition state (a metadata shortcut).
+leader from the log), one read_committed consumer per partition reading up to the last
+stable offset and dropping aborted transactions, and one transactional producer with its
+coordinator on the controller (``simulation.txn``; ``Params.transactions=False`` leaves it
+out and replays the random stream of the runs before it). Clients find leaders and the
+coordinator from ZooKeeper (a metadata shortcut).
 """
 
 from __future__ import annotations
