@@ -1153,8 +1153,8 @@ class World:
 
     # ------------------------------------------------------------------ clients
     def leader_of(self, p: int) -> int:
-        st = self.zk.partition_state(p)
-        return -1 if st is None else st.leader
+        n = self.zk.nodes.get(state_path(p))  # read only: no copy of the state
+        return -1 if n is None else int(n.data.leader)
 
     def client_tick(self) -> None:
         if self.now > self.heal_ms:
