@@ -134,3 +134,55 @@ def no_duplicate_detection() -> contextlib.AbstractContextManager[None]:
 
 
 MUTATIONS["no_duplicate_detection"] = no_duplicate_detection
+
+
+def aborted_lookup_by_first_offset() -> contextlib.AbstractContextManager[None]:
+    """``TxnTracker.aborted_in`` keyed on the first offset instead of the marker's (issue
+    21's fourth one-line change): a fetch starting inside an aborted transaction does not
+    name it."""
+    import bisect
+
+    from headrace.log.transactions import AbortedTxn, TxnTracker
+
+    def aborted_in(self: TxnTracker, start: int, end: int) -> list[AbortedTxn]:
+        i = bisect.bisect_left(self.aborted, start, key=lambda a: a.first_offset)
+        return [a for a in self.aborted[i:] if a.first_offset < end]
+
+    return _patch(TxnTracker, "aborted_in", aborted_in)
+
+
+def markers_not_retried_at_new_leader() -> contextlib.AbstractContextManager[None]:
+    """The coordinator resends a transaction marker to the leader it first sent it to, not
+    to the partition's leader now."""
+    from headrace.simulation.txn import MarkerJob, TxnShell
+
+    def marker_target(self: TxnShell, job: MarkerJob, p: int) -> int:
+        return job.sent_to.get(p, self.w.leader_of(p))
+
+    return _patch(TxnShell, "marker_target", marker_target)
+
+
+def lso_is_high_watermark() -> contextlib.AbstractContextManager[None]:
+    """The last stable offset is the high watermark (open transactions ignored)."""
+    from headrace.log.transactions import TxnTracker
+
+    return _patch(TxnTracker, "last_stable_offset", lambda self, high_watermark: high_watermark)
+
+
+MUTATIONS["aborted_lookup_by_first_offset"] = aborted_lookup_by_first_offset
+MUTATIONS["markers_not_retried_at_new_leader"] = markers_not_retried_at_new_leader
+MUTATIONS["lso_is_high_watermark"] = lso_is_high_watermark
+
+
+def abort_keeps_producer_epoch() -> contextlib.AbstractContextManager[None]:
+    """The coordinator aborts a timed-out (or fenced) transaction without bumping the
+    producer epoch: the old producer's late records are not fenced."""
+    from headrace.txn.coordinator import TxnCoordinator, TxnMetadata, TxnState, TxnWrite
+
+    def abort(self: TxnCoordinator, m: TxnMetadata, now_ms: int) -> TxnWrite:
+        return self._begin(m, m.copy(state=TxnState.PREPARE_ABORT, last_update_ms=now_ms))
+
+    return _patch(TxnCoordinator, "_abort_fenced", abort)
+
+
+MUTATIONS["abort_keeps_producer_epoch"] = abort_keeps_producer_epoch

@@ -42,7 +42,7 @@ def simulate_command(seeds: int, seed: int, steps: int, brokers: int, faults_tex
     shrunk fault schedule otherwise."""
     params = Params(brokers=brokers)
     faults = _faults(faults_text)
-    steps_total = acks_total = 0
+    steps_total = acks_total = committed = aborted = 0
     for s in range(seed, seed + seeds):
         if trace:
             res = run_seed(s, steps, params, faults, tracing=True)
@@ -53,6 +53,8 @@ def simulate_command(seeds: int, seed: int, steps: int, brokers: int, faults_tex
             res, shrunk = check_seed(s, steps, params, faults)
         steps_total += res.steps
         acks_total += res.acks
+        committed += res.committed
+        aborted += res.aborted
         if res.violation is not None:
             v = res.violation
             click.echo(f"seed {s}: FAILED {v.prop}: {v.detail}")
@@ -66,7 +68,8 @@ def simulate_command(seeds: int, seed: int, steps: int, brokers: int, faults_tex
             sys.exit(1)
         if seeds == 1:
             click.echo(f"seed {s}: clean ({res.steps} steps, {res.acks} records acknowledged, "
+                       f"transactions {res.committed} committed {res.aborted} aborted, "
                        f"{len(res.faults)} faults: "
                        f"{','.join(f.describe() for f in res.faults) or '(none)'})")
     click.echo(f"{seeds} seed(s) from {seed} clean: {steps_total} steps, {acks_total} records "
-               f"acknowledged")
+               f"acknowledged, transactions {committed} committed {aborted} aborted")

@@ -24,6 +24,8 @@ class Result:
     acks: int
     end_ms: int
     trace: list[str]
+    committed: int = 0  # transactions committed
+    aborted: int = 0    # transactions aborted
 
     @property
     def ok(self) -> bool:
@@ -54,7 +56,9 @@ def run_seed(seed: int, steps: int = 300, params: Params | None = None,
         violation = v
     except Exception as e:  # a pure core raised: its own misuse error is a bug found
         violation = Violation("core raised", f"{type(e).__name__}: {e}")
-    return Result(seed, faults, violation, w.steps, len(w.acks), w.now, w.log_lines)
+    committed = sum(w.txn_outcome.values())
+    return Result(seed, faults, violation, w.steps, len(w.acks), w.now, w.log_lines,
+                  committed, len(w.txn_outcome) - committed)
 
 
 def shrink(seed: int, faults: list[Fault], still_fails: Callable[[list[Fault]], bool]

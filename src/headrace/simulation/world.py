@@ -59,9 +59,11 @@ chosen at random each time they start following, rely on the fetch's diverging e
 
 **Clients**: one idempotent acks=all producer per partition (one request in flight,
 retried with the same sequence number until acknowledged; duplicates are detected at the
-leader from the log) and one read_committed consumer per partition reading up to the high
-watermark (no transactions are simulated: the last stable offset is the high watermark).
-Clients find leaders from the partition state (a metadata shortcut).
+leader from the log), one read_committed consumer per partition reading up to the last
+stable offset and dropping aborted transactions, and one transactional producer with its
+coordinator on the controller (``simulation.txn``; ``Params.transactions=False`` leaves it
+out and replays the random stream of the runs before it). Clients find leaders and the
+coordinator from ZooKeeper (a metadata shortcut).
 """
 
 from __future__ import annotations
@@ -72,14 +74,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from headrace.log.transactions import TxnTracker
 from headrace.metadata.store import PartitionState
 from headrace.replication import controller as ctl
 from headrace.replication import epochs as ep
 from headrace.replication import leader as ld
+from headrace.simulation import txn as sx
+from headrace.simulation.txn import TOPIC, TXN_CLIENT, Rec
 
 ZK = -1
 CLIENT_BASE = 100
-TOPIC = "t"
 
 
 class Violation(Exception):
@@ -113,6 +117,10 @@ class Params:
     # process never led; False: only a LeaderAndIsr does (the controller bumps the epoch
     # of a bounced broker's partitions first)
     reread_leads: bool = False
+    # the transactional client and its coordinator (see simulation.txn)
+    transactions: bool = True
+    txn_timeout_ms: int = 1000
+    txn_last_begin_ms: int = 1000  # no transaction begins later than this after the heal
 
 
 # ---------------------------------------------------------------------- ZooKeeper
@@ -136,13 +144,14 @@ class SimZk:
         self.w = world
         self.nodes: dict[str, Znode] = {}
         self.sessions: dict[int, Session] = {}
+        self.live: dict[int, Session] = {}  # the sessions not expired yet
         self.watches: dict[str, list[int]] = {}
         self.next_sid = 1
 
     def open_session(self, broker: int) -> int:
         sid = self.next_sid
         self.next_sid += 1
-        self.sessions[sid] = Session(sid, broker, self.w.now)
+        self.sessions[sid] = self.live[sid] = Session(sid, broker, self.w.now)
         return sid
 
     def alive(self, sid: int) -> bool:
@@ -155,9 +164,9 @@ class SimZk:
             s.last_heard = self.w.now
 
     def expire_due(self) -> None:
-        for sid in sorted(self.sessions):
-            s = self.sessions[sid]
-            if s.alive and self.w.now - s.last_heard > self.w.p.session_timeout_ms:
+        deadline = self.w.now - self.w.p.session_timeout_ms
+        for sid, s in list(self.live.items()):  # in session order
+            if s.last_heard < deadline:
                 self.expire(sid)
 
     def expire(self, sid: int) -> None:
@@ -165,6 +174,7 @@ class SimZk:
         if not s.alive:
             return
         s.alive = False
+        del self.live[sid]
         for path in sorted(p for p, n in self.nodes.items() if n.owner == sid):
             del self.nodes[path]
             self._fire(path)
@@ -232,7 +242,7 @@ def part_of(path: str) -> int:
 @dataclass
 class Replica:
     p: int
-    log: list[tuple[int, int, int]] = field(default_factory=list)  # (epoch, pid, seq)
+    log: list[Rec] = field(default_factory=list)  # see simulation.txn.Rec
     epochs: list[tuple[int, int]] = field(default_factory=list)
     hw: int = 0
     flushed: int = 0
@@ -250,18 +260,40 @@ class Replica:
     led_epoch: int = -1  # the epoch this process last led at
     # the leader epoch of the state this process read first (None: not read yet)
     start_epoch: int | None = -1
+    # transactions: the real tracker of the partition log, and the producer and
+    # coordinator epochs of its transactional producers (from their records and markers)
+    txns: TxnTracker = field(default_factory=TxnTracker)
+    pepochs: dict[int, int] = field(default_factory=dict)
+    cepochs: dict[int, int] = field(default_factory=dict)
 
     @property
     def leo(self) -> int:
         return len(self.log)
 
-    def append(self, rec: tuple[int, int, int]) -> int:
+    def append(self, rec: Rec) -> int:
         o = len(self.log)
         if not self.epochs or rec[0] > self.epochs[-1][0]:
             self.epochs.append((rec[0], o))
         self.log.append(rec)
         self.ids[(rec[1], rec[2])] = o
+        if rec[3] >= 0:
+            self.track(o, rec)
         return o
+
+    def track(self, o: int, rec: Rec) -> None:
+        sx.track(self.txns, o, rec)
+        self.pepochs[rec[1]] = rec[3]
+        if rec[4] != sx.DATA:
+            self.cepochs[rec[1]] = rec[5]
+
+    def rebuild_txns(self) -> None:
+        """The transaction state from the log (``PartitionLog``'s recovery)."""
+        self.txns = TxnTracker()
+        self.pepochs = {}
+        self.cepochs = {}
+        for o, rec in enumerate(self.log):
+            if rec[3] >= 0:
+                self.track(o, rec)
 
     def truncate_to(self, offset: int) -> None:
         """Kafka's ``UnifiedLog.truncateTo``: at or past the log end only the epoch cache
@@ -276,6 +308,8 @@ class Replica:
         self.hw = min(self.hw, offset)
         self.flushed = min(self.flushed, offset)
         self.checked = min(self.checked, offset)
+        if self.pepochs:
+            self.rebuild_txns()
 
     def assign_epoch(self, epoch: int) -> None:
         """Kafka's ``LeaderEpochFileCache.assign`` at the log end."""
@@ -296,6 +330,8 @@ class Purgatory:
     pid: int
     seq: int
     deadline: int
+    pepoch: int = -1
+    marker: bool = False  # a transaction marker (the client is the coordinator broker)
 
 
 class Broker:
@@ -317,6 +353,7 @@ class Broker:
         self.reread: set[int] = set()
         self.controller_resync = False
         self.incarnation = 0  # bumped by a crash: the process behind its connections
+        self.txn: sx.TxnShell | None = None  # the transaction coordinator (on the controller)
 
     # ------------------------------------------------------------------ ZooKeeper link
     def zk_link(self) -> bool:
@@ -354,8 +391,7 @@ class Broker:
         keep = []
         for e in self.purgatory:
             if p is None or e.p == p:
-                self.w.send(self.id, e.client,
-                            ("produce_resp", e.p, e.pid, e.seq, "not_leader", -1))
+                self.reply(e, "not_leader", -1)
             else:
                 keep.append(e)
         self.purgatory = keep
@@ -381,9 +417,11 @@ class Broker:
                 self.reread.clear()
             if self.controller is not None and self.controller_resync:
                 self.controller_startup()
+        if w.p.transactions:
+            self.txn_tick()
         now = w.now
-        for p in sorted(self.replicas):
-            r = self.replicas[p]
+        for r in self.replicas.values():  # built in partition order
+            p = r.p
             if r.core is not None:
                 if r.core.pending is not None and now >= r.isr_deadline:
                     # no answer: the write may have been applied or not
@@ -406,6 +444,22 @@ class Broker:
                 r.hw_checkpoint = min(r.hw, r.flushed if w.p.flush_ms else r.leo)
             interval = w.p.flush_ms or w.p.hw_checkpoint_ms or 60
             self.next_flush = now + interval * (10 if now < self.slow_until else 1)
+
+    # ------------------------------------------------------------------ coordinator
+    def txn_tick(self) -> None:
+        """The transaction coordinator runs on the controller, at its epoch."""
+        c = self.controller
+        if c is None:
+            self.txn = None
+            return
+        if self.txn is None or self.txn.epoch != c.epoch:
+            if not self.zk_ok():
+                return
+            self.txn = sx.TxnShell(self, c.epoch)
+        self.txn.tick()
+        if self.txn is not None and self.txn.deposed:
+            self.controller = None  # ControllerMovedException
+            self.txn = None
 
     # ------------------------------------------------------------------ controller
     def try_become_controller(self) -> None:
@@ -665,15 +719,56 @@ class Broker:
             _, p, offset = msg
             r = self.leads(p, -1)
             if r is None:
-                w.send(self.id, src, ("consume_resp", p, offset, None))
+                w.send(self.id, src, ("consume_resp", p, offset, None, []))
             else:
-                w.send(self.id, src, ("consume_resp", p, offset,
-                                      r.log[offset:min(self.fetch_end(r), offset + 4)]))
+                end = min(self.fetch_end(r), offset + 4)
+                aborted = [(a.producer_id, a.first_offset)
+                           for a in r.txns.aborted_in(offset, end)] if end > offset else []
+                w.send(self.id, src, ("consume_resp", p, offset, r.log[offset:end], aborted))
+        elif kind == "txn_marker":
+            self.write_marker(src, *msg[1:])
+        elif kind == "marker_resp":
+            if self.txn is not None:
+                self.txn.marker_resp(*msg[1:])
+        elif kind == "txn_req":
+            if self.txn is None:
+                w.send(self.id, src, ("txn_resp", msg[1], "not_coordinator", -1, -1))
+            else:
+                self.txn.request(src, *msg[1:])
 
     def fetch_end(self, r: Replica) -> int:
-        """Where a read_committed consumer's read ends: the last stable offset, which is the
-        high watermark (no transactions are simulated)."""
-        return r.hw
+        """Where a read_committed consumer's read ends: the last stable offset."""
+        return self.w.observe_lso(self, r)
+
+    def write_marker(self, src: int, p: int, pid: int, pepoch: int, commit: bool,
+                     coordinator_epoch: int) -> None:
+        """WriteTxnMarkers at the leader: Kafka's ``appendEndTxnMarker`` checks (an older
+        producer epoch or coordinator epoch is fenced), then an acks=all append."""
+        w = self.w
+        r = self.leads(p, -1)
+        if r is None or r.core is None:
+            w.send(self.id, src, ("marker_resp", p, pid, pepoch, "not_leader"))
+            return
+        if pepoch < r.pepochs.get(pid, -1) or coordinator_epoch < r.cepochs.get(pid, -1):
+            w.send(self.id, src, ("marker_resp", p, pid, pepoch, "fenced"))
+            return
+        if len(r.core.isr) < w.p.min_isr:
+            w.send(self.id, src, ("marker_resp", p, pid, pepoch, "not_enough_replicas"))
+            return
+        ctrl = sx.COMMIT_MARKER if commit else sx.ABORT_MARKER
+        o = r.append((r.core.leader_epoch, pid, -1 - r.leo, pepoch, ctrl, coordinator_epoch))
+        w.trace(f"b{self.id} p{p} marker {'commit' if commit else 'abort'} at {o}")
+        if r.core.maybe_increment_high_watermark(r.leo):
+            w.observe_hw(self, r)
+        self.purgatory.append(Purgatory(p, o + 1, src, pid, -1, w.now + w.p.request_timeout_ms,
+                                        pepoch, True))
+        self.check_purgatory()
+
+    def reply(self, e: Purgatory, code: str, offset: int) -> None:
+        if e.marker:
+            self.w.send(self.id, e.client, ("marker_resp", e.p, e.pid, e.pepoch, code))
+        else:
+            self.w.send(self.id, e.client, ("produce_resp", e.p, e.pid, e.seq, code, offset))
 
     def serve_fetch(self, src: int, p: int, cur_epoch: int, fetch_offset: int,
                     last_epoch: int) -> None:
@@ -703,22 +798,25 @@ class Broker:
         w.send(self.id, src, ("fetch_resp", p, cur_epoch, fetch_offset, "ok", records,
                               r.core.high_watermark))
 
-    def produce(self, src: int, p: int, pid: int, seq: int) -> None:
+    def produce(self, src: int, p: int, pid: int, seq: int, pepoch: int = -1) -> None:
         w = self.w
         r = self.leads(p, -1)
         if r is None or r.core is None:
             w.send(self.id, src, ("produce_resp", p, pid, seq, "not_leader", -1))
+            return
+        if pepoch >= 0 and pepoch < r.pepochs.get(pid, -1):
+            w.send(self.id, src, ("produce_resp", p, pid, seq, "fenced", -1))
             return
         o = r.ids.get((pid, seq))
         if o is None:
             if len(r.core.isr) < w.p.min_isr:
                 w.send(self.id, src, ("produce_resp", p, pid, seq, "not_enough_replicas", -1))
                 return
-            o = r.append((r.core.leader_epoch, pid, seq))
+            o = r.append((r.core.leader_epoch, pid, seq, pepoch, sx.DATA, -1))
             if r.core.maybe_increment_high_watermark(r.leo):
                 w.observe_hw(self, r)
         self.purgatory.append(Purgatory(p, o + 1, src, pid, seq,
-                                        w.now + w.p.request_timeout_ms))
+                                        w.now + w.p.request_timeout_ms, pepoch))
         self.check_purgatory()
 
     def check_purgatory(self) -> None:
@@ -726,20 +824,17 @@ class Broker:
         for e in self.purgatory:
             r = self.leads(e.p, -1)
             if r is None or r.core is None:
-                self.w.send(self.id, e.client, ("produce_resp", e.p, e.pid, e.seq,
-                                                "not_leader", -1))
+                self.reply(e, "not_leader", -1)
                 continue
             res = r.core.acks_all(e.required, self.w.p.min_isr)
             if res is ld.AcksAll.DONE:
-                self.w.acked(self.id, e.p, e.pid, e.seq, e.required - 1)
-                self.w.send(self.id, e.client, ("produce_resp", e.p, e.pid, e.seq, "ok",
-                                                e.required - 1))
+                if not e.marker:
+                    self.w.acked(self.id, e.p, e.pid, e.seq, e.required - 1)
+                self.reply(e, "ok", e.required - 1)
             elif res is ld.AcksAll.NOT_ENOUGH_REPLICAS:
-                self.w.send(self.id, e.client, ("produce_resp", e.p, e.pid, e.seq,
-                                                "not_enough_replicas_after_append", -1))
+                self.reply(e, "not_enough_replicas_after_append", -1)
             elif self.w.now >= e.deadline:
-                self.w.send(self.id, e.client, ("produce_resp", e.p, e.pid, e.seq,
-                                                "timeout", -1))
+                self.reply(e, "timeout", -1)
             else:
                 keep.append(e)
         self.purgatory = keep
@@ -820,6 +915,7 @@ class Broker:
         self.up = False
         self.incarnation += 1
         self.controller = None
+        self.txn = None
         self.purgatory = []
         for r in self.replicas.values():
             if self.w.p.flush_ms == 0:
@@ -828,6 +924,7 @@ class Broker:
                 r.hw_checkpoint = r.hw
             lost = r.log[r.flushed:]
             r.truncate_to(r.flushed)
+            r.rebuild_txns()  # recovery: the transaction index from the log
             r.epochs = [e for e in r.flushed_epochs if e[1] < r.leo]
             r.hw = min(r.hw_checkpoint, r.leo)
             r.checked = min(r.checked, r.hw)
@@ -859,11 +956,17 @@ class Network:
         self.last: dict[tuple[int, int], int] = {}
 
     def linked(self, a: int, b: int) -> bool:
-        return self.cuts.get((min(a, b), max(a, b)), 0) == 0
+        if not self.cuts:
+            return True
+        return (min(a, b), max(a, b)) not in self.cuts
 
     def cut(self, a: int, b: int, delta: int) -> None:
         k = (min(a, b), max(a, b))
-        self.cuts[k] = self.cuts.get(k, 0) + delta
+        n = self.cuts.get(k, 0) + delta
+        if n:
+            self.cuts[k] = n
+        else:
+            del self.cuts[k]  # only cut links are kept
 
 
 # ---------------------------------------------------------------------- clients
@@ -896,6 +999,7 @@ class World:
         self.log_lines: list[str] = []
         self.zk = SimZk(self)
         self.zk.nodes["/controller_epoch"] = Znode(0)
+        self.zk.nodes[sx.PRODUCER_ID_BLOCK] = Znode(sx.FIRST_PRODUCER_ID)
         self.net = Network(self)
         n = params.brokers
         self.assignment = [[(p + j) % n for j in range(params.rf)]
@@ -903,13 +1007,14 @@ class World:
         self.brokers = [Broker(self, b) for b in range(n)]
         self.producers = [Producer(CLIENT_BASE + p, p) for p in range(params.partitions)]
         self.consumers = [Consumer(p) for p in range(params.partitions)]
+        self.txn_client = sx.TxnClient(self) if params.transactions else None
         # checker state
-        self.committed: list[list[tuple[int, int, int]]] = [[] for _ in range(params.partitions)]
+        self.committed: list[list[Rec]] = [[] for _ in range(params.partitions)]
         self.committed_ids: list[dict[tuple[int, int], int]] = [
             {} for _ in range(params.partitions)]
         self.acks: list[tuple[int, int, int, int]] = []  # (p, pid, seq, offset)
         self.acked_ids: set[tuple[int, int, int]] = set()
-        self.seen: list[tuple[int, int, tuple[int, int, int]]] = []
+        self.seen: list[tuple[int, int, Rec]] = []
         self.lost: set[tuple[int, int, int]] = set()  # (p, pid, seq) lost by crashes
         self.epoch_leaders: dict[tuple[int, int], int] = {}
         self.epoch_hw: dict[tuple[int, int], int] = {}
@@ -917,6 +1022,13 @@ class World:
         self.heal_ms = 0
         self.steps = 0
         self.isr_full_at: dict[int, int] = {}
+        # transactions (ghost state): record -> transaction, the open one per
+        # transactional id, each decided transaction's outcome (True: commit)
+        self.txn_of: dict[tuple[int, int, int], int] = {}  # (p, pid, seq) -> transaction
+        self.txn_records: list[list[tuple[int, int, int]]] = []  # transaction -> records
+        self.txn_open: dict[str, int] = {}
+        self.txn_outcome: dict[int, bool] = {}
+        self.epoch_lso: dict[tuple[int, int], int] = {}
         for b in self.brokers:
             self.at(0, self.broker_tick, b)
         self.at(100, self.create_topic)
@@ -1003,7 +1115,10 @@ class World:
         if dst == ZK:
             self.zk_request(src, msg)
         elif dst >= CLIENT_BASE:
-            self.client_msg(msg)
+            if dst == TXN_CLIENT:
+                self.txn_client_msg(msg)
+            else:
+                self.client_msg(msg)
         else:
             b = self.brokers[dst]
             if not b.up:
@@ -1038,8 +1153,8 @@ class World:
 
     # ------------------------------------------------------------------ clients
     def leader_of(self, p: int) -> int:
-        st = self.zk.partition_state(p)
-        return -1 if st is None else st.leader
+        n = self.zk.nodes.get(state_path(p))  # read only: no copy of the state
+        return -1 if n is None else int(n.data.leader)
 
     def client_tick(self) -> None:
         if self.now > self.heal_ms:
@@ -1056,6 +1171,8 @@ class World:
                 pr.due = self.now + self.p.request_timeout_ms + 50
                 if leader >= 0:
                     self.send(pr.pid, leader, ("produce", pr.p, pr.pid, pr.seq))
+        if self.txn_client is not None:
+            self.txn_client.tick()
         for c in self.consumers:
             if self.now >= c.due:
                 leader = self.leader_of(c.p)
@@ -1077,15 +1194,71 @@ class World:
             else:
                 pr.due = self.now + self.p.tick_ms * 3
         elif msg[0] == "consume_resp":
-            _, p, offset, records = msg
+            _, p, offset, records, aborted = msg
             c = self.consumers[p]
             if records is None or offset != c.offset:
                 c.due = self.now + self.p.tick_ms * 3
                 return
-            for i, rec in enumerate(records):
-                self.consumed(p, offset + i, rec)
+            sx.consume_response(self, p, offset, records, aborted)
             c.offset += len(records)
             c.due = self.now + (0 if records else self.p.tick_ms * 3)
+
+    def txn_client_msg(self, msg: tuple[Any, ...]) -> None:
+        tc = self.txn_client
+        assert tc is not None
+        if msg[0] == "produce_resp":
+            tc.produce_resp(msg[1], msg[3], msg[4])
+        elif msg[0] == "txn_resp":
+            tc.txn_resp(*msg[1:])
+
+    # ------------------------------------------------------------------ transactions
+    def new_txn(self) -> int:
+        self.txn_records.append([])
+        return len(self.txn_records) - 1
+
+    def txn_record(self, k: int, p: int, pid: int, seq: int) -> None:
+        key = (p, pid, seq)
+        if key not in self.txn_of:
+            self.txn_of[key] = k
+            self.txn_records[k].append(key)
+
+    def txn_opened(self, tid: str, k: int) -> None:
+        self.trace(f"txn {k} open")
+        self.txn_open[tid] = k
+
+    def txn_decided(self, tid: str, commit: bool) -> None:
+        k = self.txn_open.pop(tid, None)
+        if k is not None:
+            self.trace(f"txn {k} {'commit' if commit else 'abort'}")
+            self.txn_outcome[k] = commit
+
+    def returned_txn_record(self, p: int, offset: int, rec: Rec) -> None:
+        k = self.txn_of.get((p, rec[1], rec[2]))
+        outcome = None if k is None else self.txn_outcome.get(k)
+        if outcome is not True:
+            what = "an aborted" if outcome is False else "an open transaction's"
+            raise Violation("read_committed returns committed transactions only",
+                            f"a read_committed consumer returned {what} record {rec} "
+                            f"(transaction {k}) at partition {p} offset {offset}")
+
+    def observe_lso(self, b: Broker, r: Replica) -> int:
+        """The leader's last stable offset: never above the high watermark, never back
+        within a leader epoch."""
+        core = r.core
+        assert core is not None
+        lso = r.txns.last_stable_offset(core.high_watermark)
+        if lso > core.high_watermark:
+            raise Violation("last stable offset below the high watermark",
+                            f"partition {r.p}: broker {b.id}'s last stable offset {lso} > "
+                            f"its high watermark {core.high_watermark}")
+        key = (r.p, core.leader_epoch)
+        prev = self.epoch_lso.get(key, -1)
+        if lso < prev:
+            raise Violation("last stable offset monotonic",
+                            f"partition {r.p} epoch {core.leader_epoch}: broker {b.id}'s "
+                            f"last stable offset {lso} < {prev}")
+        self.epoch_lso[key] = lso
+        return lso
 
     # ------------------------------------------------------------------ faults
     def inject(self, f: Any) -> None:
@@ -1152,7 +1325,7 @@ class World:
             self.acked_ids.add((p, pid, seq))
             self.acks.append((p, pid, seq, offset))
 
-    def consumed(self, p: int, offset: int, rec: tuple[int, int, int]) -> None:
+    def consumed(self, p: int, offset: int, rec: Rec) -> None:
         com = self.committed[p]
         if offset >= len(com) or com[offset] != rec:
             there = com[offset] if offset < len(com) else None
@@ -1161,7 +1334,7 @@ class World:
                             f"committed record there is {there}")
         self.seen.append((p, offset, rec))
 
-    def lost_in_crash(self, p: int, lost: list[tuple[int, int, int]]) -> None:
+    def lost_in_crash(self, p: int, lost: list[Rec]) -> None:
         for rec in lost:
             if not any(b.up and p in b.replicas and (rec[1], rec[2]) in b.replicas[p].ids
                        for b in self.brokers):
@@ -1206,3 +1379,37 @@ class World:
                         (offset >= lr.leo or lr.log[offset] != rec):
                     raise Violation("consumed record stays",
                                     f"{rec} read at partition {p} offset {offset} is gone")
+            if self.txn_client is not None:
+                self.final_txn_check(leaders[0], lr)
+        if self.txn_client is not None:
+            for k, records in enumerate(self.txn_records):
+                if records and k not in self.txn_outcome:
+                    raise Violation("no hanging transaction",
+                                    f"transaction {k} with records {records[:4]} was never "
+                                    f"committed or aborted")
+
+    def final_txn_check(self, b: Broker, lr: Replica) -> None:
+        """After healing: no hanging transaction (the last stable offset is back at the high
+        watermark, the last transaction having begun ``txn_last_begin_ms`` after the heal)
+        and atomicity (a read_committed read of the whole log returns every record of each
+        committed transaction and none of an aborted one)."""
+        p = lr.p
+        lso = self.observe_lso(b, lr)
+        core = lr.core
+        assert core is not None
+        if lso != core.high_watermark:
+            raise Violation("no hanging transaction",
+                            f"partition {p}: last stable offset {lso} below the high "
+                            f"watermark {core.high_watermark} at the end (ongoing "
+                            f"{dict(sorted(lr.txns.ongoing.items()))})")
+        aborted = [(a.producer_id, a.first_offset) for a in lr.txns.aborted_in(0, lso)]
+        returned = {(rec[1], rec[2]) for _, rec in sx.read_committed(lr.log[:lso], 0, aborted)
+                    if rec[3] >= 0}
+        for k, outcome in sorted(self.txn_outcome.items()):
+            for (pp, pid, seq) in self.txn_records[k]:
+                if pp == p and outcome != ((pid, seq) in returned) and \
+                        (p, pid, seq) not in self.lost:
+                    raise Violation("transaction atomicity",
+                                    f"transaction {k} ({'committed' if outcome else 'aborted'}"
+                                    f"): its record ({pid},{seq}) at partition {p} is "
+                                    f"{'not ' if outcome else ''}returned by read_committed")
