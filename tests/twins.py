@@ -202,7 +202,8 @@ TWINS: dict[str, tuple[str, ...]] = {
         U + "test_txn_coordinator.py::test_a_second_producer_fences_the_first_and_aborts_its_transaction",
         U + "test_log_transactions.py::test_a_follower_tracks_the_leaders_transactions",
         REP + "test_read_committed.py::test_fetch_starting_inside_an_aborted_transaction_names_it",
-        INT + "test_transactions.py::test_commit_and_abort_as_each_isolation_level_sees_them"),
+        INT + "test_transactions.py::test_commit_and_abort_as_each_isolation_level_sees_them",
+        SIM + "test_transactions_commit_abort_time_out_and_resume_after_coordinator_failover"),
     # ================================================================ tests/fault/
     # R-LOG-4, R-LOG-6: a crash at any step of a compaction leaves a readable log with the
     # latest value per key; leftover .cleaned/.swap files are resolved
