@@ -117,6 +117,10 @@ class MarkerJob:
     remaining: set[int]
     due: dict[int, int] = field(default_factory=dict)
     sent_to: dict[int, int] = field(default_factory=dict)  # partition -> leader sent to
+    # which job a response answers: a response is bound to its request (Kafka's correlation
+    # id), never matched by (producer id, epoch) alone — a late answer to the previous
+    # transaction's marker (same producer epoch) must not count for this one's
+    nonce: int = 0
 
 
 class TxnShell:
@@ -200,7 +204,8 @@ class TxnShell:
                                 out.producer_epoch))
 
     def start_markers(self, m: Markers) -> None:
-        self.jobs[m.transactional_id] = MarkerJob(m, {p for _, p in m.partitions})
+        self.jobs[m.transactional_id] = MarkerJob(m, {p for _, p in m.partitions},
+                                                  nonce=self.w.new_marker_job())
 
     def marker_target(self, job: MarkerJob, p: int) -> int:
         """Whoever leads ``p`` now (a marker is retried at the new leader)."""
@@ -229,11 +234,13 @@ class TxnShell:
                 if leader >= 0:
                     job.sent_to.setdefault(p, leader)
                     w.send(self.b.id, leader, ("txn_marker", p, m.producer_id,
-                                               m.producer_epoch, m.commit, self.epoch))
+                                               m.producer_epoch, m.commit, self.epoch,
+                                               job.nonce))
 
-    def marker_resp(self, p: int, pid: int, pepoch: int, code: str) -> None:
+    def marker_resp(self, p: int, pid: int, pepoch: int, code: str, nonce: int) -> None:
         job = self.jobs.get(TID)
-        if job is None or (job.markers.producer_id, job.markers.producer_epoch) != (pid, pepoch):
+        if job is None or job.nonce != nonce or (
+                job.markers.producer_id, job.markers.producer_epoch) != (pid, pepoch):
             return
         if code == "ok":
             job.remaining.discard(p)

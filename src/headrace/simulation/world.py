@@ -741,32 +741,34 @@ class Broker:
         return self.w.observe_lso(self, r)
 
     def write_marker(self, src: int, p: int, pid: int, pepoch: int, commit: bool,
-                     coordinator_epoch: int) -> None:
+                     coordinator_epoch: int, nonce: int) -> None:
         """WriteTxnMarkers at the leader: Kafka's ``appendEndTxnMarker`` checks (an older
         producer epoch or coordinator epoch is fenced), then an acks=all append."""
         w = self.w
         r = self.leads(p, -1)
         if r is None or r.core is None:
-            w.send(self.id, src, ("marker_resp", p, pid, pepoch, "not_leader"))
+            w.send(self.id, src, ("marker_resp", p, pid, pepoch, "not_leader", nonce))
             return
         if pepoch < r.pepochs.get(pid, -1) or coordinator_epoch < r.cepochs.get(pid, -1):
-            w.send(self.id, src, ("marker_resp", p, pid, pepoch, "fenced"))
+            w.send(self.id, src, ("marker_resp", p, pid, pepoch, "fenced", nonce))
             return
         if len(r.core.isr) < w.p.min_isr:
-            w.send(self.id, src, ("marker_resp", p, pid, pepoch, "not_enough_replicas"))
+            w.send(self.id, src, ("marker_resp", p, pid, pepoch, "not_enough_replicas",
+                                  nonce))
             return
         ctrl = sx.COMMIT_MARKER if commit else sx.ABORT_MARKER
         o = r.append((r.core.leader_epoch, pid, -1 - r.leo, pepoch, ctrl, coordinator_epoch))
         w.trace(f"b{self.id} p{p} marker {'commit' if commit else 'abort'} at {o}")
         if r.core.maybe_increment_high_watermark(r.leo):
             w.observe_hw(self, r)
-        self.purgatory.append(Purgatory(p, o + 1, src, pid, -1, w.now + w.p.request_timeout_ms,
-                                        pepoch, True))
+        # a marker's entry carries its job's nonce where a produce carries its sequence
+        self.purgatory.append(Purgatory(p, o + 1, src, pid, nonce,
+                                        w.now + w.p.request_timeout_ms, pepoch, True))
         self.check_purgatory()
 
     def reply(self, e: Purgatory, code: str, offset: int) -> None:
         if e.marker:
-            self.w.send(self.id, e.client, ("marker_resp", e.p, e.pid, e.pepoch, code))
+            self.w.send(self.id, e.client, ("marker_resp", e.p, e.pid, e.pepoch, code, e.seq))
         else:
             self.w.send(self.id, e.client, ("produce_resp", e.p, e.pid, e.seq, code, offset))
 
@@ -1026,6 +1028,7 @@ class World:
         # transactional id, each decided transaction's outcome (True: commit)
         self.txn_of: dict[tuple[int, int, int], int] = {}  # (p, pid, seq) -> transaction
         self.txn_records: list[list[tuple[int, int, int]]] = []  # transaction -> records
+        self.marker_jobs = 0  # marker jobs numbered (their responses carry the number)
         self.txn_open: dict[str, int] = {}
         self.txn_outcome: dict[int, bool] = {}
         self.epoch_lso: dict[tuple[int, int], int] = {}
@@ -1212,6 +1215,11 @@ class World:
             tc.txn_resp(*msg[1:])
 
     # ------------------------------------------------------------------ transactions
+    def new_marker_job(self) -> int:
+        """A number for a coordinator's marker job, unique in this world."""
+        self.marker_jobs += 1
+        return self.marker_jobs
+
     def new_txn(self) -> int:
         self.txn_records.append([])
         return len(self.txn_records) - 1

@@ -152,6 +152,24 @@ def test_a_leader_takes_the_controllers_isr_when_its_own_change_is_settled_other
     assert r.ok, r.violation
 
 
+@pytest.mark.parametrize(("seed", "faults"), [
+    (20233, ("slowdisk:2@2422+859",)),
+    (17649, ("crash:0@1949+890", "slowdisk:0@2549+607", "crash:2@2779+918")),
+])
+def test_a_late_answer_to_a_marker_never_counts_for_the_next_transaction(
+        seed: int, faults: tuple[str, ...]) -> None:
+    """Found by the long run with transactions: a marker written twice (the first answer
+    late), and the late answer arrived while the next transaction's markers (same producer
+    id and epoch: an abort does not bump it) were pending; the coordinator's shell matched
+    answers by (producer id, epoch) only and took it for the new marker, so that
+    transaction's marker was never written at that partition and a read_committed consumer
+    later returned its aborted record. An answer is bound to its request (Kafka's
+    correlation id): a marker job's number travels with the marker and back."""
+    schedule = [Fault.parse(f) for f in faults]
+    r = run_seed(seed, faults=schedule)
+    assert r.ok, r.violation
+
+
 def test_transactions_commit_abort_time_out_and_resume_after_coordinator_failover() -> None:
     """Seed 2's transactional workload covers the coordinator's paths: commits and aborts,
     transactions aborted by their timeout, and a new coordinator (the controller lost)
