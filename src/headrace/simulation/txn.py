@@ -18,7 +18,10 @@ the leader appends a control record (acks=all: refused below ``min.insync.replic
 answered once the high watermark passes it) unless the producer epoch or the coordinator
 epoch is older than the partition's (Kafka's ``appendEndTxnMarker`` checks). The coordinator
 resends a marker to whoever leads the partition then until it is answered, then writes the
-Complete state.
+Complete state. One request per partition is in flight: the next copy goes only after an
+error answer, or after twice the request timeout without one (the leader answers a pending
+marker after one: the copy was lost); each request has its own number, which its answer
+carries (Kafka's correlation id).
 
 **Partitions** keep the real ``log.transactions.TxnTracker`` over their records (ongoing
 transactions, markers not yet below the high watermark, aborted transactions), rebuilt from
@@ -121,6 +124,13 @@ class MarkerJob:
     # id), never matched by (producer id, epoch) alone — a late answer to the previous
     # transaction's marker (same producer epoch) must not count for this one's
     nonce: int = 0
+    # partition -> (request number, sent at): the one request in flight there; the next
+    # copy goes only after its answer, or once twice the request timeout has passed (the
+    # leader answers a pending marker after one request timeout: a copy still unanswered
+    # then was lost on the way). Two copies in flight at once let a late one reach the
+    # partition after the next transaction began there and end it (seed 5351).
+    in_flight: dict[int, tuple[int, int]] = field(default_factory=dict)
+    requests: set[int] = field(default_factory=set)  # every request number this job sent
 
 
 class TxnShell:
@@ -229,24 +239,42 @@ class TxnShell:
             for p in sorted(job.remaining):
                 if now < job.due.get(p, 0):
                     continue
-                job.due[p] = now + w.p.request_timeout_ms
+                if w.p.marker_resend_in_flight:
+                    job.due[p] = now + w.p.request_timeout_ms
+                    number = job.nonce
+                else:
+                    flight = job.in_flight.get(p)
+                    if flight is not None and now < flight[1] + 2 * w.p.request_timeout_ms:
+                        continue
+                    number = w.new_marker_job()
                 leader = self.marker_target(job, p)
                 if leader >= 0:
                     job.sent_to.setdefault(p, leader)
+                    if not w.p.marker_resend_in_flight:
+                        job.in_flight[p] = (number, now)
+                        job.requests.add(number)
                     w.send(self.b.id, leader, ("txn_marker", p, m.producer_id,
                                                m.producer_epoch, m.commit, self.epoch,
-                                               job.nonce))
+                                               number))
+                elif not w.p.marker_resend_in_flight:
+                    job.due[p] = now + 3 * w.p.tick_ms  # no leader now: look again soon
 
     def marker_resp(self, p: int, pid: int, pepoch: int, code: str, nonce: int) -> None:
         job = self.jobs.get(TID)
-        if job is None or job.nonce != nonce or (
-                job.markers.producer_id, job.markers.producer_epoch) != (pid, pepoch):
+        if job is None or (job.markers.producer_id, job.markers.producer_epoch) != (pid, pepoch):
             return
+        if self.w.p.marker_resend_in_flight:
+            if job.nonce != nonce:
+                return
+        elif nonce not in job.requests:
+            return  # another job's request (an earlier transaction's marker)
         if code == "ok":
             job.remaining.discard(p)
+            job.in_flight.pop(p, None)
             if not job.remaining:
                 self.finish(TID)
-        else:
+        elif self.w.p.marker_resend_in_flight or job.in_flight.get(p, (0, 0))[0] == nonce:
+            job.in_flight.pop(p, None)  # that request failed: the next copy may go
             job.due[p] = self.w.now + 3 * self.w.p.tick_ms
 
     def finish(self, tid: str) -> None:

@@ -121,6 +121,12 @@ class Params:
     transactions: bool = True
     txn_timeout_ms: int = 1000
     txn_last_begin_ms: int = 1000  # no transaction begins later than this after the heal
+    # the coordinator's marker sender before seed 5351: a marker resent on a timer while an
+    # earlier copy was still pending at the leader; False: one request per partition in
+    # flight, the next only after its answer or after twice the request timeout (Kafka's
+    # TransactionMarkerChannelManager: one in-flight request per broker, re-enqueued on an
+    # error or a disconnect)
+    marker_resend_in_flight: bool = False
 
 
 # ---------------------------------------------------------------------- ZooKeeper
