@@ -37,6 +37,7 @@ class GroupMember:
     revokes: int = 0
     member_id: str = ""
     error: BaseException | None = None
+    connection_errors: int = 0  # kafka-python: refused connections poll() raised
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
@@ -125,9 +126,23 @@ class GroupMember:
                and time.monotonic() < deadline and not self._stop.is_set()):
             time.sleep(0.05)
         c.subscribe(self.topics)
+        from kafka.errors import KafkaConnectionError
+
         try:
             while not self._stop.is_set():
-                for tp, msgs in c.poll(100).items():
+                try:
+                    polled = c.poll(100)
+                except KafkaConnectionError:
+                    # kafka-python 3.0.12 lets a refused connection out of poll(): in
+                    # ensure_coordinator_ready_async (coordinator/base.py) the metadata
+                    # refresh that follows a failed coordinator lookup catches only
+                    # KafkaTimeoutError. Seen when the only broker restarts (a Kafka broker
+                    # refuses the same way); the consumer stays usable, as an application
+                    # that polls again finds.
+                    self.connection_errors += 1
+                    self._stop.wait(0.1)  # back off as the client's own retry would
+                    continue
+                for tp, msgs in polled.items():
                     for m in msgs:
                         self.records.append((tp.partition, m.offset, m.value))
                 self.assignment = frozenset(tp.partition for tp in c.assignment())
