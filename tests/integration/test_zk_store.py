@@ -108,6 +108,41 @@ async def test_registration_and_topics_seen_through_watches(pair: tuple[ZkMetada
     await until(lambda: ("topic_deleted", "t") in rec.events)
 
 
+async def test_leaders_isr_changes_go_many_to_a_transaction(
+        pair: tuple[ZkMetadataStore, ...]) -> None:
+    """``update_isrs`` (the broker's ISR writer, Kafka's AlterPartitionManager): changes of
+    many partitions in one transaction with one notification naming them all, which the
+    other store's cache applies; a batch with one stale version is done again one by one,
+    so the others still land and only the stale one loses (None)."""
+    from headrace.cluster import zk_store
+
+    a, b = pair
+    n = zk_store.STATE_WRITE_BATCH + 5  # two transactions
+    await asyncio.to_thread(a.create_topic_znodes, "many", [[1, 2]] * n, {}, uuid.uuid4())
+    epoch, version = await asyncio.to_thread(a.elect_controller, 1)  # type: ignore[misc]
+    states = [("many", i, PartitionState([1, 2], 1, 0, [1, 2])) for i in range(n)]
+    assert await asyncio.to_thread(a.write_partition_states, states, epoch, version) == [0] * n
+    await until(lambda: (t := b.topic("many")) and all(p.leader == 1 for p in t.partitions))
+    zk = a._c()
+    before = len(zk.get_children(L.STATE_CHANGES))
+    parts = b.topic("many").partitions  # type: ignore[union-attr]
+    items = [("many", i, replace(parts[i], isr=[1])) for i in range(n)]
+    assert await asyncio.to_thread(b.update_isrs, items) == [1] * n
+    assert len(zk.get_children(L.STATE_CHANGES)) - before == 2  # one per transaction
+    await until(lambda: all(p.isr == [1] for p in a.topic("many").partitions))  # type: ignore[union-attr]
+
+    # partition 3 changed meanwhile: its write loses, the others of its batch land
+    parts = a.topic("many").partitions  # type: ignore[union-attr]
+    stale = replace(parts[3], isr=[1, 2], zk_version=parts[3].zk_version - 1)
+    items = [("many", i, replace(parts[i], isr=[1, 2])) for i in range(n)]
+    items[3] = ("many", 3, stale)
+    out = await asyncio.to_thread(b.update_isrs, items)
+    assert out[3] is None and out[:3] + out[4:] == [2] * (n - 1)
+    got = await until(lambda: (t := a.topic("many")) and all(
+        p.zk_version == (1 if i == 3 else 2) for i, p in enumerate(t.partitions)) and t)
+    assert [p.isr for p in got.partitions] == [[1, 2]] * 3 + [[1]] + [[1, 2]] * (n - 4)
+
+
 async def test_producer_id_blocks_never_overlap(pair: tuple[ZkMetadataStore, ...]) -> None:
     a, b = pair
     firsts = await asyncio.gather(*[asyncio.to_thread(s.allocate_producer_ids, 1000)

@@ -14,9 +14,11 @@ the hosted partitions match them:
 - **ISR** (R-REP-3): as leader, every ``replica.lag.time.max.ms`` / 2 it drops followers
   not caught up for ``replica.lag.time.max.ms`` and, when a follower's fetch reaches the
   high watermark, adds it back. Each change is a conditional write of the state znode
-  (``update_isr``, expected version = the znode version acted on) and takes effect only
-  after it succeeded; a lost race (the controller wrote first) changes nothing and the
-  cache brings the new state.
+  (expected version = the znode version acted on) and takes effect only after it
+  succeeded; a lost race (the controller wrote first) changes nothing and the cache brings
+  the new state. One writer task sends every change queued meanwhile together
+  (``update_isrs``: up to STATE_WRITE_BATCH to a ZooKeeper transaction, one notification
+  each), as Kafka's ``AlterPartitionManager`` batches AlterPartition.
 - **Fencing**: when the ZooKeeper session is lost, every partition stops leading at once
   (NOT_LEADER_OR_FOLLOWER; acks=all waiters are answered) and every fetcher stops; after
   the new session's cache is loaded every topic is reconciled again.
@@ -68,6 +70,9 @@ class ClusterNode:
         self._became_leader: list[str] = []
         self._became_follower: list[str] = []
         self._isr_changes: list[str] = []
+        # ISR changes waiting for the writer: (partition, change, state decided on, core)
+        self._isr_queue: list[tuple[Partition, IsrChange, PartitionState, Any]] = []
+        self._isr_writer: asyncio.Task[None] | None = None
         # the restart rule (README, "The replication rules"; the simulation's
         # ``reread_leads=False``): per hosted partition, the leader epoch of its state
         # before this process registered, and the last epoch this process led. A state
@@ -377,7 +382,7 @@ class ClusterNode:
         if (old.leader == state.leader == self.node_id and not p.isr_change_in_flight
                 and old.isr != state.isr):
             # the controller changed the ISR of a partition led here (one written by this
-            # broker is counted in _change_isr)
+            # broker is counted in _isr_written)
             self.broker.metrics.isr_changed(len(old.isr), len(state.isr))
         fresh_state = replace(state, replicas=list(state.replicas), isr=list(state.isr))
         if self.fenced:
@@ -449,50 +454,58 @@ class ClusterNode:
                     self._spawn_isr_change(p, change)
 
     def _spawn_isr_change(self, p: Partition, change: IsrChange) -> None:
-        task = asyncio.get_running_loop().create_task(self._change_isr(p, change))
-        self.broker.track(task)
+        """Queue ``change`` (pending in the partition's core, so the high watermark counts
+        a joiner already) for the ISR writer: Kafka's ``AlterPartitionManager``, which sends
+        every change queued while its previous request was in flight in the next one. After
+        a failover a new leader may change thousands of ISRs at once; one ZooKeeper
+        transaction each took minutes at 10,000 partitions."""
+        self._isr_queue.append((p, change, p.state, p.core))
+        if self._isr_writer is None or self._isr_writer.done():
+            self._isr_writer = asyncio.get_running_loop().create_task(self._write_isrs())
+            self.broker.track(self._isr_writer)
 
-    async def _change_isr(self, p: Partition, change: IsrChange) -> None:
-        """Write ``change`` (pending in the partition's core, so the high watermark counts
-        a joiner already) conditionally on the state acted on; it takes effect only once
-        written. A lost race drops it (the cache brings what was decided); a write without
-        an answer may have been applied, so it stays pending until a newer state settles it
-        (``Partition.update_state``) or the session's loss fences this leader."""
-        acted = p.state
-        core = p.core
-        keep = False
-        try:
-            new = replace(acted, isr=list(change.isr))
+    async def _write_isrs(self) -> None:
+        """Write the queued changes, each conditionally on the state it was decided on
+        (``ZkMetadataStore.update_isrs``: many to a transaction); each takes effect only
+        once written. A lost race drops it (the cache brings what was decided); a write
+        without an answer may have been applied, so it stays pending until a newer state
+        settles it (``Partition.update_state``) or the session's loss fences this leader."""
+        while self._isr_queue:
+            batch, self._isr_queue = self._isr_queue, []
+            items = [(p.tp.topic, p.tp.partition, replace(acted, isr=list(change.isr)))
+                     for p, change, acted, _ in batch]
             try:
-                version = await asyncio.to_thread(self.store.update_isr, p.tp.topic,
-                                                  p.tp.partition, new)
+                versions = await asyncio.to_thread(self.store.update_isrs, items)
             except Exception as e:
-                # its outcome is unknown (the store retried within the session): the
-                # change stays pending, so the high watermark keeps counting a joiner that
-                # ZooKeeper may already list, until the session's loss fences this leader
-                # or a new state (through the cache) settles it
-                keep = True
-                log.warning("ISR change of %s (%s) has no answer: %s", p.tp, change.reason,
+                # the outcome of those without an answer is unknown (the store retried
+                # within the session): they stay pending, so the high watermark keeps
+                # counting a joiner that ZooKeeper may already list, until the session's
+                # loss fences this leader or a new state (through the cache) settles it
+                log.warning("ISR change of %d partition(s) (%s: %s) has no answer: %s",
+                            len(batch), batch[0][0].tp, batch[0][1].reason,
                             f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
-                return
-            if core is not None and core.pending is not change:
-                keep = True  # settled meanwhile (by a newer state, or a new leadership)
-                return
-            if version is None:
-                log.debug("ISR change of %s lost a race (the state changed); re-reading", p.tp)
-                return
-            if (self.replicas.partitions.get(p.tp) is not p or not p.leading
-                    or p.core is not core or p.state.leader_epoch != acted.leader_epoch
-                    or p.state.zk_version > version):
-                return
-            p.isr_committed(change, replace(new, zk_version=version),
-                            self.broker.clock.wall_ms())
-            keep = True
-            self.broker.metrics.isr_changed(len(acted.isr), len(p.state.isr))
-            log.debug("ISR of %s: %s -> %s (%s)", p.tp, acted.isr, p.state.isr, change.reason)
-            self._isr_changes.append(f"{p.tp}: {acted.isr} -> {p.state.isr} ({change.reason})")
-            if len(self._isr_changes) == 1:
-                asyncio.get_running_loop().call_later(0.5, self._log_isr_changes)
-        finally:
-            if not keep and core is not None:
-                core.isr_failed(change)
+                continue
+            for (p, change, acted, core), (_, _, new), version in zip(
+                    batch, items, versions, strict=True):
+                if not self._isr_written(p, change, acted, core, new, version) and core:
+                    core.isr_failed(change)
+
+    def _isr_written(self, p: Partition, change: IsrChange, acted: PartitionState,
+                     core: Any, new: PartitionState, version: int | None) -> bool:
+        """Apply one written change; False if it is dropped (the core forgets it)."""
+        if core is not None and core.pending is not change:
+            return True  # settled meanwhile (by a newer state, or a new leadership)
+        if version is None:
+            log.debug("ISR change of %s lost a race (the state changed); re-reading", p.tp)
+            return False
+        if (self.replicas.partitions.get(p.tp) is not p or not p.leading
+                or p.core is not core or p.state.leader_epoch != acted.leader_epoch
+                or p.state.zk_version > version):
+            return False
+        p.isr_committed(change, replace(new, zk_version=version), self.broker.clock.wall_ms())
+        self.broker.metrics.isr_changed(len(acted.isr), len(p.state.isr))
+        log.debug("ISR of %s: %s -> %s (%s)", p.tp, acted.isr, p.state.isr, change.reason)
+        self._isr_changes.append(f"{p.tp}: {acted.isr} -> {p.state.isr} ({change.reason})")
+        if len(self._isr_changes) == 1:
+            asyncio.get_running_loop().call_later(0.5, self._log_isr_changes)
+        return True

@@ -1129,6 +1129,52 @@ class ZkMetadataStore:
         version: int | None = retry(attempt)
         return version
 
+    def update_isrs(self, items: list[tuple[str, int, PartitionState]]) -> list[int | None]:
+        """Leaders' ISR changes, many at once (Kafka's ``AlterPartitionManager`` sends every
+        queued change in one AlterPartition request): STATE_WRITE_BATCH conditional sets to
+        a transaction with one notification naming all of them, the transactions pipelined.
+        A transaction refused as a whole (one of its partitions changed meanwhile) or left
+        without an answer is done again one partition at a time with ``update_isr``, which
+        tells a lost race from our own applied write; per item the new version or None,
+        as ``update_isr``."""
+        if len(items) == 1:
+            return [self.update_isr(*items[0])]
+        c = self._c()
+        out: list[int | None] = [None] * len(items)
+        again: list[int] = []
+        batches: list[tuple[list[int], Any]] = []
+        try:
+            for k in range(0, len(items), STATE_WRITE_BATCH):
+                idx = list(range(k, min(k + STATE_WRITE_BATCH, len(items))))
+                t = c.transaction()
+                changes = []
+                for i in idx:
+                    topic, part, st = items[i]
+                    data = L.encode_state(st, st.controller_epoch)
+                    t.set_data(L.state_path(topic, part), data, version=st.zk_version)
+                    changes.append((topic, part, st.zk_version + 1, data))
+                t.create(f"{L.STATE_CHANGES}/{L.STATE_CHANGE_PREFIX}",
+                         L.encode_state_changes(changes), sequence=True)
+                batches.append((idx, t.commit_async()))
+        except KazooException:
+            pass  # the batches not sent are done one by one below
+        sent = {i for idx, _ in batches for i in idx}
+        again += [i for i in range(len(items)) if i not in sent]
+        for idx, res in batches:
+            try:
+                results = res.get(timeout=max(self.session_timeout_s, 10))
+            except Exception:  # no answer: applied or not, update_isr finds out
+                again += idx
+                continue
+            if any(isinstance(r, Exception) for r in results):
+                again += idx  # one refused: each alone, to know which
+                continue
+            for i, r in zip(idx, results[:-1], strict=True):
+                out[i] = int(r.version)
+        for i in sorted(again):
+            out[i] = self.update_isr(*items[i])
+        return out
+
     def allocate_producer_ids(self, count: int) -> int:
         c = self._c()
         size = max(count, PRODUCER_ID_BLOCK_SIZE)

@@ -109,7 +109,7 @@ class Params:
     request_timeout_ms: int = 250
     isr_write_timeout_ms: int = 400
     fetch_batch: int = 2
-    # the current cluster_node._change_isr: an ISR write that raised (no answer: applied
+    # the old cluster_node._change_isr: an ISR write that raised (no answer: applied
     # or not) is dropped with isr_failed; False: it stays pending until a re-read says
     isr_error_drops_change: bool = False
     # the current cluster_node._transition: a state re-read (after a restart or a new
