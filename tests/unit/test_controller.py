@@ -99,15 +99,13 @@ def test_controlled_shutdown_moves_leadership_and_shrinks_isr() -> None:
     assert c.leads(t, 1) == 1
 
 
-def test_preferred_election_and_imbalance() -> None:
+def test_preferred_election() -> None:
     t = {"t": topic("t", ps([1, 2, 3], 2, [1, 2, 3]), ps([2, 3, 1], 2, [2, 3, 1]),
                     ps([1, 2, 3], 2, [2, 3]))}
     new = c.preferred_election(t["t"].partitions[0], {1, 2, 3})
     assert new is not None and new.leader == 1 and new.leader_epoch == 4
     assert c.preferred_election(t["t"].partitions[1], {1, 2, 3}) is None  # already
     assert c.preferred_election(t["t"].partitions[2], {1, 2, 3}) is None  # 1 not in ISR
-    assert c.imbalanced(t, {1, 2, 3}, 10) == [("t", 0)]
-    assert c.imbalanced(t, {1, 2, 3}, 100) == []
 
 
 @given(data=st.data())

@@ -208,3 +208,38 @@ def test_a_new_topic_gets_its_states_and_a_deleted_one_nothing() -> None:
     assert len(store.batches) == 1
     assert svc.ctl is not None and not any(tp[0] == "n" for tp in svc.ctl.states)
     assert all(("n", 0) not in s for s in svc.ctl.hosted.values())
+
+
+def test_elect_leaders_and_the_auto_rebalance_are_decided_by_the_pure_controller() -> None:
+    """ElectLeaders (preferred) answers per partition from the pure controller's outcomes:
+    elected (written conditionally on the snapshot), not needed, not available, unknown; a
+    write someone else made first answers not available. The auto rebalance then writes
+    only what is away from its preferred leader and can go back."""
+    parts = spread(6, [1, 2, 3])
+    # partitions 0 and 3 (preferred 1) led by 2 after an old failover; 3's ISR lacks 1;
+    # 4 (preferred 2) led by 3
+    parts[0] = replace(parts[0], leader=2, leader_epoch=1)
+    parts[3] = replace(parts[3], leader=2, leader_epoch=1, isr=[2, 3])
+    parts[4] = replace(parts[4], leader=3, leader_epoch=1)
+    store = Store({"t": TopicState("t", uuid.uuid4(), parts)}, {1: 1, 2: 2, 3: 3})
+    svc = service(store)
+    svc.config = {"unclean.leader.election.enable": False,  # type: ignore[assignment]
+                  "leader.imbalance.per.broker.percentage": 10}
+    out: dict[object, str] = {}
+
+    async def run() -> None:
+        await won(svc)
+        out.update(await svc.elect_leaders(0, [("t", 0), ("t", 1), ("t", 3), ("u", 0)]))
+        # 4: someone else wrote first (1 leads at epoch 5): refused, re-read, not available
+        store.refuse[("t", 4)] = replace(parts[4], leader=1, leader_epoch=5, zk_version=9)
+        out["4"] = (await svc.elect_leaders(0, [("t", 4)]))[("t", 4)]
+        store.batches.clear()
+        # broker 1 leads 0 (its share) and not 3 (out of sync); broker 2 leads 1, not 4
+        await svc._rebalance()
+
+    asyncio.run(run())
+    assert out == {("t", 0): "elected", ("t", 1): "not needed", ("t", 3): "not available",
+                   ("u", 0): "unknown", "4": "not available"}
+    assert store.reads == [[("t", 4)]]
+    assert [[(p, st.leader, st.leader_epoch, st.zk_version) for _, p, st in b]
+            for b in store.batches] == [[(4, 2, 6, 9)]]

@@ -263,27 +263,6 @@ def preferred_election(st: PartitionState, live: set[int]) -> PartitionState | N
     return elected(st, preferred, st.isr)
 
 
-def imbalanced(topics: Mapping[str, TopicState], live: set[int], percentage: int
-               ) -> list[tuple[str, int]]:
-    """Kafka's auto leader rebalance: for each broker whose share of partitions it
-    should lead (first replica) but does not exceeds ``percentage``, those partitions
-    whose preferred replica can lead now."""
-    by_broker: dict[int, list[tuple[str, int, PartitionState]]] = {}
-    for name, t in topics.items():
-        for i, st in enumerate(t.partitions):
-            if st.replicas:
-                by_broker.setdefault(st.replicas[0], []).append((name, i, st))
-    out = []
-    for broker, parts in by_broker.items():
-        if broker not in live:
-            continue
-        off = [(n, i) for n, i, st in parts if st.leader != broker]
-        if parts and len(off) * 100 / len(parts) > percentage:
-            out += [(n, i) for n, i, st in parts
-                    if st.leader != broker and preferred_election(st, live) is not None]
-    return out
-
-
 # ---------------------------------------------------------------- reassignment (KIP-455)
 @dataclass(frozen=True, slots=True)
 class Reassignment:

@@ -19,10 +19,12 @@ second batch, as Kafka's ``onBrokerFailure``; each answer goes back as an event:
 else decided: never overwrite). ``LeaderAndIsr`` effects are not sent: brokers learn
 states from the state change notifications (``zk_store``).
 
-Admin operations (preferred and requested unclean elections, the auto rebalance,
-reassignments, topic deletion) still decide here with ``cluster.controller``'s pure
-functions over the cache, under the same lock, with the same fenced conditional writes;
-what they write is handed to the pure controller as an ``IsrChange``.
+Elections on request (ElectLeaders, preferred or unclean; the preferred-election admin
+znode) and the auto rebalance are events too (``Elect``, ``Rebalance``), decided over the
+same snapshot; the pure controller's ``outcomes`` answer the request. Reassignments and
+topic deletion still decide here with ``cluster.controller``'s pure functions over the
+cache, under the same lock, with the same fenced conditional writes; what they write is
+handed to the pure controller as an ``IsrChange``.
 """
 
 from __future__ import annotations
@@ -333,40 +335,31 @@ class ControllerService:
                 await self._preferred(requests)
                 await asyncio.to_thread(self.store.delete_admin_node, L.PREFERRED_ELECTION)
 
+    async def _elect(self, partitions: list[tuple[str, int]], preferred: bool
+                     ) -> dict[tuple[str, int], str]:
+        """Elections on request, decided by the pure controller (``Elect``): per partition
+        "elected", "not needed", "not available" or "unknown". The caller holds the
+        lock."""
+        ctl = self.ctl
+        if ctl is None:
+            return {tp: "not available" for tp in partitions}
+        await self._step()  # decide over a snapshot that has every event before
+        for tp in partitions:
+            ctl.outcomes.pop(tp, None)
+        ctl.enqueue(pure.Elect(tuple(partitions), preferred))
+        await self._step()
+        return {tp: ctl.outcomes.pop(tp, "not available") for tp in partitions}
+
     async def _preferred(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
         """Preferred elections: per partition "elected", "not needed" or "not available"."""
-        live = self._live()
-        out: dict[tuple[str, int], str] = {}
-        decisions = []
-        for name, p in partitions:
-            t = self.store.topic(name)
-            if t is None or not 0 <= p < len(t.partitions):
-                out[(name, p)] = "unknown"
-                continue
-            st = t.partitions[p]
-            if st.replicas and st.leader == st.replicas[0]:
-                out[(name, p)] = "not needed"
-                continue
-            new = decide.preferred_election(st, live)
-            if new is None:
-                out[(name, p)] = "not available"
-                continue
-            decisions.append(decide.Decision(name, p, new, "preferred leader election"))
-            out[(name, p)] = "elected"
-        results = await self._write(decisions)
-        for d, r in zip(decisions, results, strict=True):
-            if r is None:
-                out[(d.topic, d.partition)] = "not available"
-        return out
+        return await self._elect(partitions, True)
 
     async def _rebalance(self) -> None:
         pct = int(self.config["leader.imbalance.per.broker.percentage"])
-        todo = decide.imbalanced(self.store.topics(), self._live(), pct)
-        if todo:
-            log.info("auto leader rebalance: %d partition(s) back to their preferred leader",
-                     len(todo))
-            async with self._lock:
-                await self._preferred(todo)
+        async with self._lock:
+            if self.ctl is not None:
+                self.ctl.enqueue(pure.Rebalance(pct))
+                await self._step()
 
     # ------------------------------------------------------------------ requests
     async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None
@@ -376,32 +369,8 @@ class ControllerService:
         if partitions is None:
             partitions = [(n, i) for n, t in self.store.topics().items()
                           for i in range(len(t.partitions))]
-        if election_type == 0:
-            async with self._lock:
-                return await self._preferred(partitions)
-        live = self._live()
-        out: dict[tuple[str, int], str] = {}
-        decisions = []
-        for name, p in partitions:
-            t = self.store.topic(name)
-            if t is None or not 0 <= p < len(t.partitions):
-                out[(name, p)] = "unknown"
-                continue
-            st: PartitionState = t.partitions[p]
-            if st.leader in live:
-                out[(name, p)] = "not needed"
-                continue
-            choice = decide.offline_election(st, live, True)
-            if choice is None:
-                out[(name, p)] = "not available"
-                continue
-            leader, isr, unclean = choice
-            decisions.append(decide.Decision(name, p, decide.elected(st, leader, isr),
-                                             "unclean election on request", unclean))
-            out[(name, p)] = "elected"
         async with self._lock:
-            await self._write(decisions)
-        return out
+            return await self._elect(partitions, election_type == 0)
 
     async def controlled_shutdown(self, broker_id: int) -> None:
         if broker_id == self.node_id:

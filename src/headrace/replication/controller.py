@@ -42,6 +42,14 @@ Rules:
 8. **Controlled shutdown**: a broker shutting down leads nothing another live in-sync
    replica can lead and leaves every ISR it is not alone in; it stops shutting down when
    its registration goes (it died or registered again).
+9. **Elections on request** (``Elect``: ElectLeaders, the preferred-election admin znode)
+   and the **auto rebalance** (``Rebalance``, Kafka's ``checkAndTriggerAutoLeaderRebalance``)
+   decide over the same snapshot: a preferred election moves leadership to the first
+   replica if it is live, in the ISR and not shutting down; an unclean election on
+   request elects any live replica of a partition without a live leader. Each requested
+   partition's outcome goes to ``outcomes`` (``elected`` until its write is refused, then
+   ``not available``; ``not needed``, ``not available``, ``unknown``) for the shell to
+   answer with.
 """
 
 from __future__ import annotations
@@ -57,6 +65,7 @@ from headrace.cluster.controller import (
     elected,
     initial_state,
     offline_election,
+    preferred_election,
 )
 from headrace.metadata.store import PartitionState
 
@@ -171,6 +180,21 @@ class ControlledShutdown:
 
 
 @dataclass(frozen=True, slots=True)
+class Elect:
+    """Elections asked for: ``preferred`` (leadership back to the first replica) or
+    unclean (an offline partition elects any live replica)."""
+    tps: tuple[TP, ...]
+    preferred: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Rebalance:
+    """The auto leader rebalance: every broker whose share of the partitions it should
+    lead (first replica) but does not is above ``percentage`` gets them back."""
+    percentage: int
+
+
+@dataclass(frozen=True, slots=True)
 class StateWritten:
     tp: TP
     state: PartitionState  # with the znode version the write produced
@@ -183,7 +207,7 @@ class WriteRefused:
 
 
 Event = Startup | BrokerChange | IsrChange | TopicCreated | TopicChanged | TopicDeleted | \
-    ControlledShutdown | StateWritten | WriteRefused
+    ControlledShutdown | Elect | Rebalance | StateWritten | WriteRefused
 
 
 # ---------------------------------------------------------------------- effects
@@ -225,6 +249,8 @@ class Controller:
     refused: list[str] = field(default_factory=list)
     queue: deque[Event] = field(default_factory=deque)
     handled: int = 0
+    # requested elections: partition -> elected / not needed / not available / unknown
+    outcomes: dict[TP, str] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ queue
     def enqueue(self, event: Event) -> None:
@@ -253,6 +279,10 @@ class Controller:
             return self._topic_deleted(event.topic)
         if isinstance(event, ControlledShutdown):
             return self._controlled_shutdown(event.broker)
+        if isinstance(event, Elect):
+            return self._elect(event.tps, event.preferred)
+        if isinstance(event, Rebalance):
+            return self._rebalance(event.percentage)
         if isinstance(event, StateWritten):
             return self._written(event.tp, event.state)
         return self._refused(event.tp, event.current)
@@ -497,6 +527,61 @@ class Controller:
                                    f"controlled shutdown of broker {broker}")
         return out
 
+    def _elect(self, tps: Iterable[TP], preferred: bool) -> list[Effect]:
+        out: list[Effect] = []
+        usable = set(self.live) - self.shutting_down
+        for tp in tps:
+            st = self.states.get(tp)
+            if st is None or st.zk_version < 0:
+                self.outcomes[tp] = "unknown"
+                continue
+            if preferred:
+                if st.replicas and st.leader == st.replicas[0]:
+                    self.outcomes[tp] = "not needed"
+                    continue
+                new = preferred_election(st, usable)
+                why = "preferred leader election"
+            else:
+                if st.leader in self.live:
+                    self.outcomes[tp] = "not needed"
+                    continue
+                choice = offline_election(st, usable, True)
+                new = None if choice is None else elected(st, choice[0], choice[1])
+                why = "unclean election on request" + (
+                    f" (UNCLEAN election: broker {choice[0]} was not in the ISR)"
+                    if choice is not None and choice[2] else "")
+            if new is None or tp in self.in_flight:
+                self.outcomes[tp] = "not available"
+                continue
+            self.outcomes[tp] = "elected"
+            out += self._write(tp, new, why)
+        return out
+
+    def _rebalance(self, percentage: int) -> list[Effect]:
+        """Kafka's auto leader rebalance over the snapshot: per live broker, the share of
+        the partitions whose first replica it is but which it does not lead; above
+        ``percentage``, each of them whose preferred replica can lead now is elected
+        back."""
+        by_broker: dict[int, list[TP]] = {}
+        for tp in sorted(self.states):
+            st = self.states[tp]
+            if st.replicas and st.zk_version >= 0:
+                by_broker.setdefault(st.replicas[0], []).append(tp)
+        usable = set(self.live) - self.shutting_down
+        out: list[Effect] = []
+        for broker in sorted(by_broker):
+            parts = by_broker[broker]
+            if broker not in usable:
+                continue
+            off = [tp for tp in parts if self.states[tp].leader != broker]
+            if len(off) * 100 / len(parts) <= percentage:
+                continue
+            for tp in off:
+                new = preferred_election(self.states[tp], usable)
+                if new is not None and tp not in self.in_flight:
+                    out += self._write(tp, new, "auto leader rebalance")
+        return out
+
     def _written(self, tp: TP, st: PartitionState) -> list[Effect]:
         self.in_flight.discard(tp)
         if tp not in self.states:  # deleted meanwhile
@@ -513,6 +598,8 @@ class Controller:
 
     def _refused(self, tp: TP, current: PartitionState | None) -> list[Effect]:
         self.in_flight.discard(tp)
+        if self.outcomes.get(tp) == "elected":
+            self.outcomes[tp] = "not available"  # someone else wrote first
         if tp not in self.states:  # deleted meanwhile
             return []
         if current is not None:

@@ -380,3 +380,56 @@ def test_a_state_of_an_unknown_partition_is_ignored() -> None:
     ctl, _ = started({}, {1: 11})
     ctl.enqueue(IsrChange(("gone", 0), st([1], 1, 0, [1], 4)))
     assert ctl.run() == [] and not ctl.states and "unknown partition" in ctl.refused[-1]
+
+
+def test_preferred_election_on_request_and_its_outcomes() -> None:
+    """ElectLeaders / the admin znode, decided over the snapshot: leadership back to the
+    first replica when it is live, in sync and not shutting down; each partition's outcome
+    answers the request, and a refused write turns "elected" into "not available"."""
+    states = {("t", 0): st([1, 2, 3], 2, 4, [1, 2, 3], 5),   # preferred 1 in sync: elected
+              ("t", 1): st([1, 2, 3], 1, 0, [1, 2, 3], 0),   # leads already
+              ("t", 2): st([3, 1, 2], 1, 2, [1, 2], 3),      # preferred 3 out of sync
+              ("t", 3): st([2, 1, 3], 1, 2, [1, 2, 3], 3)}   # preferred 2 shutting down
+    ctl, _ = started(states, {1: 11, 2: 12, 3: 13})
+    ctl.shutting_down.add(2)
+    ctl.enqueue(c.Elect((("t", 0), ("t", 1), ("t", 2), ("t", 3), ("u", 0))))
+    [w] = writes(ctl.run())
+    assert w.tp == ("t", 0) and (w.state.leader, w.state.leader_epoch, w.expected_version) \
+        == (1, 5, 5) and w.state.isr == [1, 2, 3]
+    assert ctl.outcomes == {("t", 0): "elected", ("t", 1): "not needed",
+                            ("t", 2): "not available", ("t", 3): "not available",
+                            ("u", 0): "unknown"}
+    # another controller elected 3 meanwhile (1 out of the ISR): refused, nothing to decide
+    ctl.enqueue(WriteRefused(("t", 0), st([1, 2, 3], 3, 5, [3, 2], 6)))
+    assert writes(ctl.run()) == []
+    assert ctl.outcomes[("t", 0)] == "not available"
+
+
+def test_unclean_election_on_request_only_for_partitions_without_a_live_leader() -> None:
+    states = {("t", 0): st([1, 2, 3], -1, 4, [1], 5),   # offline: 2 elected uncleanly
+              ("t", 1): st([2, 3, 1], 2, 0, [2, 3], 0)}  # has a live leader
+    ctl, _ = started(states, {2: 12, 3: 13})
+    ctl.enqueue(c.Elect((("t", 0), ("t", 1)), preferred=False))
+    [w] = writes(ctl.run())
+    assert (w.tp, w.state.leader, w.state.isr, w.state.leader_epoch) == (("t", 0), 2, [2], 5)
+    assert "UNCLEAN" in w.why
+    assert ctl.outcomes == {("t", 0): "elected", ("t", 1): "not needed"}
+
+
+def test_auto_rebalance_moves_leaders_back_past_the_imbalance_percentage() -> None:
+    """Broker 1 is the first replica of 4 partitions and leads 1 of them (75% off its share,
+    above 10%): the 2 whose preferred replica is in sync go back; broker 2 leads its only
+    one (0%): nothing."""
+    states = {("t", 0): st([1, 2], 1, 0, [1, 2], 0),
+              ("t", 1): st([1, 2], 2, 1, [1, 2], 1),
+              ("t", 2): st([1, 2], 2, 1, [1, 2], 1),
+              ("t", 3): st([1, 2], 2, 1, [2], 1),
+              ("t", 4): st([2, 1], 2, 0, [2, 1], 0)}
+    ctl, _ = started(states, {1: 11, 2: 12})
+    ctl.enqueue(c.Rebalance(10))
+    ws = writes(ctl.run())
+    assert sorted(w.tp for w in ws) == [("t", 1), ("t", 2)]
+    assert all(w.state.leader == 1 and w.state.leader_epoch == 2 for w in ws)
+    ctl2, _ = started(states, {1: 11, 2: 12})
+    ctl2.enqueue(c.Rebalance(75))  # 75% is not above 75%: nothing
+    assert writes(ctl2.run()) == []
