@@ -49,8 +49,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.brokerproc import BrokerProcess
+
+# Property tests assert properties, not speed: under CI's load (a busy loop beside two
+# workers) one example of a controller or log property took past Hypothesis' 200 ms
+# deadline and failed a run. No deadline and no too-slow health check, everywhere.
+settings.register_profile("headrace", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("headrace")
 
 
 @pytest.fixture(scope="module")
