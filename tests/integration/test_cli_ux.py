@@ -63,7 +63,11 @@ def test_nothing_listening_is_one_line_and_exit_3(argv: tuple[str, ...]) -> None
     assert r.returncode == 3, (r.returncode, r.stderr)
     assert r.stderr == f"headrace: cannot reach a broker at 127.0.0.1:{port}\n", r.stderr
     assert r.stdout == ""
-    assert took < 5, took
+    # the refused connection itself ends it (cli_support.check_reachable); what it must
+    # never do again is wait out a client library's timeouts and retries (15 s and more
+    # before issue 13). The bound leaves room for the interpreter's start, 1 s on a quiet
+    # machine and 5.5-6.7 s in a loaded CI run (which failed a 5 s bound).
+    assert took < 12, took
 
 
 def test_verbose_adds_the_reason() -> None:
