@@ -144,7 +144,9 @@ TWINS: dict[str, tuple[str, ...]] = {
         CTRL + "test_controlled_shutdown_moves_leadership_and_shrinks_isr"),
     # preferred leader election moves leadership back to the first assigned replica
     "tests/cluster/test_failover.py::test_preferred_leader_comes_back": (
-        CTRL + "test_preferred_election_and_imbalance",),
+        CTRL + "test_preferred_election",
+        "tests/unit/replication/test_controller_state.py::"
+        "test_preferred_election_on_request_and_its_outcomes",),
     # KIP-455: a reassignment catches the new replica up, then drops the old one
     "tests/cluster/test_failover.py::test_reassignment_moves_a_partition_to_another_broker": (
         CTRL + "test_reassignment_phases", LEADER + "test_reassignment_adds_followers_unknown"),

@@ -9,7 +9,9 @@ import pytest
 
 from tests.readme import ROOT, commands
 
-pytestmark = pytest.mark.slow  # about a minute and a half of CPU
+# about a minute of CPU; past 300 s of wall time in a loaded CI run (a busy loop and two
+# long simulations beside it), so the subprocess's own 900 s bound is the test's
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def test_a_thousand_seeds_are_clean() -> None:
