@@ -29,6 +29,9 @@ class Store:
         self.reads: list[list[tuple[str, int]]] = []
         self.changed_partitions: dict[str, set[int] | None] = {}
         self.listener: Any = None
+        self.log: list[tuple[str, Any]] = []  # every write, in order
+        self.deletions: list[str] = []  # /admin/delete_topics
+        self._reassignments: dict[str, tuple[dict[int, list[int]], dict[int, list[int]]]] = {}
 
     def add_listener(self, listener: Any) -> None: self.listener = listener
     def topics(self) -> dict[str, TopicState]: return self._topics
@@ -38,8 +41,26 @@ class Store:
     def broker_epochs(self) -> dict[int, int]: return self.epochs
     def state_mzxid(self, topic: str, partition: int) -> int: return 5
     def controlled_shutdown_requests(self) -> list[int]: return []
-    def pending_deletions(self) -> list[str]: return []
-    def reassignments(self) -> dict[str, object]: return {}
+    def pending_deletions(self) -> list[str]: return list(self.deletions)
+    def reassignments(self) -> dict[str, tuple[dict[int, list[int]], dict[int, list[int]]]]:
+        return self._reassignments
+
+    def write_topic_assignment(self, name: str, assignment: dict[int, list[int]],
+                               adding: dict[int, list[int]], removing: dict[int, list[int]],
+                               epoch_zk_version: int) -> None:
+        self.log.append(("assignment", (name, assignment, adding, removing)))
+        t = self._topics[name]
+        for p, replicas in assignment.items():  # the cache's replicas are the assignment's
+            t.partitions[p] = replace(t.partitions[p], replicas=list(replicas))
+        self._reassignments[name] = (adding, removing)
+
+    def delete_topic_znodes(self, name: str, epoch_zk_version: int) -> None:
+        self.log.append(("delete", name))
+        del self._topics[name]
+        self.deletions.remove(name)
+
+    def delete_admin_node(self, path: str) -> None:
+        self.log.append(("admin", path))
     def preferred_election_requests(self) -> list[tuple[str, int]]: return []
     def controller_id(self) -> int: return -1
     def elect_controller(self, broker_id: int) -> tuple[int, int]: return 5, 4
@@ -47,6 +68,7 @@ class Store:
     def write_partition_states(self, updates: list[Update], epoch: int, version: int
                                ) -> list[int | None]:
         self.batches.append(list(updates))
+        self.log.append(("states", [(n, p, st.replicas) for n, p, st in updates]))
         out: list[int | None] = []
         for name, p, st in updates:
             now = self._topics[name].partitions[p]
@@ -243,3 +265,48 @@ def test_elect_leaders_and_the_auto_rebalance_are_decided_by_the_pure_controller
     assert store.reads == [[("t", 4)]]
     assert [[(p, st.leader, st.leader_epoch, st.zk_version) for _, p, st in b]
             for b in store.batches] == [[(4, 2, 6, 9)]]
+
+
+def test_a_reassignment_is_decided_by_the_pure_controller_assignment_first() -> None:
+    """AlterPartitionReassignments through the shell: the topic's assignment written
+    before the partition's state; ListPartitionReassignments answers from the controller;
+    when the leader's ISR write brings the new replica in, the state moves to the target
+    and then the assignment drops the reassignment. Deleting the topic deletes its znodes
+    once, even when asked again meanwhile."""
+    store = Store({"t": TopicState("t", uuid.uuid4(), spread(3, [1, 2, 3]))},
+                  {1: 1, 2: 2, 3: 3, 4: 4})
+    svc = service(store)
+    t = store.topics()["t"]
+    answers: dict[object, object] = {}
+
+    async def run() -> None:
+        await won(svc)
+        answers.update(await svc.alter_reassignments([("t", 0, [2, 3, 4]), ("t", 1, None),
+                                                      ("x", 0, [1, 2])]))
+        answers["listed"] = svc.list_reassignments(None)
+        # the leader's ISR write: 4 caught up
+        t.partitions[0] = replace(t.partitions[0], isr=[1, 2, 3, 4],
+                                  zk_version=t.partitions[0].zk_version + 1)
+        store.changed_partitions = {"t": {0}}
+        svc.topic_changed("t")
+        await svc._reconcile()
+        answers["after"] = svc.list_reassignments(None)
+        store.deletions.append("t")
+        await svc._reconcile()
+        await svc._reconcile()  # the notification has not come yet: not deleted again
+        svc.topic_deleted("t")
+        await svc._reconcile()
+
+    asyncio.run(run())
+    assert answers[("t", 0)] == ("none", None)
+    assert answers[("t", 1)] == ("no_reassignment_in_progress", None)
+    assert answers[("x", 0)] == ("unknown_topic_or_partition", None)
+    assert answers["listed"] == {("t", 0): ([2, 3, 4, 1], [4], [1])}
+    assert answers["after"] == {}
+    assert store.log == [
+        ("assignment", ("t", {0: [2, 3, 4, 1], 1: [2, 3, 1], 2: [3, 1, 2]}, {0: [4]},
+                        {0: [1]})),
+        ("states", [("t", 0, [2, 3, 4, 1])]),
+        ("states", [("t", 0, [2, 3, 4])]),
+        ("assignment", ("t", {0: [2, 3, 4], 1: [2, 3, 1], 2: [3, 1, 2]}, {}, {})),
+        ("delete", "t")]

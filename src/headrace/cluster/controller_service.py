@@ -20,11 +20,13 @@ else decided: never overwrite). ``LeaderAndIsr`` effects are not sent: brokers l
 states from the state change notifications (``zk_store``).
 
 Elections on request (ElectLeaders, preferred or unclean; the preferred-election admin
-znode) and the auto rebalance are events too (``Elect``, ``Rebalance``), decided over the
-same snapshot; the pure controller's ``outcomes`` answer the request. Reassignments and
-topic deletion still decide here with ``cluster.controller``'s pure functions over the
-cache, under the same lock, with the same fenced conditional writes; what they write is
-handed to the pure controller as an ``IsrChange``.
+znode), the auto rebalance, reassignments (AlterPartitionReassignments) and topic deletion
+(the ``/admin/delete_topics`` requests) are events too (``Elect``, ``Rebalance``,
+``Reassign``, ``DeletionRequested``), decided over the same snapshot; the pure
+controller's ``outcomes`` and ``reassign_outcomes`` answer the requests. A topic's
+assignment (``WriteAssignment``) is written before the partition states of the same step,
+fenced by the controller epoch and retried until written (or the controller is deposed);
+a failed topic deletion (``DeleteTopic``) is requested again (``DeletionFailed``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from headrace.cluster import controller as decide
+from kazoo.exceptions import NoNodeError
+
 from headrace.cluster import zk_layout as L
 from headrace.cluster.zk_store import ControllerMovedError
 from headrace.config import TOPIC_CONFIGS, BrokerConfig
@@ -205,40 +208,18 @@ class ControllerService:
                             if (u := self._topic_unclean(t)) is not None})
         self._topic_ids = {n: t.topic_id for n, t in topics.items()}
         self._reread = set()
-        self.ctl.enqueue(pure.Startup(states, dict(self.store.broker_epochs()), zxids))
+        reassigning: dict[pure.TP, tuple[list[int], list[int]]] = {}
+        for name, (adding, removing) in self.store.reassignments().items():
+            for p in set(adding) | set(removing):
+                reassigning[(name, p)] = (list(adding.get(p, [])), list(removing.get(p, [])))
+        self.ctl.enqueue(pure.Startup(states, dict(self.store.broker_epochs()), zxids,
+                                      reassigning))
         self._shutdown_requests()
         self.is_active = True
         log.info("broker %d is the controller (epoch %d): %d partition(s) loaded",
                  self.node_id, self.epoch, len(states))
 
     # ------------------------------------------------------------------ decisions
-    def _live(self) -> set[int]:
-        return {b.node_id for b in self.store.live_brokers()}
-
-    async def _write(self, decisions: list[decide.Decision]) -> list[int | None]:
-        """The admin operations' writes; what was written goes to the pure controller."""
-        if not decisions:
-            return []
-        updates = [(d.topic, d.partition, d.state) for d in decisions]
-        results = await asyncio.to_thread(self.store.write_partition_states, updates,
-                                          self.epoch, self._epoch_zk_version)
-        written = [d for d, r in zip(decisions, results, strict=True) if r is not None]
-        by_why: dict[str, int] = {}
-        for d, r in zip(decisions, results, strict=True):
-            if r is None:
-                continue
-            self._enqueue(pure.IsrChange((d.topic, d.partition), replace(
-                _copy(d.state), zk_version=r, controller_epoch=self.epoch)))
-        for d in written:
-            by_why[d.why] = by_why.get(d.why, 0) + 1
-            if d.unclean:
-                log.warning("UNCLEAN election of %s-%d: broker %d leads (epoch %d) although it "
-                            "was not in the ISR; records only the old leader had are lost",
-                            d.topic, d.partition, d.state.leader, d.state.leader_epoch)
-        for why, n in by_why.items():
-            log.info("wrote %d partition state(s): %s", n, why)
-        return results
-
     async def _step(self) -> None:
         """Run the pure controller until its queue is empty: its writes, their answers
         back as events. The caller holds the lock."""
@@ -248,7 +229,19 @@ class ControllerService:
                 await self._read_refused(ctl)
                 if self._reread:
                     return  # the re-read failed: retried on the loop's next pass
-            writes = [e for e in ctl.run() if isinstance(e, pure.WriteState)]
+            effects = ctl.run()
+            # a topic's assignment before the states of the same step (a reassignment's
+            # start); the newest of a topic's assignments has every decision before it
+            assignments: dict[str, pure.WriteAssignment] = {}
+            for e in effects:
+                if isinstance(e, pure.WriteAssignment):
+                    assignments[e.topic] = e
+            for a in assignments.values():
+                await self._write_assignment(ctl, a)
+            for e in effects:
+                if isinstance(e, pure.DeleteTopic) and self.ctl is ctl:
+                    await self._delete_topic(ctl, e)
+            writes = [e for e in effects if isinstance(e, pure.WriteState)]
             # as Kafka's onBrokerFailure: the elections first (they make partitions
             # writable again), then the ISR-only changes, each its own pipelined batch:
             # a broker leading 10,000 partitions dies, and the 10,000 new leaders are not
@@ -262,6 +255,47 @@ class ControllerService:
             for batch in (elections, isr_only):
                 if batch and self.ctl is ctl:
                     await self._write_effects(ctl, batch)
+
+    async def _write_assignment(self, ctl: pure.Controller, a: pure.WriteAssignment) -> None:
+        """Write a topic's assignment; retried until written, the topic gone or the
+        controller deposed (``ControllerMovedError``)."""
+        while self.ctl is ctl:
+            try:
+                await asyncio.to_thread(self.store.write_topic_assignment, a.topic,
+                                        a.assignment, a.adding, a.removing,
+                                        self._epoch_zk_version)
+            except ControllerMovedError:
+                raise
+            except NoNodeError:
+                return  # deleted meanwhile: its TopicDeleted follows
+            except Exception as e:
+                log.warning("writing topic %s's assignment failed: %s; retrying", a.topic,
+                            f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+                await asyncio.sleep(RETRY_S)
+                continue
+            moving = sorted(set(a.adding) | set(a.removing))
+            log.info("wrote topic %s's assignment (%s): %s", a.topic, a.why,
+                     f"partition(s) {moving} reassigning" if moving else
+                     "no reassignment in progress")
+            return
+
+    async def _delete_topic(self, ctl: pure.Controller, d: pure.DeleteTopic) -> None:
+        try:
+            if d.known:
+                await asyncio.to_thread(self.store.delete_topic_znodes, d.topic,
+                                        self._epoch_zk_version)
+                log.info("deleted topic %s", d.topic)
+            else:
+                await asyncio.to_thread(self.store.delete_admin_node,
+                                        f"{L.DELETE_TOPICS}/{d.topic}")
+        except ControllerMovedError:
+            raise
+        except Exception as e:
+            log.warning("deleting topic %s failed: %s; retrying", d.topic,
+                        f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+            ctl.enqueue(pure.DeletionFailed(d.topic))
+            await asyncio.sleep(RETRY_S)
+            self._kick.set()
 
     async def _write_effects(self, ctl: pure.Controller, batch: list[pure.WriteState]) -> None:
         updates = [(w.tp[0], w.tp[1], replace(w.state, zk_version=w.expected_version))
@@ -320,16 +354,13 @@ class ControllerService:
 
     async def _reconcile(self) -> None:
         async with self._lock:
-            await self._step()
-            for name in self.store.pending_deletions():
-                if self.store.topic(name) is not None:
-                    await asyncio.to_thread(self.store.delete_topic_znodes, name,
-                                            self._epoch_zk_version)
-                    log.info("deleted topic %s", name)
-                else:
-                    await asyncio.to_thread(self.store.delete_admin_node,
-                                            f"{L.DELETE_TOPICS}/{name}")
-            await self._progress_reassignments()
+            await self._step()  # the snapshot has every topic the requests may name
+            ctl = self.ctl
+            if ctl is not None:
+                for name in self.store.pending_deletions():
+                    if name not in ctl.deleting:
+                        ctl.enqueue(pure.DeletionRequested(name))
+                await self._step()
             requests = self.store.preferred_election_requests()
             if requests:
                 await self._preferred(requests)
@@ -383,111 +414,38 @@ class ControllerService:
             await self._step()
 
     # ------------------------------------------------------------------ reassignment
-    async def _write_assignment(self, name: str, assignment: dict[int, list[int]],
-                                adding: dict[int, list[int]],
-                                removing: dict[int, list[int]]) -> None:
-        await asyncio.to_thread(self.store.write_topic_assignment, name, assignment, adding,
-                                removing, self._epoch_zk_version)
-
-    async def _progress_reassignments(self) -> None:
-        """Phase 2 of every reassignment whose target replicas are all in sync."""
-        live = self._live()
-        for name, (adding, removing) in self.store.reassignments().items():
-            t = self.store.topic(name)
-            if t is None:
-                continue
-            parts = set(adding) | set(removing)
-            done = []
-            for p in sorted(parts):
-                st = t.partitions[p]
-                target = decide.reassignment_target(st, removing.get(p, []))
-                new = decide.finish_reassignment(st, target, live)
-                if new is not None:
-                    done.append(decide.Decision(name, p, new, "reassignment completed"))
-            if not done:
-                continue
-            assignment = {i: list(st.replicas) for i, st in enumerate(t.partitions)}
-            for d in done:
-                assignment[d.partition] = list(d.state.replicas)
-            finished = {d.partition for d in done}
-            await self._write_assignment(
-                name, assignment, {p: r for p, r in adding.items() if p not in finished},
-                {p: r for p, r in removing.items() if p not in finished})
-            await self._write(done)
-            for d in done:
-                log.info("reassignment of %s-%d done: replicas %s", name, d.partition,
-                         d.state.replicas)
-
     async def alter_reassignments(self, items: list[tuple[str, int, list[int] | None]]
                                   ) -> dict[tuple[str, int], tuple[str, str | None]]:
-        """AlterPartitionReassignments: per partition ("none" | an error name, message)."""
-        out: dict[tuple[str, int], tuple[str, str | None]] = {}
+        """AlterPartitionReassignments, decided by the pure controller (``Reassign``): per
+        partition ("none" | an error name, message)."""
+        keys = [(name, p) for name, p, _ in items]
         async with self._lock:
-            live = self._live()
-            by_topic: dict[str, list[tuple[int, list[int] | None]]] = {}
-            for name, p, target in items:
-                t = self.store.topic(name)
-                if t is None or not 0 <= p < len(t.partitions):
-                    out[(name, p)] = ("unknown_topic_or_partition", None)
-                    continue
-                if target is not None and (not target or len(set(target)) != len(target)
-                                           or not set(target) <= live):
-                    out[(name, p)] = ("invalid_replica_assignment",
-                                      f"Invalid replica assignment {target}: brokers must be "
-                                      "distinct and registered")
-                    continue
-                by_topic.setdefault(name, []).append((p, target))
-            for name, wanted in by_topic.items():
-                t = self.store.topic(name)
-                assert t is not None
-                adding, removing = self.store.reassignments().get(name, ({}, {}))
-                adding, removing = dict(adding), dict(removing)
-                assignment = {i: list(st.replicas) for i, st in enumerate(t.partitions)}
-                decisions = []
-                for p, target in wanted:
-                    st = t.partitions[p]
-                    ongoing = p in adding or p in removing
-                    if target is None:
-                        if not ongoing:
-                            out[(name, p)] = ("no_reassignment_in_progress", None)
-                            continue
-                        new = decide.cancel_reassignment(st, removing.get(p, []),
-                                                         adding.get(p, []), live)
-                        adding.pop(p, None)
-                        removing.pop(p, None)
-                        assignment[p] = list(new.replicas)
-                        decisions.append(decide.Decision(name, p, new, "reassignment cancelled"))
-                    else:
-                        if ongoing:  # a new target replaces the old: start from the original
-                            st = decide.cancel_reassignment(st, removing.get(p, []),
-                                                            adding.get(p, []), live)
-                        if list(target) == list(st.replicas):
-                            adding.pop(p, None)
-                            removing.pop(p, None)
-                            assignment[p] = list(st.replicas)
-                            out[(name, p)] = ("none", None)
-                            continue
-                        r = decide.start_reassignment(st, list(target))
-                        assignment[p] = r.replicas
-                        if r.adding:
-                            adding[p] = r.adding
-                        else:
-                            adding.pop(p, None)
-                        if r.removing:
-                            removing[p] = r.removing
-                        else:
-                            removing.pop(p, None)
-                        decisions.append(decide.Decision(name, p, r.state, "reassignment started"))
-                    out[(name, p)] = ("none", None)
-                if decisions or any(v == ("none", None) for k, v in out.items() if k[0] == name):
-                    await self._write_assignment(name, assignment, adding, removing)
-                    await self._write(decisions)
+            ctl = self.ctl
+            if ctl is None:
+                return {k: ("not_controller", "This is not the controller") for k in keys}
+            await self._step()  # decide over a snapshot that has every event before
+            for k in keys:
+                ctl.reassign_outcomes.pop(k, None)
+            ctl.enqueue(pure.Reassign(tuple(
+                ((name, p), None if target is None else tuple(target))
+                for name, p, target in items)))
+            await self._step()
+            out = {k: ctl.reassign_outcomes.pop(k, ("not_controller",
+                                                    "This is not the controller"))
+                   for k in keys}
         self._kick.set()
         return out
 
     def list_reassignments(self, wanted: list[tuple[str, int]] | None
                            ) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
         out = {}
+        ctl = self.ctl
+        if ctl is not None:  # the controller's own view: its decisions, written or writing
+            for tp, (adds, removes) in sorted(ctl.reassigning.items()):
+                st = ctl.writing.get(tp) or ctl.states.get(tp)
+                if st is not None and (wanted is None or tp in wanted):
+                    out[tp] = (list(st.replicas), list(adds), list(removes))
+            return out
         for name, (adding, removing) in self.store.reassignments().items():
             t = self.store.topic(name)
             if t is None:

@@ -50,6 +50,24 @@ Rules:
    partition's outcome goes to ``outcomes`` (``elected`` until its write is refused, then
    ``not available``; ``not needed``, ``not available``, ``unknown``) for the shell to
    answer with.
+10. **Reassignments** (KIP-455, Kafka's ``onPartitionReassignment``; ``Reassign``:
+    AlterPartitionReassignments). Starting one writes the topic's assignment first
+    (``WriteAssignment``: RS = target + the replicas leaving, with adding / removing) and
+    then the partition's state (RS, the leader epoch bumped so every replica acts on it).
+    The controller owns the reassignments in progress (``reassigning``: loaded at
+    ``Startup``, changed only by its own decisions). Whenever a reassigning partition is
+    decided again (its ISR changed, a broker came or went, a write was answered) and every
+    target replica is in the ISR, it completes: the state first (replicas = target, the
+    leader moved into the target), then, once written, the assignment without the
+    partition's adding / removing. A new target replaces one in progress (from the
+    original replicas); ``None`` cancels (back to the original replicas). Each requested
+    partition's answer goes to ``reassign_outcomes`` (error name, message).
+11. **Topic deletion** (Kafka's ``TopicDeletionManager``; ``DeletionRequested``): a
+    requested topic's replicas go to ReplicaDeletionStarted and its znodes are deleted
+    (``DeleteTopic``); its reassignments end with it. The store's notification
+    (``TopicDeleted``) completes it. A request for a topic the controller does not know
+    only clears the request (``DeleteTopic`` with ``known`` false); a failed delete
+    (``DeletionFailed``) is requested again by the shell.
 """
 
 from __future__ import annotations
@@ -62,10 +80,14 @@ from typing import TypeVar
 
 from headrace.cluster.controller import (
     bounced_replicas,
+    cancel_reassignment,
     elected,
+    finish_reassignment,
     initial_state,
     offline_election,
     preferred_election,
+    reassignment_target,
+    start_reassignment,
 )
 from headrace.metadata.store import PartitionState
 
@@ -138,6 +160,8 @@ class Startup:
     # the zxid of each state's last write (-1 / absent: unknown), to find the bounces this
     # controller did not see (a registration newer than the state)
     state_zxids: Mapping[TP, int] = field(default_factory=dict)
+    # reassignments in progress (the topic znodes' adding / removing replicas)
+    reassignments: Mapping[TP, tuple[list[int], list[int]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +219,24 @@ class Rebalance:
 
 
 @dataclass(frozen=True, slots=True)
+class Reassign:
+    """AlterPartitionReassignments: per partition its target replicas, or None to cancel
+    the reassignment in progress."""
+    items: tuple[tuple[TP, tuple[int, ...] | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeletionRequested:
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeletionFailed:
+    """The shell could not delete the topic's znodes (no answer): request it again."""
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
 class StateWritten:
     tp: TP
     state: PartitionState  # with the znode version the write produced
@@ -207,7 +249,8 @@ class WriteRefused:
 
 
 Event = Startup | BrokerChange | IsrChange | TopicCreated | TopicChanged | TopicDeleted | \
-    ControlledShutdown | Elect | Rebalance | StateWritten | WriteRefused
+    ControlledShutdown | Elect | Rebalance | Reassign | DeletionRequested | DeletionFailed | \
+    StateWritten | WriteRefused
 
 
 # ---------------------------------------------------------------------- effects
@@ -229,7 +272,28 @@ class LeaderAndIsr:
     state: PartitionState
 
 
-Effect = WriteState | LeaderAndIsr
+@dataclass(frozen=True, slots=True)
+class WriteAssignment:
+    """Write the topic's assignment: every partition's replicas, and the reassignments
+    still in progress (adding / removing replicas), if ``controller_epoch`` is current."""
+    topic: str
+    assignment: dict[int, list[int]]
+    adding: dict[int, list[int]]
+    removing: dict[int, list[int]]
+    controller_epoch: int
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic:
+    """Delete the topic's znodes and its deletion request (``known`` false: only the
+    request: the controller knows no such topic)."""
+    topic: str
+    controller_epoch: int
+    known: bool = True
+
+
+Effect = WriteState | LeaderAndIsr | WriteAssignment | DeleteTopic
 
 
 @dataclass(slots=True)
@@ -246,11 +310,19 @@ class Controller:
     hosted: dict[int, set[TP]] = field(default_factory=dict)  # broker -> its partitions
     shutting_down: set[int] = field(default_factory=set)
     in_flight: set[TP] = field(default_factory=set)  # a write not yet answered
+    writing: dict[TP, PartitionState] = field(default_factory=dict)  # what it writes
     refused: list[str] = field(default_factory=list)
     queue: deque[Event] = field(default_factory=deque)
     handled: int = 0
     # requested elections: partition -> elected / not needed / not available / unknown
     outcomes: dict[TP, str] = field(default_factory=dict)
+    # reassignments in progress: partition -> (adding, removing)
+    reassigning: dict[TP, tuple[list[int], list[int]]] = field(default_factory=dict)
+    completing: set[TP] = field(default_factory=set)  # the completing state is in flight
+    # requested reassignments: partition -> (error name, message)
+    reassign_outcomes: dict[TP, tuple[str, str | None]] = field(default_factory=dict)
+    deleting: set[str] = field(default_factory=set)  # topics whose deletion is under way
+    partitions_of: dict[str, set[int]] = field(default_factory=dict)  # topic -> partitions
 
     # ------------------------------------------------------------------ queue
     def enqueue(self, event: Event) -> None:
@@ -283,6 +355,13 @@ class Controller:
             return self._elect(event.tps, event.preferred)
         if isinstance(event, Rebalance):
             return self._rebalance(event.percentage)
+        if isinstance(event, Reassign):
+            return self._reassign(event.items)
+        if isinstance(event, DeletionRequested):
+            return self._deletion_requested(event.topic)
+        if isinstance(event, DeletionFailed):
+            self.deleting.discard(event.topic)
+            return []
         if isinstance(event, StateWritten):
             return self._written(event.tp, event.state)
         return self._refused(event.tp, event.current)
@@ -312,6 +391,7 @@ class Controller:
     def _index(self, tp: TP, st: PartitionState) -> None:
         old = self.states.get(tp)
         self.states[tp] = st
+        self.partitions_of.setdefault(tp[0], set()).add(tp[1])
         if old is not None and old.replicas != st.replicas:
             for r in set(old.replicas) - set(st.replicas):
                 self.hosted.get(r, set()).discard(tp)
@@ -326,6 +406,7 @@ class Controller:
             return []  # decided again when the write in flight is answered
         old = self.states.get(tp)
         self.in_flight.add(tp)
+        self.writing[tp] = st
         expected = old.zk_version if old is not None else -1
         return [WriteState(tp, replace(st, replicas=list(st.replicas), isr=list(st.isr)),
                            expected, self.epoch, why)]
@@ -336,7 +417,7 @@ class Controller:
         for one partition). ``down``: live brokers handled as failed here (the failure
         half of a bounce): never an unclean election then."""
         st = self.states.get(tp)
-        if st is None or tp in self.in_flight:
+        if st is None or tp in self.in_flight or tp[0] in self.deleting:
             return []
         live = set(self.live) - down
         unclean = self._unclean(tp[0]) and not (down & set(st.replicas))
@@ -344,6 +425,12 @@ class Controller:
             init = initial_state(list(st.replicas), live)
             return [] if init is None else self._write(tp, init, "new partition")
         usable = live - self.shutting_down
+        if tp in self.reassigning and not down:
+            target = reassignment_target(st, self.reassigning[tp][1])
+            done = finish_reassignment(st, target, usable)
+            if done is not None:
+                self.completing.add(tp)
+                return self._write(tp, done, "reassignment completed")
         if st.leader in self.shutting_down and st.leader in live:
             # controlled shutdown: leadership moves to another live in-sync replica if
             # there is one; else the broker keeps leading (its shutdown waits)
@@ -377,6 +464,8 @@ class Controller:
     # ------------------------------------------------------------------ events
     def _startup(self, ev: Startup) -> list[Effect]:
         self.live = dict(ev.live)
+        self.reassigning = {tp: (list(a), list(r)) for tp, (a, r) in ev.reassignments.items()
+                            if tp in ev.states and (a or r)}
         out: list[Effect] = []
         for tp in sorted(ev.states):
             st = ev.states[tp]
@@ -507,8 +596,97 @@ class Controller:
                 self.replica_phase.pop((tp, r), None)
                 self.hosted.get(r, set()).discard(tp)
             self.in_flight.discard(tp)  # its answer, if any, is ignored
+            self.writing.pop(tp, None)
+            self.reassigning.pop(tp, None)
+            self.completing.discard(tp)
         self.unclean_topics.pop(topic, None)
+        self.partitions_of.pop(topic, None)
+        self.deleting.discard(topic)
         return []
+
+    def _deletion_requested(self, topic: str) -> list[Effect]:
+        if topic in self.deleting:
+            return []  # under way
+        parts = sorted(self.partitions_of.get(topic, ()))
+        if not parts:
+            return [DeleteTopic(topic, self.epoch, known=False)]
+        self.deleting.add(topic)
+        for p in parts:
+            tp = (topic, p)
+            for r in self.states[tp].replicas:
+                if self.replica_phase.get((tp, r)) is not ReplicaPhase.OFFLINE:
+                    self.move_replica(tp, r, ReplicaPhase.OFFLINE)
+                self.move_replica(tp, r, ReplicaPhase.DELETION_STARTED)
+            self.reassigning.pop(tp, None)  # a deleted topic's reassignments end with it
+        return [DeleteTopic(topic, self.epoch)]
+
+    def _assignment(self, topic: str, replicas: Mapping[int, list[int]], why: str
+                    ) -> WriteAssignment:
+        """The topic's whole assignment as the snapshot has it, ``replicas`` overriding
+        (what the states about to be written will say), with its reassignments."""
+        def now(p: int) -> list[int]:  # a state being written counts as written
+            tp = (topic, p)
+            return (replicas[p] if p in replicas else
+                    self.writing[tp].replicas if tp in self.writing else
+                    self.states[tp].replicas)
+
+        assignment = {p: list(now(p)) for p in sorted(self.partitions_of.get(topic, ()))}
+        adding = {tp[1]: list(a) for tp, (a, _) in self.reassigning.items()
+                  if tp[0] == topic and a}
+        removing = {tp[1]: list(r) for tp, (_, r) in self.reassigning.items()
+                    if tp[0] == topic and r}
+        return WriteAssignment(topic, assignment, adding, removing, self.epoch, why)
+
+    def _reassign(self, items: Iterable[tuple[TP, tuple[int, ...] | None]]) -> list[Effect]:
+        """AlterPartitionReassignments over the snapshot: per topic the new assignment
+        first, then the partitions' states."""
+        live = set(self.live)
+        by_topic: dict[str, dict[int, list[int]]] = {}
+        states: list[Effect] = []
+        for tp, target in items:
+            st = self.states.get(tp)
+            if st is None or st.zk_version < 0 or tp[0] in self.deleting:
+                self.reassign_outcomes[tp] = ("unknown_topic_or_partition", None)
+                continue
+            if target is not None and (not target or len(set(target)) != len(target)
+                                       or not set(target) <= live):
+                self.reassign_outcomes[tp] = (
+                    "invalid_replica_assignment",
+                    f"Invalid replica assignment {list(target)}: brokers must be distinct "
+                    "and registered")
+                continue
+            if tp in self.in_flight:
+                self.reassign_outcomes[tp] = (
+                    "reassignment_in_progress",
+                    "a state change of the partition is being written; try again")
+                continue
+            ongoing = self.reassigning.get(tp)
+            if target is None:
+                if ongoing is None:
+                    self.reassign_outcomes[tp] = ("no_reassignment_in_progress", None)
+                    continue
+                new = cancel_reassignment(st, ongoing[1], ongoing[0], live)
+                del self.reassigning[tp]
+                why = "reassignment cancelled"
+            else:
+                base = st if ongoing is None else cancel_reassignment(
+                    st, ongoing[1], ongoing[0], live)
+                self.reassigning.pop(tp, None)
+                if list(target) == list(base.replicas):
+                    new, why = base, "reassignment cancelled"  # back where it started
+                else:
+                    r = start_reassignment(base, list(target))
+                    new, why = r.state, "reassignment started"
+                    if r.adding or r.removing:
+                        self.reassigning[tp] = (list(r.adding), list(r.removing))
+            self.reassign_outcomes[tp] = ("none", None)
+            by_topic.setdefault(tp[0], {})[tp[1]] = list(new.replicas)
+            if new != st:
+                self.completing.discard(tp)
+                states += self._write(tp, new, why)
+        out: list[Effect] = [self._assignment(t, reps, "reassignment requested")
+                             for t, reps in sorted(by_topic.items())]
+        return out + states
 
     def _controlled_shutdown(self, broker: int) -> list[Effect]:
         if broker not in self.live:
@@ -584,20 +762,38 @@ class Controller:
 
     def _written(self, tp: TP, st: PartitionState) -> list[Effect]:
         self.in_flight.discard(tp)
+        self.writing.pop(tp, None)
         if tp not in self.states:  # deleted meanwhile
             return []
+        left = set(self.states[tp].replicas) - set(st.replicas)
         self._index(tp, st)
+        for r in sorted(left):  # replicas a reassignment removed: deleted
+            if self.replica_phase.get((tp, r)) is not ReplicaPhase.OFFLINE:
+                self.move_replica(tp, r, ReplicaPhase.OFFLINE)
+            for step in (ReplicaPhase.DELETION_STARTED, ReplicaPhase.DELETION_SUCCESSFUL,
+                         ReplicaPhase.NON_EXISTENT):
+                self.move_replica(tp, r, step)
+            self.replica_phase.pop((tp, r), None)
+        done: list[Effect] = []
+        if tp in self.completing:  # the state is the target's: the assignment follows
+            self.completing.discard(tp)
+            self.reassigning.pop(tp, None)
+            done.append(self._assignment(tp[0], {}, "reassignment completed"))
         target = PartitionPhase.ONLINE if st.leader >= 0 else PartitionPhase.OFFLINE
         self.move_partition(tp, target)
         for r in st.replicas:
-            phase = self.replica_phase.get((tp, r))
+            now = self.replica_phase.get((tp, r))
+            if now is None:  # a replica a reassignment added
+                self.move_replica(tp, r, ReplicaPhase.NEW)
             want = ReplicaPhase.ONLINE if r in self.live else ReplicaPhase.OFFLINE
-            if phase is not want:
+            if now is not want:
                 self.move_replica(tp, r, want)
-        return self._leader_and_isr(tp, st.replicas) + self._decide(tp)
+        return done + self._leader_and_isr(tp, st.replicas) + self._decide(tp)
 
     def _refused(self, tp: TP, current: PartitionState | None) -> list[Effect]:
         self.in_flight.discard(tp)
+        self.writing.pop(tp, None)
+        self.completing.discard(tp)  # decided again below
         if self.outcomes.get(tp) == "elected":
             self.outcomes[tp] = "not available"  # someone else wrote first
         if tp not in self.states:  # deleted meanwhile

@@ -538,6 +538,8 @@ class Broker:
                     self.w.send_reliable(self.id, eff.broker, c.epoch, c.live[eff.broker],
                                          ("leader_and_isr", eff.tp[1], eff.state, c.epoch))
                     continue
+                if not isinstance(eff, ctl.WriteState):  # the model has one fixed topic
+                    raise AssertionError(f"not simulated (reassignment, deletion): {eff}")
                 if not self.zk_ok():
                     self.controller_resync = True
                     return

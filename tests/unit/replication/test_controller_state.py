@@ -433,3 +433,118 @@ def test_auto_rebalance_moves_leaders_back_past_the_imbalance_percentage() -> No
     ctl2, _ = started(states, {1: 11, 2: 12})
     ctl2.enqueue(c.Rebalance(75))  # 75% is not above 75%: nothing
     assert writes(ctl2.run()) == []
+
+
+# ---------------------------------------------------------------------- reassignment (KIP-455)
+def test_reassignment_writes_the_assignment_first_and_completes_once_the_target_is_in_sync(
+        ) -> None:
+    """Kafka's onPartitionReassignment: the assignment (RS = target + leaving, adding and
+    removing) before the state (RS, leader epoch bumped); nothing more while the adding
+    replica is out of the ISR; once it is in, the state moves to the target (leader 1 is
+    leaving: the first in-sync target replica leads) and, once written, the assignment
+    without adding / removing; the leaving replica is deleted from the replica table."""
+    ctl, _ = started({TP0: st([1, 2, 3], 1, 4, [1, 2, 3], 7)}, {1: 11, 2: 12, 3: 13, 4: 14})
+    ctl.enqueue(c.Reassign(((TP0, (2, 3, 4)),)))
+    eff = ctl.run()
+    assert [type(e).__name__ for e in eff] == ["WriteAssignment", "WriteState"]
+    a, w = eff
+    assert isinstance(a, c.WriteAssignment) and isinstance(w, WriteState)
+    assert (a.topic, a.assignment, a.adding, a.removing, a.controller_epoch) == (
+        "t", {0: [2, 3, 4, 1]}, {0: [4]}, {0: [1]}, 3)
+    assert (w.state.replicas, w.state.leader, w.state.leader_epoch, w.state.isr,
+            w.expected_version) == ([2, 3, 4, 1], 1, 5, [1, 2, 3], 7)
+    assert ctl.reassign_outcomes == {TP0: ("none", None)}
+    after = confirm(ctl, eff)
+    assert writes(after) == [] and not [e for e in after if isinstance(e, c.WriteAssignment)]
+    assert sorted(e.broker for e in after if isinstance(e, LeaderAndIsr)) == [1, 2, 3, 4]
+    assert ctl.replica_phase[(TP0, 4)] is R.ONLINE and TP0 in ctl.hosted[4]
+    # an ISR change that leaves 4 out: still reassigning
+    ctl.enqueue(IsrChange(TP0, st([2, 3, 4, 1], 1, 5, [1, 2], 9)))
+    assert writes(ctl.run()) == []
+    ctl.enqueue(IsrChange(TP0, st([2, 3, 4, 1], 1, 5, [1, 2, 3, 4], 10)))
+    [done] = writes(ctl.run())
+    assert (done.state.replicas, done.state.leader, done.state.leader_epoch, done.state.isr,
+            done.why) == ([2, 3, 4], 2, 6, [2, 3, 4], "reassignment completed")
+    assert TP0 in ctl.reassigning  # until the state is written
+    final = confirm(ctl, [done])
+    [a2] = [e for e in final if isinstance(e, c.WriteAssignment)]
+    assert (a2.assignment, a2.adding, a2.removing) == ({0: [2, 3, 4]}, {}, {})
+    assert ctl.reassigning == {} and (TP0, 1) not in ctl.replica_phase
+    assert TP0 not in ctl.hosted[1] and TP0 in ctl.hosted[4]
+
+
+def test_reassignment_requests_answered_per_partition_and_cancelled() -> None:
+    states = {("t", 0): st([1, 2], 1, 0, [1, 2], 0), ("t", 1): st([2, 3], 2, 0, [2, 3], 0),
+              ("t", 2): st([3, 1], 3, 0, [3, 1], 0)}
+    ctl, _ = started(states, {1: 11, 2: 12, 3: 13})
+    ctl.in_flight.add(("t", 2))  # a state write not answered yet
+    ctl.enqueue(c.Reassign(((("t", 0), (2, 3)), (("t", 1), None), (("t", 2), (1, 2)),
+                            (("t", 9), (1, 2)), (("t", 0), (1, 1)))))
+    eff = ctl.run()
+    assert ctl.reassign_outcomes[("t", 1)] == ("no_reassignment_in_progress", None)
+    assert ctl.reassign_outcomes[("t", 2)][0] == "reassignment_in_progress"
+    assert ctl.reassign_outcomes[("t", 9)] == ("unknown_topic_or_partition", None)
+    assert ctl.reassign_outcomes[("t", 0)][0] == "invalid_replica_assignment"  # the last one
+    ctl.enqueue(c.Reassign(((("t", 1), (2, 9)),)))  # broker 9 is not registered
+    ctl.run()
+    assert ctl.reassign_outcomes[("t", 1)][0] == "invalid_replica_assignment"
+    # the valid first request for t-0 went out: [2, 3] from [1, 2]
+    [w] = writes(eff)
+    assert w.state.replicas == [2, 3, 1] and ctl.reassigning[("t", 0)] == ([3], [1])
+    confirm(ctl, eff)
+    # cancelled: back to the original replicas (RS minus adding, in RS's order, as Kafka's
+    # ReplicaAssignment.originReplicas), the assignment without the reassignment
+    ctl.enqueue(c.Reassign(((("t", 0), None),)))
+    eff = ctl.run()
+    [a] = [e for e in eff if isinstance(e, c.WriteAssignment)]
+    [w] = writes(eff)
+    assert (a.assignment, a.adding, a.removing) == ({0: [2, 1], 1: [2, 3], 2: [3, 1]}, {}, {})
+    assert (w.state.replicas, w.state.leader, w.state.isr) == ([2, 1], 1, [1, 2])
+    assert ctl.reassigning == {}
+
+
+def test_a_new_target_replaces_the_reassignment_in_progress_from_the_original() -> None:
+    ctl, _ = started({TP0: st([1, 2], 1, 0, [1, 2], 0)}, {1: 11, 2: 12, 3: 13, 4: 14})
+    ctl.enqueue(c.Reassign(((TP0, (1, 3)),)))
+    confirm(ctl, ctl.run())
+    assert ctl.reassigning[TP0] == ([3], [2])
+    ctl.enqueue(c.Reassign(((TP0, (1, 4)),)))
+    eff = ctl.run()
+    [w] = writes(eff)
+    assert w.state.replicas == [1, 4, 2] and ctl.reassigning[TP0] == ([4], [2])
+    [a] = [e for e in eff if isinstance(e, c.WriteAssignment)]
+    assert (a.assignment, a.adding, a.removing) == ({0: [1, 4, 2]}, {0: [4]}, {0: [2]})
+
+
+def test_a_new_controller_completes_a_reassignment_it_loaded() -> None:
+    """Startup's reassignments (the topic znode's adding / removing): the target is in
+    sync already, so the new controller completes it at once."""
+    ctl = Controller(epoch=3)
+    ctl.enqueue(Startup({TP0: st([2, 3, 1], 1, 4, [1, 2, 3], 7)}, {1: 11, 2: 12, 3: 13},
+                        reassignments={TP0: ([3], [1])}))
+    [w] = writes(ctl.run())
+    assert (w.state.replicas, w.state.leader, w.why) == ([2, 3], 2, "reassignment completed")
+
+
+def test_topic_deletion_stops_its_decisions_and_ends_its_reassignments() -> None:
+    states = {("t", 0): st([1, 2], 1, 0, [1, 2], 0), ("u", 0): st([1, 2], 1, 0, [1, 2], 0)}
+    ctl, _ = started(states, {1: 11, 2: 12, 3: 13})
+    ctl.enqueue(c.Reassign(((("t", 0), (2, 3)),)))
+    confirm(ctl, ctl.run())
+    ctl.enqueue(c.DeletionRequested("t"))
+    assert ctl.run() == [c.DeleteTopic("t", 3)]
+    assert ctl.replica_phase[(("t", 0), 1)] is R.DELETION_STARTED
+    assert ctl.reassigning == {}
+    ctl.enqueue(c.DeletionRequested("t"))  # under way: nothing again
+    assert ctl.run() == []
+    # broker 1 dies: u-0 elects 2; t-0, being deleted, is not decided
+    ctl.enqueue(BrokerChange({2: 12, 3: 13}))
+    assert [w.tp for w in writes(ctl.run())] == [("u", 0)]
+    ctl.enqueue(c.DeletionFailed("t"))  # the shell could not delete: asked again
+    ctl.enqueue(c.DeletionRequested("t"))
+    assert ctl.run() == [c.DeleteTopic("t", 3)]
+    ctl.enqueue(TopicDeleted("t"))
+    ctl.run()
+    assert "t" not in ctl.deleting and ("t", 0) not in ctl.states
+    ctl.enqueue(c.DeletionRequested("gone"))  # a topic it does not know: the request only
+    assert ctl.run() == [c.DeleteTopic("gone", 3, known=False)] and "gone" not in ctl.deleting
