@@ -74,6 +74,11 @@ TWINS: dict[str, tuple[str, ...]] = {
     "tests/cluster/test_admin_cluster.py::test_one_create_topics_request_of_several_topics": (
         U + "test_topics_and_metadata.py::test_create_topics_off_the_loop_each_topic_all_or_nothing",
         U + "test_topics_and_metadata.py::test_concurrent_creates_of_one_name_and_concurrent_growth"),
+    # a deleted topic is gone from every broker and disk; its name starts empty again
+    "tests/cluster/test_admin_cluster.py::test_a_deleted_topic_leaves_every_broker_and_its_name_can_be_used_again": (
+        CTRL_STATE + "test_topic_deletion_stops_its_decisions_and_ends_its_reassignments",
+        U + "test_controller_service.py::test_a_reassignment_is_decided_by_the_pure_controller_assignment_first",
+        CTRL_STATE + "test_topic_deleted_leaves_no_trace_and_ignores_late_answers"),
     # a replica checks the request's leader epoch (FENCED / UNKNOWN_LEADER_EPOCH) first
     "tests/cluster/test_admin_cluster.py::test_a_follower_checks_the_leader_epoch_before_leadership": (
         INT + "test_inproc_epochs.py::test_the_epoch_rule",
@@ -149,7 +154,9 @@ TWINS: dict[str, tuple[str, ...]] = {
         "test_preferred_election_on_request_and_its_outcomes",),
     # KIP-455: a reassignment catches the new replica up, then drops the old one
     "tests/cluster/test_failover.py::test_reassignment_moves_a_partition_to_another_broker": (
-        CTRL + "test_reassignment_phases", LEADER + "test_reassignment_adds_followers_unknown"),
+        CTRL + "test_reassignment_phases", LEADER + "test_reassignment_adds_followers_unknown",
+        CTRL_STATE + "test_reassignment_writes_the_assignment_first_and_completes_once_the_target_is_in_sync",
+        U + "test_controller_service.py::test_a_reassignment_is_decided_by_the_pure_controller_assignment_first"),
     # R-REP-4: only a replica's fetch can move the high watermark
     "tests/cluster/test_failover.py::test_fetch_as_a_non_replica_cannot_move_the_high_watermark": (
         LEADER + "test_fetch_by_a_non_replica_raises_and_changes_nothing",

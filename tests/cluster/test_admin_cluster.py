@@ -11,6 +11,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
+from tests.brokerproc import wait_until
 from tests.cluster.test_failover import produce_acked
 from tests.clusterproc import Cluster
 from tests.kafka_wire import WireClient
@@ -198,3 +199,41 @@ def test_one_create_topics_request_of_several_topics(healthy: Cluster) -> None:
     leaders = {str(t.name): sorted(int(p.leader_id) for p in t.partitions) for t in md.topics}
     assert {t: len(ls) for t, ls in leaders.items()} == new
     assert all(ld in cluster.brokers for ls in leaders.values() for ld in ls)
+
+
+def test_a_deleted_topic_leaves_every_broker_and_its_name_can_be_used_again(
+        healthy: Cluster) -> None:
+    """DeleteTopics on a cluster (the pure controller's DeletionRequested, issue 21): every
+    broker's Metadata stops naming the topic and every replica's directory is removed;
+    created again under the same name it starts empty on every broker, none of the old
+    records back (R-LOG: no record of a deleted topic)."""
+    cluster = healthy
+    topic = _topic("delete")
+    cluster.create_topic(topic, 3, 3)
+    produce_acked(cluster, topic, [b"old"] * 5)
+    admin = cluster.admin()
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(40)
+
+    def gone() -> bool:
+        for b in cluster.brokers.values():
+            with _wire(cluster, b.broker_id) as wc:
+                md = wc.request(3, 12, {"topics": [{"name": topic, "topic_id": None}],
+                                        "allow_auto_topic_creation": False,
+                                        "include_topic_authorized_operations": False})
+            if int(md.topics[0].error_code) != ErrorCode.unknown_topic_or_partition:
+                return False
+            if list(b.data_dir.glob(f"{topic}-*")):
+                return False
+        return True
+
+    wait_until(gone, 60, 0.2, f"topic {topic} gone from every broker and disk")
+    cluster.create_topic(topic, 1, 3)
+    produce_acked(cluster, topic, [b"new"] * 2)
+    leader = cluster.wait_leader(topic, 0)
+    assert _earliest(cluster, leader, topic) == (0, 0)
+    with _wire(cluster, leader) as wc:
+        resp = wc.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                            "timestamp": -1}]}]})
+    (p,) = resp.topics[0].partitions
+    assert (int(p.error_code), int(p.offset)) == (0, 2)
