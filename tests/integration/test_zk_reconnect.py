@@ -126,6 +126,10 @@ async def rig(zookeeper: ZooKeeperServer) -> AsyncIterator[Rig]:  # noqa: F811
                                 rig.epoch, rig.epoch_version)
         await until(lambda: store.topic("t") and rig.state("t").leader == 2, 10,
                     "the first state of t")
+        # the controller's own cache too: its next write is conditional on the version
+        # it holds (still -1, a create, when its notification comes after the store's)
+        await until(lambda: (t := controller.topic("t")) is not None
+                    and t.partitions[0].zk_version >= 0, 10, "the first state of t (controller)")
         await until(lambda: store.controller_id() == 2, 10, "the controller")
         yield rig
     finally:
