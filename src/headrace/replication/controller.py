@@ -35,8 +35,9 @@ Rules:
    the bounces the new controller cannot have seen happen: an ISR member or leader whose
    broker epoch (its registration's zxid) is newer than the state's last write
    (``state_zxids``; ``cluster.controller.bounced_replicas``).
-7. **Topics**: ``TopicChanged`` brings a topic's states as read (new partitions, a new
-   assignment, a newer state, its ``unclean.leader.election.enable``), ``TopicDeleted``
+7. **Topics**: ``TopicChanged`` brings a topic's states as read (new partitions, a newer
+   state, its ``unclean.leader.election.enable``; a known partition's replicas stay the
+   controller's own, rule 10), ``TopicDeleted``
    drops its partitions from every table and index. Unclean election is decided per
    topic (``unclean_topics``, else ``unclean``).
 8. **Controlled shutdown**: a broker shutting down leads nothing another live in-sync
@@ -527,7 +528,7 @@ class Controller:
             return []
         if st.zk_version <= old.zk_version:
             return []  # not newer than what the controller knows
-        self._index(tp, st)
+        self._index(tp, replace(st, replicas=list(old.replicas)))  # its own (see above)
         if tp in self.in_flight:
             return []
         return self._decide(tp)
@@ -569,9 +570,10 @@ class Controller:
                         self.move_replica(tp, r, ReplicaPhase.ONLINE if r in self.live
                                           else ReplicaPhase.OFFLINE)
             elif st.zk_version > old.zk_version:
-                self._index(tp, st)
-            elif list(st.replicas) != list(old.replicas):  # a new assignment, same state
-                self._index(tp, replace(old, replicas=list(st.replicas)))
+                # a known partition's replicas are the controller's own (it writes every
+                # assignment change: reassignments): a notification of an older assignment
+                # must not undo one
+                self._index(tp, replace(st, replicas=list(old.replicas)))
             if tp in self.in_flight:
                 continue
             for r in self.states[tp].replicas:
@@ -683,6 +685,11 @@ class Controller:
             by_topic.setdefault(tp[0], {})[tp[1]] = list(new.replicas)
             if new != st:
                 self.completing.discard(tp)
+                if list(new.replicas) != list(st.replicas):
+                    # the snapshot's replicas are the assignment's, written first (and
+                    # retried until written): so a refused state write decides again over
+                    # the replicas the reassignment needs
+                    self._index(tp, replace(st, replicas=list(new.replicas)))
                 states += self._write(tp, new, why)
         out: list[Effect] = [self._assignment(t, reps, "reassignment requested")
                              for t, reps in sorted(by_topic.items())]
@@ -798,6 +805,6 @@ class Controller:
             self.outcomes[tp] = "not available"  # someone else wrote first
         if tp not in self.states:  # deleted meanwhile
             return []
-        if current is not None:
-            self._index(tp, current)
+        if current is not None:  # the replicas stay its own (rule 7)
+            self._index(tp, replace(current, replicas=list(self.states[tp].replicas)))
         return self._decide(tp)

@@ -322,7 +322,11 @@ def test_unclean_election_per_topic_config() -> None:
     assert (w.tp, w.state.leader, w.state.isr) == (("t", 0), 2, [2])
 
 
-def test_topic_changed_creates_new_partitions_and_takes_a_new_assignment() -> None:
+def test_topic_changed_creates_new_partitions_and_keeps_known_replicas() -> None:
+    """New partitions are created from the topic as read; a known partition takes a newer
+    state but keeps the controller's own replicas (it writes every reassignment): a
+    notification of an older assignment, read after a reassignment completed, does not
+    bring the removed replica back."""
     ctl, _ = started({("t", 0): st([1, 2], 1, 0, [1, 2], 3)}, {1: 11, 2: 12, 3: 13})
     new = PartitionState([3, 1], -1, -1, [], 0, -1, -1)
     ctl.enqueue(TopicChanged("t", {0: st([1, 2, 3], 1, 0, [1, 2], 3), 1: new}))
@@ -330,12 +334,14 @@ def test_topic_changed_creates_new_partitions_and_takes_a_new_assignment() -> No
     assert (w.tp, w.state.leader, w.state.isr, w.expected_version) == (
         ("t", 1), 3, [3, 1], -1)
     assert ctl.partition_phase[("t", 1)] is P.NEW
-    assert ctl.states[("t", 0)].replicas == [1, 2, 3] and ("t", 0) in ctl.hosted[3]
-    assert ctl.replica_phase[(("t", 0), 3)] is R.NEW
-    # reassigned away from broker 2: no longer hosted there
-    ctl.enqueue(TopicChanged("t", {0: st([1, 3], 1, 1, [1, 3], 4)}))
+    assert ctl.states[("t", 0)].replicas == [1, 2] and ("t", 0) not in ctl.hosted.get(3, ())
+    ctl.enqueue(TopicChanged("t", {0: st([1, 2, 3], 2, 1, [2, 1], 4)}))
     ctl.run()
-    assert ("t", 0) not in ctl.hosted[2]
+    assert (ctl.states[("t", 0)].leader, ctl.states[("t", 0)].zk_version,
+            ctl.states[("t", 0)].replicas) == (2, 4, [1, 2])
+    ctl.enqueue(IsrChange(("t", 0), st([1, 2, 3], 2, 1, [2], 5)))
+    ctl.run()
+    assert ctl.states[("t", 0)].replicas == [1, 2] and ctl.states[("t", 0)].isr == [2]
 
 
 def test_topic_deleted_leaves_no_trace_and_ignores_late_answers() -> None:
@@ -548,3 +554,19 @@ def test_topic_deletion_stops_its_decisions_and_ends_its_reassignments() -> None
     assert "t" not in ctl.deleting and ("t", 0) not in ctl.states
     ctl.enqueue(c.DeletionRequested("gone"))  # a topic it does not know: the request only
     assert ctl.run() == [c.DeleteTopic("gone", 3, known=False)] and "gone" not in ctl.deleting
+
+
+def test_a_refused_reassignment_start_never_completes_to_a_wrong_target() -> None:
+    """The assignment (RS [2, 3, 4, 1]) is written, the state write is refused (a leader's
+    ISR change came first): decided again over RS, the target [2, 3, 4] is not in sync
+    (4 is not in the ISR), so nothing completes: not [2, 3], what the old replicas minus
+    the leaving one would say."""
+    ctl, _ = started({TP0: st([1, 2, 3], 1, 4, [1, 2, 3], 7)}, {1: 11, 2: 12, 3: 13, 4: 14})
+    ctl.enqueue(c.Reassign(((TP0, (2, 3, 4)),)))
+    ctl.run()
+    ctl.enqueue(WriteRefused(TP0, st([1, 2, 3], 1, 4, [1, 2, 3], 8)))
+    assert writes(ctl.run()) == []
+    assert ctl.states[TP0].replicas == [2, 3, 4, 1] and TP0 in ctl.hosted[4]
+    ctl.enqueue(IsrChange(TP0, st([1, 2, 3], 1, 4, [1, 2, 3, 4], 9)))
+    [w] = writes(ctl.run())
+    assert (w.state.replicas, w.why) == ([2, 3, 4], "reassignment completed")
