@@ -294,3 +294,29 @@ async def test_states_arrive_by_notification_and_a_reader_behind_the_purge_reads
     await until(lambda: [(p.leader, p.isr) for p in b.topic("n").partitions]  # type: ignore[union-attr]
                 == [(2, [2])] + [(2, [2, 1])] * 3)
     assert "reading every partition state again" in caplog.text
+
+
+async def test_added_partitions_keep_the_znodes_replicas_and_wait_for_reassignments(
+        pair: tuple[ZkMetadataStore, ...]) -> None:
+    """CreatePartitions' write appends the new partitions to the topic znode as it is in
+    ZooKeeper: a cache's older replicas for the existing partitions (a reassignment the
+    controller just wrote) are not written back; and while a partition is being
+    reassigned the topic cannot grow (Kafka's REASSIGNMENT_IN_PROGRESS)."""
+    from headrace.cluster.zk_store import ReassignmentInProgressError
+
+    a, b = pair
+    won = await asyncio.to_thread(a.elect_controller, 1)
+    assert won is not None
+    await asyncio.to_thread(a.create_topic_znodes, "g", [[1, 2]], {}, uuid.uuid4())
+    await until(lambda: b.topic("g"))
+    # the controller starts a reassignment of g-0 to [2, 3]: RS [2, 3, 1]
+    await asyncio.to_thread(a.write_topic_assignment, "g", {0: [2, 3, 1]}, {0: [3]},
+                            {0: [1]}, won[1])
+    with pytest.raises(ReassignmentInProgressError):
+        await asyncio.to_thread(b.add_partition_znodes, "g", [[1, 2], [2, 1]])
+    # completed: g-0 is [2, 3]; a broker whose cache still says [1, 2] adds g-1
+    await asyncio.to_thread(a.write_topic_assignment, "g", {0: [2, 3]}, {}, {}, won[1])
+    await asyncio.to_thread(b.add_partition_znodes, "g", [[1, 2], [2, 1]])
+    t = await until(lambda: (t := a.topic("g")) is not None and len(t.partitions) == 2 and t)
+    assert [p.replicas for p in t.partitions] == [[2, 3], [2, 1]]
+    assert a.reassignments() == {}

@@ -762,8 +762,12 @@ class TopicAdmin:
         assert topic is not None
         full = [list(p.replicas) for p in topic.partitions] + [list(p.replicas) for p in new]
         store: Any = self.metadata
+        from headrace.cluster.zk_store import ReassignmentInProgressError
+
         try:
             await asyncio.to_thread(store.add_partition_znodes, name, full)
+        except ReassignmentInProgressError as e:
+            raise TopicError(ErrorCode.reassignment_in_progress, str(e)) from None
         except Exception as e:
             raise TopicError(ErrorCode.unknown_server_error,
                              f"Saving the partitions of '{name}' failed: {e}") from None

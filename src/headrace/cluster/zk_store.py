@@ -133,6 +133,10 @@ class ControllerMovedError(Exception):
     """A controller write found ``/controller_epoch`` changed: another controller."""
 
 
+class ReassignmentInProgressError(Exception):
+    """CreatePartitions while a partition of the topic is being reassigned."""
+
+
 class TopicExistsError(Exception):
     pass
 
@@ -1070,11 +1074,22 @@ class ZkMetadataStore:
                 raise MetadataError(f"creating topic {name} in ZooKeeper: {r!r}")
 
     def add_partition_znodes(self, name: str, full_assignment: list[list[int]]) -> None:
+        """Append the partitions of ``full_assignment`` past the topic's current ones;
+        the existing partitions keep the znode's replicas (the controller's, not a cache's
+        that may be older). Refused while a partition of the topic is being reassigned
+        (``ReassignmentInProgressError``, as Kafka refuses CreatePartitions then)."""
         c = self._c()
         data, stat = c.get(L.topic_path(name))
         a = L.decode_topic(name, data)
-        c.set(L.topic_path(name), L.encode_topic(a.topic_id, dict(enumerate(full_assignment)),
-                                                 a.adding, a.removing), version=stat.version)
+        if a.adding or a.removing:
+            raise ReassignmentInProgressError(
+                f"A partition reassignment of topic '{name}' is in progress.")
+        if len(full_assignment) <= len(a.partitions):
+            raise MetadataError(f"topic '{name}' has {len(a.partitions)} partitions already")
+        assignment = dict(a.partitions)
+        for i in range(len(a.partitions), len(full_assignment)):
+            assignment[i] = list(full_assignment[i])
+        c.set(L.topic_path(name), L.encode_topic(a.topic_id, assignment), version=stat.version)
 
     def set_topic_config_znode(self, name: str, configs: Mapping[str, str]) -> None:
         c = self._c()
