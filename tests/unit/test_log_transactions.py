@@ -155,3 +155,46 @@ def test_idle_producers_expire_but_not_one_with_an_open_transaction(tmp_path: Pa
     log.append_marker(7, 0, True, 0, 0)
     assert log.expire_producers(T0 + 1000, 1000) == 2  # the marker closed 7's transaction
     log.close()
+
+
+def test_a_deposed_coordinators_marker_is_fenced_everywhere(tmp_path: Path) -> None:
+    """Kafka's appendEndTxnMarker: a marker whose coordinator epoch is older than the
+    newest of the producer's markers is TRANSACTION_COORDINATOR_FENCED. The case: the new
+    coordinator (epoch 5, after a failover) committed producer 7's transaction, which then
+    began another at the same producer epoch; the old coordinator's (epoch 4) late COMMIT
+    would end that one. The epoch survives a reopen (from the snapshot, and from the log
+    alone), an epoch bump, and reaches a follower from the replicated marker."""
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(txn_batch(2, 7, 0, 0), 0)
+    log.append_marker(7, 0, True, 5, 0)                  # the new coordinator's commit
+    nxt = log.append_as_leader(txn_batch(1, 7, 0, 2), 0)  # the next transaction
+    with pytest.raises(InvalidRecordError) as e:
+        log.append_marker(7, 0, True, 4, 0)              # the old coordinator's, late
+    assert e.value.error_code == ErrorCode.transaction_coordinator_fenced
+    caught_up(log)
+    assert log.last_stable_offset == nxt.first_offset    # still open
+    log.append_marker(7, 0, False, 5, 0)                 # the same epoch: fine
+    data = log.read(0, 1 << 20, max_offset=log.log_end_offset, min_one_batch=True)
+    log.close()
+    for reopened in (open_log(tmp_path / "t-0"),):
+        with pytest.raises(InvalidRecordError) as e:
+            reopened.append_marker(7, 0, True, 4, 0)
+        assert e.value.error_code == ErrorCode.transaction_coordinator_fenced
+        reopened.close()
+    for snap in (tmp_path / "t-0").glob("*.snapshot"):  # the log alone
+        snap.unlink()
+    again = open_log(tmp_path / "t-0")
+    with pytest.raises(InvalidRecordError) as e:
+        again.append_marker(7, 0, True, 4, 0)
+    assert e.value.error_code == ErrorCode.transaction_coordinator_fenced
+    again.append_as_leader(txn_batch(1, 7, 1, 0), 0)      # a new producer epoch
+    with pytest.raises(InvalidRecordError) as e:
+        again.append_marker(7, 1, False, 4, 0)
+    assert e.value.error_code == ErrorCode.transaction_coordinator_fenced
+    again.close()
+    follower = open_log(tmp_path / "f-0")
+    follower.append_as_follower(data)
+    with pytest.raises(InvalidRecordError) as e:
+        follower.append_marker(7, 0, True, 4, 0)         # the follower, leader now
+    assert e.value.error_code == ErrorCode.transaction_coordinator_fenced
+    follower.close()

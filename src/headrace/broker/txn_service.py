@@ -274,8 +274,11 @@ class TxnService:
                     codes = {}
                 for tp, code in codes.items():
                     if code in (ErrorCode.none, ErrorCode.invalid_producer_epoch,
+                                ErrorCode.transaction_coordinator_fenced,
                                 ErrorCode.unknown_topic_or_partition):
-                        remaining.discard(tp)  # written, or a newer epoch already ended it
+                        # written, or a newer producer or coordinator epoch already ended
+                        # it (Kafka stops sending this transaction's markers then)
+                        remaining.discard(tp)
             if remaining:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MARKER_RETRY_S[1])

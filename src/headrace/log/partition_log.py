@@ -125,7 +125,7 @@ from headrace.log.state_files import (
     write_aborted,
     write_snapshot,
 )
-from headrace.log.transactions import AbortedTxn, TxnTracker, control_batch, marker_type
+from headrace.log.transactions import AbortedTxn, TxnTracker, control_batch, marker_info
 from headrace.log.validator import validate_batches
 from headrace.protocol.records import (
     INT32_MAX,
@@ -355,7 +355,7 @@ class PartitionLog:
             kept = [a for a in self.txns.aborted if a.last_offset >= seg.base_offset]
             for h in seg.headers(position):
                 self.scanned_batches += 1
-                self._track(h, self._marker_of(seg, h))
+                self._track(h, *self._marker_of(seg, h))
                 if h.partition_leader_epoch >= 0 and (
                     not epochs or h.partition_leader_epoch > epochs[-1][0]
                 ):
@@ -404,21 +404,24 @@ class PartitionLog:
         return [found[k] for k in sorted(found)]
 
     @staticmethod
-    def _marker_of(seg: LogSegment, h: BatchHeader) -> int | None:
+    def _marker_of(seg: LogSegment, h: BatchHeader) -> tuple[int | None, int]:
+        """(marker type or None, coordinator epoch or -1) of a batch in ``seg``."""
         if not h.is_control:
-            return None
+            return None, -1
         try:
-            return marker_type(seg.read(h.position, h.size))
+            return marker_info(seg.read(h.position, h.size))
         except InvalidRecordError:
-            return None
+            return None, -1
 
-    def _track(self, h: BatchHeader, kind: int | None) -> AbortedTxn | None:
+    def _track(self, h: BatchHeader, kind: int | None,
+               coordinator_epoch: int = -1) -> AbortedTxn | None:
         """Producer state and transactions after a batch was appended: a marker moves its
         producer's epoch (a fenced zombie's next batch is refused) without touching its
-        sequence numbers, as Kafka's ``appendEndTxnMarker``. Returns the aborted
-        transaction an ABORT marker ended."""
+        sequence numbers, and records its coordinator epoch, as Kafka's
+        ``appendEndTxnMarker``. Returns the aborted transaction an ABORT marker ended."""
         if h.is_control:
-            self.producer_state.marker(h.producer_id, h.producer_epoch, h.max_timestamp)
+            self.producer_state.marker(h.producer_id, h.producer_epoch, h.max_timestamp,
+                                       coordinator_epoch)
         else:
             self.producer_state.update(h)
         if h.is_transactional:
@@ -614,21 +617,18 @@ class PartitionLog:
         ``producer_id``'s transaction here. A marker older than the producer's epoch is
         INVALID_PRODUCER_EPOCH (the coordinator lost a race with a newer one)."""
         self._check_online()
-        entry = self.producer_state.producers.get(producer_id)
-        if entry is not None and producer_epoch < entry.epoch:
-            raise InvalidRecordError(
-                ErrorCode.invalid_producer_epoch,
-                f"marker for producer {producer_id} at epoch {producer_epoch}, older than "
-                f"its current epoch {entry.epoch}")
+        self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
         batch = control_batch(producer_id, producer_epoch, commit, coordinator_epoch,
                               self.clock.wall_ms())
         header = read_header(batch, 0)
         return self._append_headers(batch, [header], leader_epoch, False,
-                                    marker=1 if commit else 0)
+                                    marker=1 if commit else 0,
+                                    coordinator_epoch=coordinator_epoch)
 
     def _append_headers(self, records: bytes | memoryview, headers: list[BatchHeader],
                         leader_epoch: int, log_append: bool,
-                        marker: int | None = None) -> AppendResult:
+                        marker: int | None = None, coordinator_epoch: int = -1
+                        ) -> AppendResult:
         """Assign offsets to validated batches and write them (``append_as_leader``;
         ``marker``: the type of a control batch being written, ``append_marker``)."""
         first_offset = self.log_end_offset
@@ -673,7 +673,8 @@ class PartitionLog:
             self._undo_append(seg, mark, e)
             raise LogError(ErrorCode.kafka_storage_error,
                            f"append to {seg.log_path} failed: {e}") from e
-        aborted = [a for h in stored if (a := self._track(h, marker)) is not None]
+        aborted = [a for h in stored
+                   if (a := self._track(h, marker, coordinator_epoch)) is not None]
         if aborted:
             self._index_aborted(seg, aborted)
         if not self.leader_epochs or leader_epoch > self.leader_epochs[-1][0]:
@@ -735,13 +736,13 @@ class PartitionLog:
         epochs_changed = False
         aborted: list[AbortedTxn] = []
         for h in headers:
-            kind = None
+            kind, cepoch = None, -1
             if h.is_control:
                 try:
-                    kind = marker_type(view[h.position:h.position + h.size])
+                    kind, cepoch = marker_info(view[h.position:h.position + h.size])
                 except InvalidRecordError:
                     kind = None
-            txn = self._track(h, kind)
+            txn = self._track(h, kind, cepoch)
             if txn is not None:
                 aborted.append(txn)
             epoch = h.partition_leader_epoch

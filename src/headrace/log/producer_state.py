@@ -62,6 +62,9 @@ class ProducerEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_BATCHES))
     last_ms: int = -1  # the last batch's (or marker's) timestamp: producer id expiry
+    # the newest transaction coordinator epoch of its markers (-1: none): an older
+    # coordinator's marker is fenced (Kafka's TRANSACTION_COORDINATOR_FENCED)
+    coordinator_epoch: int = -1
 
     @property
     def last_seq(self) -> int | None:
@@ -160,7 +163,8 @@ class ProducerStateManager:
             return
         entry = self.producers.get(pid)
         if entry is None or entry.epoch != header.producer_epoch:
-            entry = ProducerEntry(pid, header.producer_epoch)
+            entry = ProducerEntry(pid, header.producer_epoch, coordinator_epoch=(
+                entry.coordinator_epoch if entry is not None else -1))
             self.producers[pid] = entry
         entry.batches.append(
             BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset,
@@ -168,15 +172,38 @@ class ProducerStateManager:
         )
         entry.last_ms = max(entry.last_ms, header.max_timestamp)
 
-    def marker(self, producer_id: int, epoch: int, timestamp_ms: int = -1) -> None:
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        """Kafka's ``appendEndTxnMarker`` checks before a marker is written: an epoch older
+        than the producer's is INVALID_PRODUCER_EPOCH; a coordinator epoch older than the
+        newest of its markers is TRANSACTION_COORDINATOR_FENCED (a deposed coordinator's
+        late marker would otherwise end the transaction the producer began since)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if epoch < entry.epoch:
+            raise InvalidRecordError(
+                ErrorCode.invalid_producer_epoch,
+                f"marker for producer {producer_id} at epoch {epoch}, older than its "
+                f"current epoch {entry.epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise InvalidRecordError(
+                ErrorCode.transaction_coordinator_fenced,
+                f"marker for producer {producer_id} from coordinator epoch "
+                f"{coordinator_epoch}, older than {entry.coordinator_epoch}")
+
+    def marker(self, producer_id: int, epoch: int, timestamp_ms: int = -1,
+               coordinator_epoch: int = -1) -> None:
         """A transaction marker for ``producer_id`` was written at ``epoch``: a newer epoch
         (a fenced producer's transaction aborted by the coordinator) becomes the current
         one, and its batches must start again at sequence 0; sequences are otherwise left
-        alone (Kafka's ``appendEndTxnMarker``)."""
+        alone; the coordinator epoch is remembered (Kafka's ``appendEndTxnMarker``)."""
         entry = self.producers.get(producer_id)
         if entry is None or epoch > entry.epoch:
-            entry = self.producers[producer_id] = ProducerEntry(producer_id, epoch)
+            entry = self.producers[producer_id] = ProducerEntry(
+                producer_id, epoch,
+                coordinator_epoch=entry.coordinator_epoch if entry is not None else -1)
         entry.last_ms = max(entry.last_ms, timestamp_ms)
+        entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
 
     def expire(self, now_ms: int, expiration_ms: int, keep: set[int]) -> int:
         """Forget producers whose last batch is ``expiration_ms`` old, except those in
@@ -201,14 +228,16 @@ class ProducerStateManager:
                 pid, epoch,
                 last.last_seq if last else -1, last.last_offset if last else -1,
                 last.last_offset - last.first_offset if last else 0,
-                entry.last_ms if entry is not None else -1, -1, ongoing.get(pid, -1)))
+                entry.last_ms if entry is not None else -1,
+                entry.coordinator_epoch if entry is not None else -1, ongoing.get(pid, -1)))
         return out
 
     def load_snapshot(self, entries: Iterable[SnapshotEntry]) -> None:
         """Replace the state by a snapshot's (open transactions are the caller's)."""
         self.producers.clear()
         for e in entries:
-            entry = ProducerEntry(e.producer_id, e.epoch, last_ms=e.timestamp)
+            entry = ProducerEntry(e.producer_id, e.epoch, last_ms=e.timestamp,
+                                  coordinator_epoch=e.coordinator_epoch)
             if e.last_offset >= 0:
                 first_seq = e.last_sequence - e.offset_delta
                 if first_seq < 0:  # the batch's sequences wrapped past 2**31 - 1

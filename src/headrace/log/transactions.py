@@ -57,13 +57,23 @@ def control_batch(producer_id: int, producer_epoch: int, commit: bool, coordinat
 def marker_type(batch: bytes | memoryview) -> int:
     """ABORT or COMMIT of a control batch (its first record's key); ``InvalidRecordError``
     for anything else."""
+    return marker_info(batch)[0]
+
+
+def marker_info(batch: bytes | memoryview) -> tuple[int, int]:
+    """(ABORT or COMMIT, coordinator epoch) of a control batch: its first record's key and
+    value (a value too short for the epoch: -1); ``InvalidRecordError`` for anything
+    else."""
     for rec in decode_records(batch):
         key = rec.key
         if key is None or len(key) < _CONTROL_KEY.size:
             break
         version, kind = _CONTROL_KEY.unpack_from(key, 0)
         if version == 0 and kind in (ABORT, COMMIT):
-            return int(kind)
+            value = rec.value
+            epoch = (_MARKER_VALUE.unpack_from(value, 0)[1]
+                     if value is not None and len(value) >= _MARKER_VALUE.size else -1)
+            return int(kind), int(epoch)
         break
     raise InvalidRecordError(ErrorCode.invalid_record, "not a transaction marker")
 
