@@ -186,3 +186,20 @@ def abort_keeps_producer_epoch() -> contextlib.AbstractContextManager[None]:
 
 
 MUTATIONS["abort_keeps_producer_epoch"] = abort_keeps_producer_epoch
+
+
+def coordinator_epoch_unchecked() -> contextlib.AbstractContextManager[None]:
+    """``marker_refusal`` checks the producer epoch only: a deposed coordinator's late
+    marker is written (the broker's rule, used by the simulation's leaders too)."""
+    from kio.schema.errors import ErrorCode
+
+    from headrace.log import producer_state as ps
+
+    def refusal(current_epoch: int, current_coordinator_epoch: int, epoch: int,
+                coordinator_epoch: int) -> ErrorCode | None:
+        return ErrorCode.invalid_producer_epoch if epoch < current_epoch else None
+
+    return _patch(ps, "marker_refusal", refusal)
+
+
+MUTATIONS["coordinator_epoch_unchecked"] = coordinator_epoch_unchecked

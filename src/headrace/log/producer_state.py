@@ -47,6 +47,20 @@ from headrace.protocol.records import (
 MAX_BATCHES = 5
 
 
+def marker_refusal(current_epoch: int, current_coordinator_epoch: int, epoch: int,
+                   coordinator_epoch: int) -> ErrorCode | None:
+    """Kafka's ``appendEndTxnMarker`` checks, for a producer whose newest epoch and
+    newest marker's coordinator epoch are the ``current_`` ones (-1: none): a marker at
+    an older producer epoch is INVALID_PRODUCER_EPOCH, one from an older coordinator
+    epoch TRANSACTION_COORDINATOR_FENCED; None: it may be written. (The simulation's
+    leaders use it too.)"""
+    if epoch < current_epoch:
+        return ErrorCode.invalid_producer_epoch
+    if coordinator_epoch < current_coordinator_epoch:
+        return ErrorCode.transaction_coordinator_fenced
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class BatchMetadata:
     first_seq: int
@@ -180,15 +194,15 @@ class ProducerStateManager:
         entry = self.producers.get(producer_id)
         if entry is None:
             return
-        if epoch < entry.epoch:
+        refusal = marker_refusal(entry.epoch, entry.coordinator_epoch, epoch,
+                                 coordinator_epoch)
+        if refusal is ErrorCode.invalid_producer_epoch:
             raise InvalidRecordError(
-                ErrorCode.invalid_producer_epoch,
-                f"marker for producer {producer_id} at epoch {epoch}, older than its "
-                f"current epoch {entry.epoch}")
-        if coordinator_epoch < entry.coordinator_epoch:
+                refusal, f"marker for producer {producer_id} at epoch {epoch}, older than "
+                f"its current epoch {entry.epoch}")
+        if refusal is not None:
             raise InvalidRecordError(
-                ErrorCode.transaction_coordinator_fenced,
-                f"marker for producer {producer_id} from coordinator epoch "
+                refusal, f"marker for producer {producer_id} from coordinator epoch "
                 f"{coordinator_epoch}, older than {entry.coordinator_epoch}")
 
     def marker(self, producer_id: int, epoch: int, timestamp_ms: int = -1,

@@ -74,6 +74,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from headrace.log import producer_state as ps
 from headrace.log.transactions import TxnTracker
 from headrace.metadata.store import PartitionState
 from headrace.replication import controller as ctl
@@ -757,7 +758,8 @@ class Broker:
         if r is None or r.core is None:
             w.send(self.id, src, ("marker_resp", p, pid, pepoch, "not_leader", nonce))
             return
-        if pepoch < r.pepochs.get(pid, -1) or coordinator_epoch < r.cepochs.get(pid, -1):
+        if ps.marker_refusal(r.pepochs.get(pid, -1), r.cepochs.get(pid, -1), pepoch,
+                             coordinator_epoch) is not None:  # the broker's own rule
             w.send(self.id, src, ("marker_resp", p, pid, pepoch, "fenced", nonce))
             return
         if len(r.core.isr) < w.p.min_isr:
