@@ -32,6 +32,7 @@ CAUGHT = {
     "lso_is_high_watermark": (0, "read_committed returns committed transactions only"),
     "markers_not_retried_at_new_leader": (26, "no hanging transaction"),
     "abort_keeps_producer_epoch": (29, "read_committed returns committed transactions only"),
+    "coordinator_epoch_unchecked": (1545, "read_committed returns committed transactions only"),
 }
 
 
