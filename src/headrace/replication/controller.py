@@ -187,8 +187,8 @@ class TopicCreated:
 class TopicChanged:
     """A topic as read: its partitions' states (with the assignment's replicas; a state
     not written yet has ``zk_version`` -1) and its unclean election config (None: the
-    controller's default). New partitions are created, known ones take a newer state or
-    a new assignment; each is decided again."""
+    controller's default). New partitions are created, known ones take a newer state
+    (keeping the controller's own replicas, rule 7); each is decided again."""
     topic: str
     states: Mapping[int, PartitionState]
     unclean: bool | None = None
