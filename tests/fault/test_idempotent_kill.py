@@ -171,6 +171,7 @@ class ResponseHoldingProxy:
                 return
             try:
                 upstream = socket.create_connection(("127.0.0.1", self.upstream_port), 5)
+                upstream.settimeout(None)  # a held connection is quiet for as long as it likes
             except OSError:
                 client.close()  # the broker is down: the client retries later
                 continue
@@ -237,8 +238,12 @@ def test_idempotent_producer_retries_unacknowledged_batches_after_kill_9(
         acked: dict[bytes, int] = {}
         errors: list[Any] = []
         lock = threading.Lock()
+        # An idempotent producer keeps at most 5 requests in flight: the 1,000 records
+        # sent while answers are held must fit in 5 batches, or the sixth waits for an
+        # answer that never comes (loaded runs, twice: the loop outlasted a 5 ms linger,
+        # 5 batches were written, 29 records never sent). flush() does not wait out linger.
         p = Producer({"bootstrap.servers": f"127.0.0.1:{proxy.port}",
-                      "enable.idempotence": True, "linger.ms": 5,
+                      "enable.idempotence": True, "linger.ms": 1000,
                       "message.timeout.ms": 45_000, "reconnect.backoff.ms": 50,
                       "reconnect.backoff.max.ms": 200})
 
