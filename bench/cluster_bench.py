@@ -327,8 +327,10 @@ class ScaleRun:
     """The scale scenario for one partition count (see the module docstring, item 5)."""
 
     def __init__(self, cluster: LocalCluster, bootstrap: str, partitions: int,
-                 per_topic: int, topics_per_request: int, max_rss_mb: float) -> None:
+                 per_topic: int, topics_per_request: int, max_rss_mb: float,
+                 profile_dir: str | None = None) -> None:
         self.cluster = cluster
+        self.profile_dir = profile_dir
         self.partitions = partitions
         # socket.timeout.ms: librdkafka's default 60 s also bounds an admin request that
         # waits on the broker (operation_timeout), and creating 10,000 partitions can take
@@ -511,6 +513,16 @@ class ScaleRun:
         cpu0 = self.cpu_now()
         killed_at = time.monotonic()
         self.cluster.brokers[victim].kill()
+        spy = self.profile_dir  # py-spy profiles of the survivors through the failover
+        if spy:
+            for i, b in self.cluster.brokers.items():
+                if i == victim or b.proc is None:
+                    continue
+                pid = b.proc.pid
+                subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record",
+                                  "-p", str(pid), "-d", str(int(timeout_s)), "-f", "raw",
+                                  "-o", f"{spy}/scale-{self.partitions}-broker-{i}.txt"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # every probe is sent after the kill, so only a new leader can acknowledge it
         for t, q in sample:
             producer.produce(t, b"x", partition=q, on_delivery=dr)
@@ -566,7 +578,7 @@ def run_scale(partitions: int, args: argparse.Namespace) -> dict[str, Any]:
     try:
         bootstrap = cluster.start()
         run = ScaleRun(cluster, bootstrap, partitions, args.topic_partitions,
-                       args.topics_per_request, args.max_rss_mb)
+                       args.topics_per_request, args.max_rss_mb, args.profile_dir)
         guard = threading.Thread(target=run.guard, daemon=True)
         guard.start()
         out["idle"] = run.snapshot()
@@ -619,7 +631,7 @@ def main() -> int:
     ap.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker config for every broker (repeatable)")
     ap.add_argument("--profile-dir", help="py-spy raw profiles of the surviving brokers "
-                    "during the many-partition failover go here")
+                    "during the many-partition (or scale) failover go here")
     ap.add_argument("--only-big", action="store_true",
                     help="only the many-partition create, failover and restart")
     ap.add_argument("--kill-controller", action="store_true",
