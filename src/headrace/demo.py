@@ -392,9 +392,16 @@ def stop_between_batches(queries: dict[str, Any], trigger_s: float, timeout_s: f
             q.stop()
 
 
+def _query_error(query: Any) -> str:
+    """A failed query's error without the logical plan Spark appends to it (the plan is
+    thousands of characters; the cause is the first lines)."""
+    text = str(query.exception())
+    return text.split("=== Streaming Query ===")[0].strip()[:4000]
+
+
 def _caught_up(query: Any, latest: dict[tuple[str, int], int]) -> bool:
     if query.exception() is not None:
-        raise RuntimeError(f"query {query.name} failed: {query.exception()}")
+        raise RuntimeError(f"query {query.name} failed: {_query_error(query)}")
     done = _processed(query)
     return all(done.get(tp, -1) >= off for tp, off in latest.items())
 
@@ -775,7 +782,7 @@ def _run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path
             check()
             for name, q in queries.items():
                 if q.exception() is not None:
-                    raise RuntimeError(f"query {name} failed: {q.exception()}")
+                    raise RuntimeError(f"query {name} failed: {_query_error(q)}")
             note_first_rows()
             if time.monotonic() >= next_report:
                 next_report += 5
