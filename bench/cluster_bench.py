@@ -328,9 +328,10 @@ class ScaleRun:
 
     def __init__(self, cluster: LocalCluster, bootstrap: str, partitions: int,
                  per_topic: int, topics_per_request: int, max_rss_mb: float,
-                 profile_dir: str | None = None) -> None:
+                 profile_dir: str | None = None, profile_s: int = 30) -> None:
         self.cluster = cluster
         self.profile_dir = profile_dir
+        self.profile_s = profile_s
         self.partitions = partitions
         # socket.timeout.ms: librdkafka's default 60 s also bounds an admin request that
         # waits on the broker (operation_timeout), and creating 10,000 partitions can take
@@ -520,7 +521,8 @@ class ScaleRun:
                     continue
                 pid = b.proc.pid
                 subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record",
-                                  "--nonblocking", "-p", str(pid), "-d", "30", "-f", "raw",
+                                  "--nonblocking", "-p", str(pid), "-d",
+                                  str(self.profile_s), "-f", "raw",
                                   "-o", f"{spy}/scale-{self.partitions}-broker-{i}.txt"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # every probe is sent after the kill, so only a new leader can acknowledge it
@@ -582,7 +584,8 @@ def run_scale(partitions: int, args: argparse.Namespace) -> dict[str, Any]:
     try:
         bootstrap = cluster.start()
         run = ScaleRun(cluster, bootstrap, partitions, args.topic_partitions,
-                       args.topics_per_request, args.max_rss_mb, args.profile_dir)
+                       args.topics_per_request, args.max_rss_mb, args.profile_dir,
+                       args.profile_seconds)
         guard = threading.Thread(target=run.guard, daemon=True)
         guard.start()
         out["idle"] = run.snapshot()
@@ -636,6 +639,8 @@ def main() -> int:
                     help="a broker config for every broker (repeatable)")
     ap.add_argument("--profile-dir", help="py-spy raw profiles of the surviving brokers "
                     "during the many-partition (or scale) failover go here")
+    ap.add_argument("--profile-seconds", type=int, default=30,
+                    help="how long the scale failover's profiles record")
     ap.add_argument("--only-big", action="store_true",
                     help="only the many-partition create, failover and restart")
     ap.add_argument("--kill-controller", action="store_true",

@@ -10,7 +10,7 @@ def configure(level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         logging.Formatter(
-            "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+            "%(asctime)s.%(msecs)03d level=%(levelname)s logger=%(name)s %(message)s",
             datefmt="%Y-%m-%dT%H:%M:%S",
         )
     )

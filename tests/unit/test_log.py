@@ -941,3 +941,33 @@ def test_lazy_file_is_never_closed_under_a_reader(tmp_path: Path) -> None:
     with f.use() as fd2:  # reopened on the next use
         assert os.pread(fd2, 5, 0) == b"hello"
     f.close()
+
+
+def test_open_files_evicts_the_least_recently_used_unpinned_files(tmp_path: Path) -> None:
+    """Issue 8 item 9 / issue 21 item 5: at capacity, opening a file closes exactly the
+    least recently used files that nobody holds (a pinned one is skipped, never closed),
+    and a touched file moves to the back of the queue."""
+    from headrace.log.index import LazyFile, OpenFiles
+
+    lru = OpenFiles(capacity=3)
+    files = []
+    for i in range(6):
+        p = tmp_path / f"{i}.log"
+        p.write_bytes(b"x")
+        files.append(LazyFile(p, os.O_RDONLY))
+    with lru.lock:
+        for f in files[:3]:
+            lru.open_locked(f)
+        files[0].pins = 1  # in use: must survive
+        lru.touch_locked(files[1])  # recently used: order is now 0, 2, 1
+        lru.open_locked(files[3])  # one over capacity: 2 goes (0 is pinned)
+    assert files[2].fd is None
+    assert all(f.fd is not None for f in (files[0], files[1], files[3]))
+    with lru.lock:
+        lru._evict_locked(1)  # down to one: everything unpinned goes, oldest first
+    assert files[0].fd is not None and files[1].fd is None and files[3].fd is None
+    assert len(lru) == 1 and lru.evictions == 3
+    files[0].pins = 0
+    with lru.lock:
+        lru._evict_locked(0)
+    assert len(lru) == 0 and files[0].fd is None
