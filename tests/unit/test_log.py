@@ -971,3 +971,98 @@ def test_open_files_evicts_the_least_recently_used_unpinned_files(tmp_path: Path
     with lru.lock:
         lru._evict_locked(0)
     assert len(lru) == 0 and files[0].fd is None
+
+
+# ---------------------------------------------------------------------- deferred epoch files
+# Issue 21 item 5: a broker writes the leader-epoch checkpoints of its logs in a worker
+# thread (a failover hands it thousands of new epochs); a deferred checkpoint must never be
+# older than a producer snapshot on disk (open trusts its epochs below the newest snapshot),
+# and an older content must never replace a newer one.
+
+CHECKPOINT = "leader-epoch-checkpoint"
+
+
+def _deferred(tmp_path: Path, clock: ManualClock) -> tuple[PartitionLog, list[PartitionLog]]:
+    log = PartitionLog.open(tmp_path / "t-0", small_config(), clock)
+    queued: list[PartitionLog] = []
+    log.defer_epochs = queued.append
+    return log, queued
+
+
+def test_a_deferred_epoch_checkpoint_is_queued_not_written(tmp_path: Path,
+                                                          clock: ManualClock) -> None:
+    log, queued = _deferred(tmp_path, clock)
+    log.assign_epoch(3, 0)
+    assert queued == [log]
+    assert not (log.dir / CHECKPOINT).exists()
+    version, content = log.pending_epochs() or (0, b"")
+    assert content == b"0\n1\n3 0\n"
+    log.assign_epoch(5, 0)  # a newer change before the first was written
+    newer = log.pending_epochs()
+    assert newer is not None and newer[0] > version
+    log.write_epochs(*newer)
+    assert (log.dir / CHECKPOINT).read_text() == "0\n1\n5 0\n"
+    log.write_epochs(version, content)  # the older one arrives late: ignored
+    assert (log.dir / CHECKPOINT).read_text() == "0\n1\n5 0\n"
+    assert log.pending_epochs() is None
+    log.close()
+
+
+def test_a_pending_epoch_checkpoint_is_written_before_a_snapshot_and_at_close(
+        tmp_path: Path, clock: ManualClock) -> None:
+    log, _ = _deferred(tmp_path, clock)
+    log.append_as_leader(simple_batch(3), leader_epoch=0)
+    log.assign_epoch(2, log.log_end_offset)
+    log.append_as_leader(simple_batch(3), leader_epoch=2)
+    assert not (log.dir / CHECKPOINT).exists()
+    log.take_snapshot()  # (a roll): the checkpoint first
+    assert (log.dir / CHECKPOINT).read_text() == "0\n2\n0 0\n2 3\n"
+    log.assign_epoch(4, log.log_end_offset)
+    log.close()
+    assert (log.dir / CHECKPOINT).read_text() == "0\n3\n0 0\n2 3\n4 6\n"
+    log.write_epochs(99, b"0\n0\n")  # a deferred write after close: dropped
+    assert (log.dir / CHECKPOINT).read_text() == "0\n3\n0 0\n2 3\n4 6\n"
+
+
+def test_a_crash_with_a_deferred_checkpoint_recovers_the_epochs(
+        tmp_path: Path, clock: ManualClock) -> None:
+    """Killed before the deferred write (no close): the file is stale, the newest
+    snapshot is not, and the epochs come back whole."""
+    log, _ = _deferred(tmp_path, clock)
+    log.append_as_leader(simple_batch(2), leader_epoch=0)
+    log.assign_epoch(1, log.log_end_offset)
+    log.append_as_leader(simple_batch(2), leader_epoch=1)
+    log.take_snapshot()
+    log.assign_epoch(7, log.log_end_offset)
+    log.append_as_leader(simple_batch(2), leader_epoch=7)
+    log.flush()
+    assert (log.dir / CHECKPOINT).read_text() == "0\n2\n0 0\n1 2\n"  # 7 not yet
+    again = PartitionLog.open(tmp_path / "t-0", small_config(), clock)  # no close: a crash
+    assert again.leader_epochs == [(0, 0), (1, 2), (7, 4)]
+    again.close()
+
+
+def test_the_replica_manager_writes_pending_checkpoints_once_each(tmp_path: Path,
+                                                                 clock: ManualClock) -> None:
+    from headrace.broker.replica_manager import ReplicaManager, _write_epochs
+
+    logs = [PartitionLog.open(tmp_path / f"t-{i}", small_config(), clock) for i in range(3)]
+    rm = ReplicaManager.__new__(ReplicaManager)  # only the checkpoint queue is used
+    import threading
+    rm._epochs_pending = {}
+    rm._epochs_pending_lock = threading.Lock()
+    for lg in logs:
+        lg.defer_epochs = rm._epochs_changed
+    logs[0].assign_epoch(1, 0)
+    logs[0].assign_epoch(2, 0)
+    logs[2].assign_epoch(4, 0)
+    items = rm.take_pending_epochs()
+    assert [(lg, c) for lg, _, c in items] == [(logs[0], b"0\n1\n2 0\n"),
+                                              (logs[2], b"0\n1\n4 0\n")]
+    assert rm.take_pending_epochs() == []
+    _write_epochs(items)
+    assert (logs[0].dir / CHECKPOINT).read_text() == "0\n1\n2 0\n"
+    assert (logs[2].dir / CHECKPOINT).read_text() == "0\n1\n4 0\n"
+    assert not (logs[1].dir / CHECKPOINT).exists()
+    for lg in logs:
+        lg.close()

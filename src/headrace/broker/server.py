@@ -1153,6 +1153,7 @@ class Broker:
         self._spawn(self._retention_loop())
         self._spawn(self._producer_expiration_loop())
         self._spawn(self._flush_loop())
+        self._spawn(self.replicas.write_epochs_loop(self._stopped))
         self._spawn(self._idle_loop())
         self._spawn(self.groups.run(self._stopped))
         self._spawn(self.txns.run(self._stopped))

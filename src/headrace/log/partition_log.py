@@ -91,6 +91,7 @@ import logging
 import os
 import shutil
 import struct
+import threading
 import uuid
 from bisect import bisect_right
 from collections.abc import Callable
@@ -169,6 +170,13 @@ class AppendResult(NamedTuple):
     log_start_offset: int
 
 
+OFFLINE_EVENTS = [0]  # logs of this process that went offline (Metadata's cache key)
+
+
+def _note_offline() -> None:
+    OFFLINE_EVENTS[0] += 1
+
+
 class PartitionLog:
     """One partition's log; see the module docstring for files, offsets and crashes."""
 
@@ -206,6 +214,18 @@ class PartitionLog:
         # base offsets of segments whose .txnindex was appended to since the last flush
         self._txn_index_dirty: set[int] = set()
         self.scanned_batches = 0  # batch headers the last state load read (tests, bench)
+        # The leader-epoch checkpoint: written at once unless ``defer_epochs`` is set (a
+        # broker's replica manager sets it and writes the pending checkpoints in a worker
+        # thread: a failover that makes 10,000 partitions change epoch wrote 10,000 files
+        # on the event loop). ``_epochs_version`` counts changes, ``_epochs_written`` the
+        # change on disk; the lock orders the writers, so an older content never replaces
+        # a newer one. A pending checkpoint is written before any producer snapshot (open
+        # trusts the checkpoint's epochs below the newest snapshot) and at close.
+        self.defer_epochs: Callable[[PartitionLog], None] | None = None
+        self._epochs_lock = threading.Lock()
+        self._epochs_version = 0
+        self._epochs_written = 0
+        self._epochs_closed = False
 
     # ------------------------------------------------------------------ open / recovery
     @classmethod
@@ -449,6 +469,7 @@ class PartitionLog:
         if self.offline is not None:
             return
         offset = self.log_end_offset
+        self.write_epochs_now()  # epochs below the snapshot are trusted from the file
         try:
             write_snapshot(self.dir, offset,
                            self.producer_state.snapshot_entries(self.txns.ongoing))
@@ -468,14 +489,38 @@ class PartitionLog:
             if off < first:
                 _unlink_quietly(snapshot_path(self.dir, off))
 
-    def _write_leader_epochs(self) -> None:
-        """Write the checkpoint (renamed into place, not fsynced: ``open`` rebuilds the epochs
-        from the batch headers and rewrites a stale or torn file, so an fsync here would only
-        stall the event loop on every new partition and first append)."""
+    def _epochs_content(self) -> bytes:
         lines = [str(_CHECKPOINT_VERSION), str(len(self.leader_epochs))]
         lines += [f"{epoch} {offset}" for epoch, offset in self.leader_epochs]
-        write_atomically(self.dir / LEADER_EPOCH_CHECKPOINT, ("\n".join(lines) + "\n").encode(),
-                          fsync=False)
+        return ("\n".join(lines) + "\n").encode()
+
+    def pending_epochs(self) -> tuple[int, bytes] | None:
+        """The checkpoint not written yet (its change number and content), on the log's
+        thread; None if the file is current."""
+        if self._epochs_written >= self._epochs_version:
+            return None
+        return self._epochs_version, self._epochs_content()
+
+    def write_epochs(self, version: int, content: bytes) -> None:
+        """Write the checkpoint of change ``version`` (any thread), unless a newer one is
+        on disk already or the log is closed. Renamed into place, not fsynced: ``open``
+        rebuilds the epochs from the batch headers and rewrites a stale or torn file, so
+        an fsync here would only stall the writer on every new partition and epoch."""
+        with self._epochs_lock:
+            if self._epochs_closed or version <= self._epochs_written:
+                return
+            try:
+                write_atomically(self.dir / LEADER_EPOCH_CHECKPOINT, content, fsync=False)
+            except OSError as e:  # derived data: open rebuilds it from the batch headers
+                log.warning("could not write %s: %s", self.dir / LEADER_EPOCH_CHECKPOINT, e)
+                return
+            self._epochs_written = version
+
+    def write_epochs_now(self) -> None:
+        """Write a pending checkpoint at once (before a snapshot, at close)."""
+        pending = self.pending_epochs()
+        if pending is not None:
+            self.write_epochs(*pending)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -679,10 +724,7 @@ class PartitionLog:
             self._index_aborted(seg, aborted)
         if not self.leader_epochs or leader_epoch > self.leader_epochs[-1][0]:
             self.leader_epochs.append((leader_epoch, first_offset))
-            try:
-                self._write_leader_epochs()
-            except OSError as e:  # derived data: open rebuilds it from the batch headers
-                log.warning("could not write %s: %s", self.dir / LEADER_EPOCH_CHECKPOINT, e)
+            self._save_epochs()
         self._after_append(seg, sum(h.records_count for h in stored))
         return AppendResult(first_offset, last_offset, now if log_append else -1,
                             self.log_start_offset)
@@ -757,10 +799,12 @@ class PartitionLog:
         return AppendResult(first_offset, last_offset, -1, self.log_start_offset)
 
     def _save_epochs(self) -> None:
-        try:
-            self._write_leader_epochs()
-        except OSError as e:  # derived data: open rebuilds it from the batch headers
-            log.warning("could not write %s: %s", self.dir / LEADER_EPOCH_CHECKPOINT, e)
+        """The epochs changed: write the checkpoint now, or have it written (``defer_epochs``)."""
+        self._epochs_version += 1
+        if self.defer_epochs is not None:
+            self.defer_epochs(self)
+        else:
+            self.write_epochs_now()
 
     def latest_epoch(self) -> int | None:
         return self.leader_epochs[-1][0] if self.leader_epochs else None
@@ -816,6 +860,7 @@ class PartitionLog:
     def _go_offline(self, reason: str) -> None:
         if self.offline is None:
             self.offline = reason
+            _note_offline()
             log.error("log %s is offline until restart: %s", self.dir, reason)
 
     def _check_online(self) -> None:
@@ -1135,7 +1180,7 @@ class PartitionLog:
             epochs.insert(0, (older[-1][0], start))
         if epochs != self.leader_epochs:
             self.leader_epochs = epochs
-            self._write_leader_epochs()
+            self._save_epochs()
 
     # ------------------------------------------------------------------ log start offset
     @property
@@ -1171,10 +1216,7 @@ class PartitionLog:
                  offset)
         self.log_start_offset = offset
         self.txns.drop_before(offset)
-        try:
-            self._truncate_epochs_from_start(offset)
-        except OSError as e:  # derived data: open rebuilds it
-            log.warning("could not write %s: %s", self.dir / LEADER_EPOCH_CHECKPOINT, e)
+        self._truncate_epochs_from_start(offset)
         self._delete_segments_below_start()
         return True
 
@@ -1310,6 +1352,10 @@ class PartitionLog:
         self._generation += 1
         if self.offline is None and self.active_segment.size:
             self.take_snapshot()
+        if self.offline is None:
+            self.write_epochs_now()
+        with self._epochs_lock:
+            self._epochs_closed = True  # a deferred write still queued is dropped
         try:
             self.flush()
         finally:
@@ -1319,6 +1365,8 @@ class PartitionLog:
     def delete(self) -> None:
         """Close and remove the partition's directory."""
         self._generation += 1
+        with self._epochs_lock:
+            self._epochs_closed = True
         for seg in self._segments:
             seg.close()
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -1394,12 +1442,17 @@ class OfflineLog(PartitionLog):
         self.producer_state = ProducerStateManager(strict_new_producers=False)
         self.txns = TxnTracker()
         self.leader_epochs = []
+        self.defer_epochs = None
+        self._epochs_lock = threading.Lock()
+        self._epochs_version = self._epochs_written = 0
+        self._epochs_closed = True  # no file to write
         self._unflushed = []
         self._unflushed_messages = 0
         self._last_flush_ms = clock.monotonic_ms()
         self._cleaned_to = None
         self._tombstone_expiry_ms = None
         self.offline = reason
+        _note_offline()
         self.topic_id = None
         self._generation = 0
         self._compaction = None
