@@ -354,7 +354,8 @@ LISTENER_CONFIGS = _defs(
     ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "PLAIN",
               "SASL mechanism brokers authenticate to each other with."),
     ConfigDef("connection.failed.authentication.delay.ms", "int", 100,
-              "Delay before a connection that failed to authenticate is closed.",
+              "How long a failed authentication's answer is held before it is sent and the "
+              "connection closed (one guess per delay per connection).",
               at_least=0),
     ConfigDef("connections.max.reauth.ms", "long", 0,
               "KIP-368: a SASL session's lifetime; clients re-authenticate before it ends "
