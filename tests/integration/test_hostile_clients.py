@@ -130,6 +130,11 @@ def arrived(conn: Any) -> bool:
     return bool(conn.decoder.reserved_partial or conn.decoder.waiting_set)
 
 
+def paced_lines(since: float) -> int:
+    """The most lines an event paced at one per 10 s may have written since ``since``."""
+    return 2 + int((time.monotonic() - since) / 10)
+
+
 def log_text(b: InProcessBroker) -> str:
     return "".join(b.stderr_lines)
 
@@ -145,6 +150,7 @@ def test_size_prefixes_alone_do_not_take_the_request_memory_pool(tmp_path: Path)
     group from another address go on (before: every other connection stopped being read
     for connections.max.idle.ms, with nothing logged)."""
     with InProcessBroker(tmp_path / "data", {"group.initial.rebalance.delay.ms": "0"}) as b:
+        t0 = time.monotonic()
         socks = open_many(b.port, 130, struct.pack(">i", 2 * MB))
         try:
             wait_until(lambda: b.call(lambda br: sum(1 for c in br.connections if arrived(c)))
@@ -156,7 +162,7 @@ def test_size_prefixes_alone_do_not_take_the_request_memory_pool(tmp_path: Path)
             wait_until(lambda: "connections from 127.0.0.2 wait" in log_text(b), 5.0,
                        what="a log line about the address's unreceived bytes")
             lines = [ln for ln in b.stderr_lines if "connections from 127.0.0.2 wait" in ln]
-            assert len(lines) <= 2, lines  # paced: one per 10 s
+            assert len(lines) <= paced_lines(t0), lines  # paced: one per 10 s
         finally:
             close_all(socks)
         # everything comes back once they are gone
@@ -175,6 +181,7 @@ def test_prefixes_from_many_addresses_fill_the_pool_for_a_bounded_time(tmp_path:
             "queued.max.request.bytes": str(8 * MB),
             "queued.max.unreceived.bytes.per.ip": str(MB),
             "request.receive.timeout.ms": "3000"}) as b:
+        t0 = time.monotonic()
         socks: list[socket.socket] = []
         try:
             for i in range(8):
@@ -194,10 +201,28 @@ def test_prefixes_from_many_addresses_fill_the_pool_for_a_bounded_time(tmp_path:
             text = log_text(b)
             assert "request memory pool full (queued.max.request.bytes=8388608" in text
             assert "within 3000 ms (request.receive.timeout.ms" in text
-            assert sum("request memory pool full" in ln for ln in b.stderr_lines) <= 2
+            assert sum("request memory pool full" in ln
+                       for ln in b.stderr_lines) <= paced_lines(t0)
         finally:
             close_all(socks)
         assert "Traceback" not in log_text(b)
+
+
+def test_frames_before_an_oversized_prefix_give_their_memory_back(tmp_path: Path) -> None:
+    """Issue 23 item 2: a request followed, in the same packet, by a prefix over
+    socket.request.max.bytes closes the connection; the request's reservation goes back to
+    the pool (before: it was lost with the error, and 50 such packets kept part of the pool
+    reserved for good)."""
+    with InProcessBroker(tmp_path / "data") as b:
+        with WireClient.to(b.bootstrap) as wc:
+            frame = wc.encode(18, 3, API_VERSIONS)
+        for _ in range(50):
+            with socket.create_connection(("127.0.0.1", b.port), timeout=5) as s:
+                s.sendall(frame + struct.pack(">i", 200 * MB))
+                assert closed_by_peer(s, 5.0)
+        wait_until(lambda: b.call(lambda br: (br.memory_pool.used, br.queued_requests))
+                   == (0, 0), 10.0, what="every reservation given back")
+        assert api_versions_within(b.bootstrap, 10.0) < 5.0
 
 
 @pytest.fixture
@@ -271,6 +296,7 @@ def test_one_address_cannot_take_every_connection_slot(tmp_path: Path) -> None:
     refused (one log line per interval), and a client from another address is served
     (before: the default was unlimited, so 10,000 idle connections refused everyone)."""
     with InProcessBroker(tmp_path / "data", {"max.connections": "1200"}) as b:
+        t0 = time.monotonic()
         socks = open_many(b.port, 1500)
         try:
             wait_until(lambda: b.call(lambda br: br.quotas.per_ip.get(HOSTILE_IP, 0)) == 1000,
@@ -278,7 +304,7 @@ def test_one_address_cannot_take_every_connection_slot(tmp_path: Path) -> None:
             assert closed_by_peer(socks[-1], 5.0)
             assert api_versions_within(b.bootstrap, 10.0) < 5.0
             refusals = [ln for ln in b.stderr_lines if "refusing connections" in ln]
-            assert 1 <= len(refusals) <= 2, refusals
+            assert 1 <= len(refusals) <= paced_lines(t0), refusals
             assert "max.connections.per.ip=1000" in refusals[0]
         finally:
             close_all(socks)
@@ -348,7 +374,7 @@ def test_connections_that_never_complete_a_request_are_reaped_first(tmp_path: Pa
             wait_until(lambda: "connections.first.request.timeout.ms" in log_text(b), 5.0,
                        what="the log line")
             lines = [ln for ln in b.stderr_lines if "connections.first.request" in ln]
-            assert len(lines) <= 2, lines
+            assert len(lines) <= paced_lines(t0), lines
         finally:
             close_all([*silent, half])
             established.close()
@@ -412,7 +438,8 @@ def test_password_guessing_is_held_to_one_guess_per_delay(
     assert guesses >= 4
     assert min(stats["v1"]) >= 0.25, min(stats["v1"])  # every failure held for the delay
     assert guesses <= 4 * (elapsed / 0.3 + 1), guesses
-    assert sorted(witness_rtts)[len(witness_rtts) // 2] < 0.1  # the median: not held
+    # the median round trip: not held for the delay (300 ms) as the guessers are
+    assert sorted(witness_rtts)[len(witness_rtts) // 2] < 0.25
     # SaslHandshake v0: a wrong bare token is held, then the connection closes
     with WireClient.to(sasl) as w:
         assert w.request(17, 0, {"mechanism": "PLAIN"}).error_code == 0
@@ -425,6 +452,6 @@ def test_password_guessing_is_held_to_one_guess_per_delay(
         w.sasl_plain("alice", USERS["alice"])
         assert w.request(3, 12, META).brokers
     lines = [ln for ln in b.stderr_lines if "authentication failed" in ln]
-    assert 1 <= len(lines) <= 2, lines  # one per 10 s, with a count
+    assert 1 <= len(lines) <= paced_lines(t0), lines  # one per 10 s, with a count
     assert not any("level=WARNING" in ln or "level=ERROR" in ln for ln in b.stderr_lines
                    if "authentication" in ln)
