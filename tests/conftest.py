@@ -168,6 +168,7 @@ XDIST_UNIT_SECONDS: dict[str, float] = {
     "tests/fault/test_consumer_kill.py": 28,
     "tests/fault/test_restart_and_corruption.py": 26,
     "tests/integration/test_clients.py": 23,
+    "tests/integration/test_hostile_clients.py": 25,
     "tests/integration/test_resource_limits.py": 22,
     "tests/unit/simulation/test_simulation.py": 22,
     "tests/integration/test_readme_fast_tier.py": 22,

@@ -195,12 +195,28 @@ BROKER_CONFIGS = _defs(
     ConfigDef("fetch.max.bytes", "int", 57_671_680,
               "Largest Fetch response the broker builds (caps the request's max_bytes).",
               at_least=1024),
+    ConfigDef("queued.max.unreceived.bytes.per.ip", "long", 33_554_432,
+              "Bytes of queued.max.request.bytes one address may hold reserved for frames "
+              "whose bytes have not all arrived (a size prefix reserves the whole frame); past "
+              "it that address's next frames wait for its own bytes (-1: no cap).",
+              at_least=-1),
+    ConfigDef("request.receive.timeout.ms", "long", 30_000,
+              "Close a connection whose frame in progress is not complete this long after it "
+              "started arriving (time the broker is not reading it does not count).",
+              at_least=1),
     ConfigDef("connections.max.idle.ms", "long", 600_000,
               "Close connections idle (or stuck mid-request) for this long.", at_least=1),
-    ConfigDef("max.connections", "int", 10_000, "Most open client connections.",
-              at_least=1),
-    ConfigDef("max.connections.per.ip", "int", INT_MAX,
-              "Most open connections from one address.", at_least=1),
+    ConfigDef("connections.first.request.timeout.ms", "long", 30_000,
+              "Close a connection that has not completed a request (on a SASL listener: "
+              "authenticated) within this long of opening.", at_least=1),
+    ConfigDef("max.connections", "int", 10_000,
+              "Most open client connections (the inter-broker listener, when there are "
+              "several, is not refused by it: KIP-402).", at_least=1),
+    ConfigDef("max.connections.per.ip", "int", 1000,
+              "Most open connections from one address (a tenth of max.connections: one "
+              "address cannot take every slot).", at_least=1),
+    ConfigDef("max.connections.per.ip.overrides", "string", "",
+              "Per-address exceptions to max.connections.per.ip: host:count,host:count."),
     # client quotas (issue 12): Kafka's sampled rates and KIP-612's connection creation rate
     ConfigDef("quota.window.num", "int", 11,
               "Samples kept in memory for client quotas.", at_least=1),
@@ -338,7 +354,8 @@ LISTENER_CONFIGS = _defs(
     ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "PLAIN",
               "SASL mechanism brokers authenticate to each other with."),
     ConfigDef("connection.failed.authentication.delay.ms", "int", 100,
-              "Delay before a connection that failed to authenticate is closed.",
+              "How long a failed authentication's answer is held before it is sent and the "
+              "connection closed (one guess per delay per connection).",
               at_least=0),
     ConfigDef("connections.max.reauth.ms", "long", 0,
               "KIP-368: a SASL session's lifetime; clients re-authenticate before it ends "

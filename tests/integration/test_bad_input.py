@@ -226,21 +226,24 @@ def inproc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker
 
 def test_a_vanished_half_frame_gives_its_memory_and_slot_back(inproc: InProcessBroker) -> None:
     """R-NF-1, R-NF-3: the size prefix of a frame reserves its bytes of the shared memory
-    pool (``queued.max.request.bytes``) and a request slot; a client that sends half the
-    frame and vanishes gives both back. Checked on the broker's own pool: held while the
-    half frame waits, all returned after 20 such clients, and the broker still serves."""
-    def pool(b: Any) -> tuple[int, int, int]:
-        return b.memory_pool.used, b.memory_pool.waiting, b.queued_requests
+    pool (``queued.max.request.bytes``), counted against its address's bytes not yet
+    received (``queued.max.unreceived.bytes.per.ip``), and no request slot (only complete
+    requests take one, issue 23); a client that sends half the frame and vanishes gives
+    them back. Checked on the broker's own pool: held while the half frame waits, all
+    returned after 20 such clients, and the broker still serves."""
+    def pool(b: Any) -> tuple[int, int, int, int]:
+        return (b.memory_pool.used, b.memory_pool.waiting, b.queued_requests,
+                b.unreceived.per_ip.get("127.0.0.1", 0))
 
-    assert inproc.call(pool) == (0, 0, 0)
+    assert inproc.call(pool) == (0, 0, 0, 0)
     for i in range(20):
         s = socket.create_connection(("127.0.0.1", inproc.port), timeout=5)
         s.sendall(struct.pack(">i", 1000 + i) + b"\0" * 100)
-        # the prefix reserved the frame's bytes and a slot while the rest is awaited
-        wait_until(lambda i=i: inproc.call(pool) == (1000 + i, 0, 1), 10,
+        # the prefix reserved the frame's bytes while the rest is awaited
+        wait_until(lambda i=i: inproc.call(pool) == (1000 + i, 0, 0, 900 + i), 10,
                    what=f"half frame {i}'s reservation: {inproc.call(pool)}")
         s.close()
-        wait_until(lambda: inproc.call(pool) == (0, 0, 0), 10,
+        wait_until(lambda: inproc.call(pool) == (0, 0, 0, 0), 10,
                    what=f"the memory back after client {i} vanished: {inproc.call(pool)}")
     with wire(inproc) as wc:
         resp = wc.request(18, 3, {"client_software_name": "after",

@@ -134,3 +134,28 @@ def test_random_chunking_with_a_stingy_pool(seed: int) -> None:
         pool.budget += rng.choice([0, 100, 6000])
         got += [bytes(f) for f in dec.retry()]
     assert got == payloads
+
+
+def test_a_lazy_decoder_allocates_only_what_arrives() -> None:
+    """Issue 23 item 2 (before SASL authentication): a prefix alone allocates nothing;
+    the frame's buffer grows with its bytes and the frame comes out whole."""
+    dec = FrameDecoder(1_000_000)
+    dec.lazy = True
+    payload = bytes(range(256)) * 1000
+    wire = frame(payload)
+    assert dec.feed(wire[:4]) == [] and dec.in_progress and dec.unreceived == len(payload)
+    assert dec._buf is not None and len(dec._buf) == 0
+    assert dec.feed(wire[4:1000]) == [] and len(dec._buf) == 996
+    got = dec.feed(wire[1000:])
+    assert [bytes(f) for f in got] == [payload] and not dec.in_progress
+
+
+def test_frames_before_an_oversized_prefix_are_handed_back_with_the_error() -> None:
+    """Frames completed (and reserved) in the same feed as a prefix over the limit travel
+    with the error, so their reservations can be given back (they leaked before)."""
+    pool = Pool(10_000)
+    dec = FrameDecoder(100, pool)
+    with pytest.raises(FrameTooLargeError) as e:
+        dec.feed(frame(b"a" * 10) + frame(b"b" * 20) + struct.pack(">i", 5000))
+    assert [bytes(f) for f in e.value.frames] == [b"a" * 10, b"b" * 20]
+    assert pool.asked == [10, 20]

@@ -8,7 +8,9 @@ from headrace.broker.memory_pool import (
     ConnectionQuotas,
     LogPacer,
     MemoryPool,
+    UnreceivedBudget,
     idle_connections,
+    parse_per_ip_overrides,
 )
 
 
@@ -107,3 +109,39 @@ def test_log_pacer_one_line_per_interval_with_the_count_held_back() -> None:
 
 def test_idle_connections() -> None:
     assert idle_connections(100.0, {"a": 0.0, "b": 95.0, "c": 90.0}, 10.0) == ["a", "c"]
+
+
+def test_unreceived_budget_caps_one_address_but_never_a_lone_frame() -> None:
+    """Issue 23 item 2: queued.max.unreceived.bytes.per.ip bounds what one address holds
+    reserved for bytes not yet arrived; a frame over the cap passes when its address holds
+    nothing else; other addresses are not affected."""
+    b = UnreceivedBudget(100)
+    assert b.fits("a", 60)
+    b.change("a", 60)
+    assert b.fits("a", 40) and not b.fits("a", 41)
+    assert b.fits("a", 0)  # a frame already in hand is never held back
+    assert b.fits("b", 100)
+    b.change("a", -60)
+    assert b.per_ip == {} and b.fits("a", 10_000)  # alone: over the cap is let through
+    b.change("b", 5)
+    assert b.top() == ("b", 5)
+    with pytest.raises(AssertionError):
+        b.change("c", -1)
+    assert UnreceivedBudget(-1).fits("a", 10**12)
+
+
+def test_per_ip_overrides_and_the_protected_listener() -> None:
+    """Issue 23 item 4: max.connections.per.ip.overrides (host:count, IPv6 too); the
+    inter-broker listener (of several) is not refused by max.connections (KIP-402), while
+    max.connections.per.ip still applies to it."""
+    assert parse_per_ip_overrides("10.0.0.1:5, ::1:7,[fe80::1]:2,") == {
+        "10.0.0.1": 5, "::1": 7, "fe80::1": 2}
+    for bad in ("10.0.0.1", "10.0.0.1:x", ":5"):
+        with pytest.raises(ValueError):
+            parse_per_ip_overrides(bad)
+    q = ConnectionQuotas(max_connections=2, max_per_ip=1, per_ip_overrides={"9.9.9.9": 3})
+    assert q.admit("9.9.9.9") is None and q.admit("9.9.9.9") is None
+    assert "max.connections=2" in (q.admit("1.1.1.1") or "")
+    assert q.admit("1.1.1.1", protected=True) is None  # over max.connections: accepted
+    assert "per.ip=1" in (q.admit("1.1.1.1", protected=True) or "")
+    assert q.limit_for("9.9.9.9") == 3 and q.limit_for("1.1.1.1") == 1

@@ -16,9 +16,17 @@ kind of client from starving another:
 A frame larger than ``max_single`` (what a large frame can ever get) can never fit: the
 caller closes the connection, as Kafka does for a frame over ``socket.request.max.bytes``.
 
-``ConnectionQuotas`` is ``max.connections`` / ``max.connections.per.ip``, and ``LogPacer``
-turns a burst of one kind of event into at most one log line per interval. Nothing here does
-I/O or reads a clock: times are passed in.
+Reserving a frame's size on its prefix alone lets a client hold memory it never sends
+(issue 23: 130 prefixes promising 2 MiB each took the whole pool). ``UnreceivedBudget`` caps
+what one address may hold reserved for bytes that have not arrived yet
+(``queued.max.unreceived.bytes.per.ip``); past it that address's next frames wait for its own
+bytes to arrive (or its connections to be closed), not for anyone else's.
+
+``ConnectionQuotas`` is ``max.connections`` / ``max.connections.per.ip`` (with
+``max.connections.per.ip.overrides``); the inter-broker listener, when it is not the only
+one, is not refused by ``max.connections`` (Kafka's protected listener, KIP-402).
+``LogPacer`` turns a burst of one kind of event into at most one log line per interval.
+Nothing here does I/O or reads a clock: times are passed in.
 """
 
 from __future__ import annotations
@@ -65,6 +73,10 @@ class MemoryPool:
     @property
     def waiting(self) -> int:
         return len(self._waiters)
+
+    def granted_to(self, owner: Hashable) -> bool:
+        """A reservation was handed to ``owner`` by ``release`` and not yet taken."""
+        return owner in self._granted
 
     def _fits(self, n: int) -> bool:
         if self.unlimited:
@@ -134,22 +146,74 @@ class MemoryPool:
         return self._grant()
 
 
+class UnreceivedBudget:
+    """Per address: bytes reserved for frames not yet received, at most ``cap`` (-1: no
+    cap). A frame larger than the cap is let through when its address holds nothing else
+    (as a frame larger than the pool's share is, so no legal frame waits forever)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.per_ip: dict[str, int] = {}
+
+    def fits(self, ip: str, n: int) -> bool:
+        held = self.per_ip.get(ip, 0)
+        return self.cap < 0 or n == 0 or held == 0 or held + n <= self.cap
+
+    def change(self, ip: str, delta: int) -> None:
+        n = self.per_ip.get(ip, 0) + delta
+        if n < 0:
+            raise AssertionError("unreceived bytes went below zero")
+        if n:
+            self.per_ip[ip] = n
+        else:
+            self.per_ip.pop(ip, None)
+
+    def top(self) -> tuple[str, int] | None:
+        """The address holding the most (for the pool-full log line)."""
+        if not self.per_ip:
+            return None
+        ip = max(self.per_ip, key=self.per_ip.__getitem__)
+        return ip, self.per_ip[ip]
+
+
+def parse_per_ip_overrides(raw: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host:count,host:count`` (Kafka's form; the
+    last ``:`` splits, so IPv6 addresses work). Raises ValueError."""
+    out: dict[str, int] = {}
+    for item in (x.strip() for x in raw.split(",")):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        if not sep or not host.strip() or not count.strip().isdigit():
+            raise ValueError(f"{item!r} is not host:count")
+        out[host.strip().strip("[]")] = int(count)
+    return out
+
+
 class ConnectionQuotas:
     """``max.connections`` and ``max.connections.per.ip``: ``admit`` or refuse."""
 
-    def __init__(self, max_connections: int, max_per_ip: int) -> None:
+    def __init__(self, max_connections: int, max_per_ip: int,
+                 per_ip_overrides: dict[str, int] | None = None) -> None:
         self.max_connections = max_connections
         self.max_per_ip = max_per_ip
+        self.overrides = dict(per_ip_overrides or {})
         self.total = 0
         self.per_ip: dict[str, int] = {}
 
-    def admit(self, ip: str) -> str | None:
-        """Count a new connection from ``ip``; returns None, or why it is refused."""
-        if self.total >= self.max_connections:
+    def limit_for(self, ip: str) -> int:
+        return self.overrides.get(ip, self.max_per_ip)
+
+    def admit(self, ip: str, protected: bool = False) -> str | None:
+        """Count a new connection from ``ip``; returns None, or why it is refused.
+        ``protected``: the inter-broker listener (of several), which ``max.connections``
+        does not refuse (KIP-402); ``max.connections.per.ip`` still applies."""
+        if self.total >= self.max_connections and not protected:
             return f"max.connections={self.max_connections} reached"
         n = self.per_ip.get(ip, 0)
-        if n >= self.max_per_ip:
-            return f"max.connections.per.ip={self.max_per_ip} reached for {ip}"
+        limit = self.limit_for(ip)
+        if n >= limit:
+            return f"max.connections.per.ip={limit} reached for {ip}"
         self.total += 1
         self.per_ip[ip] = n + 1
         return None

@@ -8,10 +8,18 @@ disconnects, its queued requests are dropped, except a fully received Produce, w
 still applied (acks=0 producers close right after sending).
 
 Resource bounds (R-NF-3), Kafka's settings: every frame reserves its size from one memory
-pool shared by all connections (``queued.max.request.bytes``) and one of
-``queued.max.requests`` slots when its size prefix arrives, and its connection is not read
-while that waits (a connection with nothing queued always gets one slot, so pipelining
-clients cannot starve the rest). Responses nobody reads stop their connection; past the
+pool shared by all connections (``queued.max.request.bytes``) when its size prefix arrives,
+and its connection is not read while that waits. ``queued.max.requests`` counts complete
+requests only (as Kafka queues only complete requests): past it a connection's next frame
+waits, unless the connection has nothing queued (so pipelining clients cannot starve the
+rest). A prefix is a promise, so what a connection may hold before its bytes arrive is
+bounded (issue 23): one frame in progress per connection, which must be complete within
+``request.receive.timeout.ms``; per address at most ``queued.max.unreceived.bytes.per.ip``
+reserved for bytes not yet arrived; before SASL authentication nothing is reserved from the
+pool (frames of at most ``sasl.server.max.receive.size``, buffered as their bytes arrive).
+A connection that completes no request (on SASL: authentication) within
+``connections.first.request.timeout.ms`` is closed. A full pool is logged (paced).
+Responses nobody reads stop their connection; past the
 pool's size in unread responses, Fetches wait their turn (those with nothing queued behind
 first), a Fetch's max_bytes is capped by what is left, and connections that took none of
 their response for ``STALLED_RESPONSE_S`` are closed. ``connections.max.idle.ms``,
@@ -45,7 +53,14 @@ from kio.schema.errors import ErrorCode
 from headrace.broker.fetch_sessions import FetchSessionCache
 from headrace.broker.group_service import GroupService
 from headrace.broker.handlers import HANDLERS, RequestContext
-from headrace.broker.memory_pool import ConnectionQuotas, LogPacer, MemoryPool, idle_connections
+from headrace.broker.memory_pool import (
+    ConnectionQuotas,
+    LogPacer,
+    MemoryPool,
+    UnreceivedBudget,
+    idle_connections,
+    parse_per_ip_overrides,
+)
 from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.replica_manager import ReplicaManager
 from headrace.broker.topics import TopicAdmin
@@ -188,10 +203,13 @@ class Connection(asyncio.Protocol):
         self.sasl_state: str | None = None
         self._authenticator: Authenticator | None = None
         self._session_end: float | None = None  # KIP-368: monotonic end of the session
+        # not yet authenticated on a SASL listener: nothing from the shared pool (issue 23)
+        self._pre_auth = listener.uses_sasl
         if listener.uses_sasl:
             self.sasl_state = "handshake"
             self.decoder.max_frame_bytes = min(
                 max_frame, int(broker.config["sasl.server.max.receive.size"]))
+            self.decoder.lazy = True
         self.frames: collections.deque[Frame] = collections.deque()
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -209,7 +227,17 @@ class Connection(asyncio.Protocol):
         self._fd = -1
         self._unsent = 0  # response bytes left in the transport (counted by the broker)
         self._handling = False
-        self._partial_slots = 0  # request slots taken by frames not yet fully received
+        # frames reserved, not yet returned by the decoder: from the pool or not (before
+        # authentication); ids of queued frames that hold no pool memory
+        self._kinds: collections.deque[bool] = collections.deque()
+        self._unpooled: set[int] = set()
+        self._slotted_ahead = 0  # frames complete at their reservation (slot already taken)
+        self._unreceived = 0  # this connection's part of broker.unreceived
+        self._frame_started: float | None = None  # when the frame in progress started
+        self._waiting_on = ""  # what a refused reservation waits for: slot, address, pool
+        self.proven = False  # completed a request (on a SASL listener: authenticated)
+        self.new_since = broker.now()
+        self._close_when_written = False  # a failed authentication: close after the answer
         self.last_activity = broker.now()
         self.last_write_progress = self.last_activity
         self._seen_write_buffer = 0
@@ -255,9 +283,11 @@ class Connection(asyncio.Protocol):
         try:
             frames = self.decoder.feed(data)
         except ProtocolError as e:
+            self._take(getattr(e, "frames", []))
             self._protocol_error(e)
             return
         self._take(frames)
+        self._after_feed(bool(frames))
         if self.decoder.waiting_set:
             self._mute("waiting")
 
@@ -275,6 +305,25 @@ class Connection(asyncio.Protocol):
         self._writable.clear()
         self._mute("writing")  # a peer not reading its responses sends nothing more in
 
+    def _after_feed(self, completed: bool) -> None:
+        """After the decoder ran: this connection's bytes reserved and not yet received
+        (the address's budget), and when its frame in progress started."""
+        decoder = self.decoder
+        actual = decoder.unreceived if self._kinds and self._kinds[-1] else 0
+        if actual != self._unreceived:
+            delta, self._unreceived = actual - self._unreceived, actual
+            self.broker.unreceived_changed(self.ip, delta)
+        if not decoder.in_progress:
+            self._frame_started = None
+        elif completed or self._frame_started is None:
+            self._frame_started = self.broker.now()
+
+    def receive_overdue(self, now: float, timeout_s: float) -> bool:
+        """``request.receive.timeout.ms``: a frame in progress for that long, counted only
+        while the broker reads this connection."""
+        started = self._frame_started
+        return started is not None and not self._muted and now - started >= timeout_s
+
     def resume_writing(self) -> None:
         self._set_unsent(0)
         self.last_activity = self.last_write_progress = self.broker.now()
@@ -288,22 +337,47 @@ class Connection(asyncio.Protocol):
         keeps its bytes and the connection is muted until ``resume_decoding``."""
         broker = self.broker
         if (broker.queued_requests >= broker.max_queued_requests
-                and (self.frames or self._partial_slots or self._handling)):
+                and (self.frames or self._slotted_ahead or self._handling)):
             # every connection may always have one request in (as Kafka, which reads a
             # connection's next request only once the previous one is answered): a few
-            # clients that pipeline and never read cannot starve the others of slots
+            # clients that pipeline and never read cannot starve the others of slots.
+            # Only complete requests hold a slot (issue 23): frames still arriving do not.
             broker.request_waiting.add(self)
+            self._waiting_on = "slot"
             return False
-        if not self.pool.try_reserve(size, self):
-            return False
-        broker.queued_requests += 1
-        self._partial_slots += 1
+        arrived = self.decoder.arrived
+        pooled = not self._pre_auth
+        if pooled:
+            unreceived = size - arrived
+            if (not self.pool.granted_to(self)
+                    and not broker.unreceived.fits(self.ip, unreceived)):
+                broker.wait_for_address(self, unreceived)
+                self._waiting_on = "address"
+                return False
+            if not self.pool.try_reserve(size, self):
+                broker.pool_full(self, size)
+                self._waiting_on = "pool"
+                return False
+            if unreceived:
+                self._unreceived += unreceived
+                broker.unreceived_changed(self.ip, unreceived)
+        self._waiting_on = ""
+        self._kinds.append(pooled)
+        if arrived >= size:  # complete already: a request, which takes its slot now
+            self._slotted_ahead += 1
+            broker.queued_requests += 1
         return True
 
     def _take(self, frames: list[Frame]) -> None:
         if not frames:
             return
-        self._partial_slots -= len(frames)
+        self.broker.queued_requests += len(frames) - self._slotted_ahead
+        self._slotted_ahead = 0
+        for f in frames:
+            if not self._kinds.popleft() and len(f):
+                self._unpooled.add(id(f))
+        if not self._pre_auth:
+            self.proven = True
         self.frames.extend(frames)
         self.last_activity = self.broker.now()
         self._wakeup.set()
@@ -323,6 +397,8 @@ class Connection(asyncio.Protocol):
         self._muted.discard(reason)
         if not self._muted and not self.closed and self.transport is not None:
             self.transport.resume_reading()
+            if self._frame_started is not None:  # time not read does not count
+                self._frame_started = self.broker.now()
 
     def throttle(self, delay_ms: int) -> None:
         """A quota was violated (Kafka's channel muting, KIP-219): the response has gone
@@ -355,9 +431,11 @@ class Connection(asyncio.Protocol):
         try:
             frames = self.decoder.retry()
         except ProtocolError as e:
+            self._take(getattr(e, "frames", []))
             self._protocol_error(e)
             return
         self._take(frames)
+        self._after_feed(bool(frames))
         if not self.decoder.waiting_set:
             self.unmute("waiting")
 
@@ -365,7 +443,10 @@ class Connection(asyncio.Protocol):
         """A queued frame was handled or dropped: give back its memory and its slot."""
         self.broker.queued_requests -= 1
         if len(frame):
-            self.broker.release_memory(self.pool.release(len(frame)))
+            if id(frame) in self._unpooled:  # received before authentication: not pooled
+                self._unpooled.discard(id(frame))
+            else:
+                self.broker.release_memory(self.pool.release(len(frame)))
         self.broker.requests_drained()
 
     def _drop_queued(self) -> None:
@@ -377,11 +458,15 @@ class Connection(asyncio.Protocol):
         self.frames = collections.deque(keep)
         for f in dropped:
             self._finished(f)
-        partial = self.decoder.reserved_partial
+        partial = self.decoder.reserved_partial if self._kinds and self._kinds[-1] else 0
         self.decoder = FrameDecoder(0)
-        self.broker.queued_requests -= self._partial_slots
-        self._partial_slots = 0
+        self._kinds.clear()
+        self._frame_started = None
         self.broker.request_waiting.discard(self)
+        self.broker.forget_address_waiter(self)
+        if self._unreceived:
+            delta, self._unreceived = -self._unreceived, 0
+            self.broker.unreceived_changed(self.ip, delta)
         woken = self.pool.cancel(self)
         if partial:
             woken += self.pool.release(partial)
@@ -512,6 +597,8 @@ class Connection(asyncio.Protocol):
                         if not self._writable.is_set():
                             assert self.transport is not None
                             self._set_unsent(self.transport.get_write_buffer_size())
+                    if self._close_when_written:  # the answer goes out, then the close
+                        self.close()
                 finally:
                     if api_key == _FETCH:
                         self.broker.fetch_done(self)
@@ -660,9 +747,9 @@ class Connection(asyncio.Protocol):
             mechanism = str(body.mechanism)
             enabled = list(spec.sasl.mechanisms)
             if mechanism not in enabled:
-                self._close_after_response()
-                return answer({"error_code": ErrorCode.unsupported_sasl_mechanism,
-                               "mechanisms": enabled})
+                return await self._auth_failed(answer({
+                    "error_code": ErrorCode.unsupported_sasl_mechanism,
+                    "mechanisms": enabled}))
             self._authenticator = self._new_authenticator(mechanism)
             # v0: the tokens follow as bare size-prefixed frames (Kafka's original form);
             # v1: in SaslAuthenticate requests
@@ -671,41 +758,36 @@ class Connection(asyncio.Protocol):
         # SaslAuthenticate
         auth = self._authenticator
         if self.sasl_state != "authenticate" or auth is None:
-            self._close_after_response()
-            return answer({"error_code": ErrorCode.illegal_sasl_state,
-                           "error_message": "SaslAuthenticate before SaslHandshake",
-                           "auth_bytes": b"", "session_lifetime": 0})
+            return await self._auth_failed(answer({
+                "error_code": ErrorCode.illegal_sasl_state,
+                "error_message": "SaslAuthenticate before SaslHandshake",
+                "auth_bytes": b"", "session_lifetime": 0}))
         try:
             if auth.mechanism == "OAUTHBEARER":  # may fetch a JWKS: off the event loop
                 reply = await asyncio.to_thread(auth.step, bytes(body.auth_bytes))
             else:
                 reply = auth.step(bytes(body.auth_bytes))
         except SaslFailure as e:
-            held = self.broker.auth_failure_log.ready(self.broker.now())
-            if held is not None:
-                log.info("authentication failed from %s on %s (%s): %s%s", self.peer,
-                         self.listener, auth.mechanism, e,
-                         f" ({held} more failures since the last line)" if held else "")
-            self._close_after_response()
-            return answer({"error_code": ErrorCode.sasl_authentication_failed,
-                           "error_message": str(e), "auth_bytes": b"",
-                           "session_lifetime": 0})
+            self._log_auth_failure(auth.mechanism, e)
+            return await self._auth_failed(answer({
+                "error_code": ErrorCode.sasl_authentication_failed,
+                "error_message": str(e), "auth_bytes": b"", "session_lifetime": 0}))
         lifetime = 0
         if auth.complete:
             assert auth.principal is not None
             if self.principal is not ANONYMOUS and auth.principal != self.principal:
-                self._close_after_response()
-                return answer({"error_code": ErrorCode.sasl_authentication_failed,
-                               "error_message": "Cannot change principals during "
-                                                "re-authentication",
-                               "auth_bytes": b"", "session_lifetime": 0})
+                return await self._auth_failed(answer({
+                    "error_code": ErrorCode.sasl_authentication_failed,
+                    "error_message": "Cannot change principals during re-authentication",
+                    "auth_bytes": b"", "session_lifetime": 0}))
             lifetime = self._authenticated(auth)
         return answer({"error_code": ErrorCode.none, "error_message": None,
                        "auth_bytes": reply, "session_lifetime": lifetime})
 
     async def _raw_token(self, token: bytes) -> list[bytes | memoryview] | None:
         """A SASL token after a SaslHandshake v0: answered with a bare size-prefixed token;
-        a failure closes the connection at once (v0 has no error field)."""
+        a failure closes the connection after ``connection.failed.authentication.delay.ms``
+        (v0 has no error field: the close is the answer)."""
         auth = self._authenticator
         assert auth is not None
         try:
@@ -714,10 +796,8 @@ class Connection(asyncio.Protocol):
             else:
                 reply = auth.step(token)
         except SaslFailure as e:
-            log.info("authentication failed from %s on %s (%s, SaslHandshake v0): %s",
-                     self.peer, self.listener, auth.mechanism, e)
-            self.close()
-            return None
+            self._log_auth_failure(auth.mechanism, e, " (SaslHandshake v0)")
+            return await self._auth_failed(None)
         if auth.complete:
             self._authenticated(auth)
         return [len(reply).to_bytes(4, "big") + reply]
@@ -731,6 +811,10 @@ class Connection(asyncio.Protocol):
         self.sasl_state = "done"
         self._authenticator = None
         self.decoder.max_frame_bytes = self._max_frame
+        # from now on frames reserve from the shared pool (issue 23)
+        self._pre_auth = False
+        self.decoder.lazy = False
+        self.proven = True
         spec = self.spec
         now_ms = int(time.time() * 1000)
         ends = [spec.max_reauth_ms] if spec.max_reauth_ms > 0 else []
@@ -753,14 +837,28 @@ class Connection(asyncio.Protocol):
             return OAuthBearerServer(sasl.oauth, self.broker.jwks.get(self.listener))
         return ScramServer(mechanism, self.broker.scram_credential)
 
-    def _close_after_response(self) -> None:
-        """Close once the response now being written has gone, after
-        ``connection.failed.authentication.delay.ms`` (Kafka's: a client retrying a wrong
-        password cannot make the broker spin); nothing more is read meanwhile."""
+    async def _auth_failed(self, response: list[bytes | memoryview] | None
+                           ) -> list[bytes | memoryview] | None:
+        """A failed authentication, on every path: nothing more is read, the answer is
+        held for ``connection.failed.authentication.delay.ms`` (as Kafka holds it: a client
+        guessing passwords gets one guess per delay per connection; this coroutine waits,
+        the event loop and the other connections do not), then sent, and the connection
+        closed once it has gone (at once when there is no answer: SaslHandshake v0)."""
         self.sasl_state = "failed"
         self._mute("auth-failed")
+        self._close_when_written = True
         delay = int(self.broker.config["connection.failed.authentication.delay.ms"]) / 1000
-        asyncio.get_running_loop().call_later(delay, self.close)
+        if delay > 0 and not self.closed:
+            await asyncio.sleep(delay)
+        return response
+
+    def _log_auth_failure(self, mechanism: str, e: Exception, how: str = "") -> None:
+        """One line per ``LOG_PACE_S`` for all failed authentications, with a count."""
+        held = self.broker.auth_failure_log.ready(self.broker.now())
+        if held is not None:
+            log.info("authentication failed from %s on %s (%s%s): %s%s", self.peer,
+                     self.listener, mechanism, how, e,
+                     f" ({held} more failures since the last line)" if held else "")
 
     def _api_versions_fallback(self, correlation_id: int) -> list[bytes | memoryview]:
         """Kafka answers an ApiVersions version it does not know with a v0 response
@@ -821,8 +919,27 @@ class Broker:
         self._room_queue: collections.deque[tuple[Connection, asyncio.Future[None]]] = (
             collections.deque())
         self._pressured_fetch: Connection | None = None  # let through, not yet answered
+        try:
+            overrides = _resolve_overrides(parse_per_ip_overrides(
+                str(config["max.connections.per.ip.overrides"])))
+        except ValueError as e:
+            raise StartupError(f"max.connections.per.ip.overrides: {e}") from None
         self.quotas = ConnectionQuotas(int(config["max.connections"]),
-                                       int(config["max.connections.per.ip"]))
+                                       int(config["max.connections.per.ip"]), overrides)
+        # issue 23: bytes reserved per address for frames not yet received; connections
+        # waiting for their address's bytes to arrive
+        self.unreceived = UnreceivedBudget(int(config["queued.max.unreceived.bytes.per.ip"]))
+        self.address_waiting: dict[str, set[Connection]] = {}
+        self._waking: set[str] = set()
+        self._rewake: set[str] = set()
+        self.receive_timeout_s = int(config["request.receive.timeout.ms"]) / 1000
+        self.first_request_s = int(config["connections.first.request.timeout.ms"]) / 1000
+        self._pool_full_log = LogPacer(LOG_PACE_S)
+        self._address_log = LogPacer(LOG_PACE_S)
+        self._overdue_log = LogPacer(LOG_PACE_S)
+        self._unproven_log = LogPacer(LOG_PACE_S)
+        self._overdue_closed = 0
+        self._unproven_closed = 0
         self.idle_s = int(config["connections.max.idle.ms"]) / 1000
         self._refused_log = LogPacer(LOG_PACE_S)
         self.auth_failure_log = LogPacer(LOG_PACE_S)
@@ -909,7 +1026,11 @@ class Broker:
     def admit(self, conn: Connection) -> bool:
         """``max.connections`` / ``max.connections.per.ip``: refused connections are closed
         at once, with at most one log line per interval."""
-        why = self.quotas.admit(conn.ip) if not self.stopping else "the broker is stopping"
+        # KIP-402: the inter-broker listener, when it is not the only one, keeps its
+        # capacity: max.connections does not refuse it (max.connections.per.ip still does)
+        protected = conn.listener == self.inter_broker.listener and len(self.listeners) > 1
+        why = (self.quotas.admit(conn.ip, protected) if not self.stopping
+               else "the broker is stopping")
         if why is None:
             # KIP-612: a per-IP connection_creation_rate refuses, the broker-wide
             # max.connection.creation.rate holds the connection unread
@@ -928,6 +1049,60 @@ class Broker:
         """Memory went back to the pool: wake the connections it was granted to."""
         for conn in woken:
             conn.resume_decoding()
+
+    def unreceived_changed(self, ip: str, delta: int) -> None:
+        """A connection's bytes reserved and not yet received changed; when they went down,
+        that address's waiting connections try again."""
+        self.unreceived.change(ip, delta)
+        if delta >= 0 or ip not in self.address_waiting:
+            return
+        if ip in self._waking:  # called back from a retry below: loop there, not here
+            self._rewake.add(ip)
+            return
+        self._waking.add(ip)
+        try:
+            while True:
+                self._rewake.discard(ip)
+                waiters = self.address_waiting.pop(ip, set())
+                for conn in waiters:
+                    conn.resume_decoding()
+                if ip not in self._rewake or ip not in self.address_waiting:
+                    return
+        finally:
+            self._waking.discard(ip)
+
+    def wait_for_address(self, conn: Connection, unreceived: int) -> None:
+        """``queued.max.unreceived.bytes.per.ip``: ``conn``'s next frame waits for the bytes
+        its address already promised to arrive (one line per interval)."""
+        self.address_waiting.setdefault(conn.ip, set()).add(conn)
+        held = self._address_log.ready(self.now())
+        if held is not None:
+            log.warning("connections from %s wait: %d bytes of their frames are reserved and "
+                        "not yet received (queued.max.unreceived.bytes.per.ip=%d; a %d-byte "
+                        "frame waits%s)", conn.ip, self.unreceived.per_ip.get(conn.ip, 0),
+                        self.unreceived.cap, unreceived,
+                        f", {held} more waits since the last line" if held else "")
+
+    def forget_address_waiter(self, conn: Connection) -> None:
+        waiters = self.address_waiting.get(conn.ip)
+        if waiters is not None:
+            waiters.discard(conn)
+            if not waiters:
+                del self.address_waiting[conn.ip]
+
+    def pool_full(self, conn: Connection, size: int) -> None:
+        """A frame waits for ``queued.max.request.bytes``: one line per interval."""
+        held = self._pool_full_log.ready(self.now())
+        if held is None:
+            return
+        pool = self.memory_pool
+        top = self.unreceived.top()
+        log.warning("request memory pool full (queued.max.request.bytes=%d, %d reserved, %d "
+                    "frames waiting): a %d-byte frame from %s waits%s%s", pool.capacity,
+                    pool.used, pool.waiting, size, conn.peer,
+                    f"; {top[0]} holds the most not yet received ({top[1]} bytes)"
+                    if top else "",
+                    f" ({held} more waits since the last line)" if held else "")
 
     def requests_drained(self) -> None:
         """A request slot came free: let connections waiting for one decode on."""
@@ -1022,6 +1197,7 @@ class Broker:
             if idle:
                 log.info("closed %d connection(s) idle for over %d ms (e.g. %s)", len(idle),
                          int(self.idle_s * 1000), idle[0].peer)
+            self._reap_unfinished(now)
             budget = self.response_budget
             if self._room_queue and budget is not None and self.unsent_bytes > budget:
                 stalled = [c for c in self.connections
@@ -1032,6 +1208,39 @@ class Broker:
                     log.warning("closed %d connection(s) not reading their responses for %.0f s "
                                 "while unread responses exceed queued.max.request.bytes "
                                 "(e.g. %s)", len(stalled), STALLED_RESPONSE_S, stalled[0].peer)
+
+    def _reap_unfinished(self, now: float) -> None:
+        """Issue 23: close connections whose frame in progress is overdue
+        (``request.receive.timeout.ms``) and connections that have completed no request (on
+        SASL: authentication) within ``connections.first.request.timeout.ms`` of opening (a
+        new connection waiting for the broker, for the pool or a request slot, is not
+        counted against it). Each kind is one line per interval, with a count."""
+        overdue: list[Connection] = []
+        unproven: list[Connection] = []
+        for conn in self.connections:
+            if conn.closed:
+                continue
+            if conn.receive_overdue(now, self.receive_timeout_s):
+                overdue.append(conn)
+            elif not conn.proven:
+                if conn._waiting_on in ("pool", "slot") or conn._handling:
+                    conn.new_since = now
+                elif now - conn.new_since >= self.first_request_s:
+                    unproven.append(conn)
+        for conn in overdue + unproven:
+            conn.close(abort=True)
+        self._overdue_closed += len(overdue)
+        self._unproven_closed += len(unproven)
+        if overdue and self._overdue_log.ready(now) is not None:
+            log.info("closed %d connection(s) whose request was not received in full within "
+                     "%d ms (request.receive.timeout.ms; e.g. %s)", self._overdue_closed,
+                     int(self.receive_timeout_s * 1000), overdue[0].peer)
+            self._overdue_closed = 0
+        if unproven and self._unproven_log.ready(now) is not None:
+            log.info("closed %d connection(s) that completed no request (or authentication) "
+                     "within %d ms of opening (connections.first.request.timeout.ms; e.g. %s)",
+                     self._unproven_closed, int(self.first_request_s * 1000), unproven[0].peer)
+            self._unproven_closed = 0
 
     def _check_fd_limit(self) -> None:
         """One line at start when ``max.connections`` cannot be reached before the process
@@ -1296,6 +1505,27 @@ class Broker:
         await self.start()
         await stop.wait()
         await self.stop()
+
+
+def _resolve_overrides(overrides: dict[str, int]) -> dict[str, int]:
+    """``max.connections.per.ip.overrides`` keys as addresses: a host name counts for each
+    address it resolves to now (as Kafka resolves it at start); an address stays as it is."""
+    import ipaddress
+
+    out: dict[str, int] = {}
+    for host, count in overrides.items():
+        try:
+            out[str(ipaddress.ip_address(host))] = count
+            continue
+        except ValueError:
+            pass
+        try:
+            infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        except OSError as e:
+            raise ValueError(f"cannot resolve {host!r}: {e}") from None
+        for info in infos:
+            out[str(info[4][0])] = count
+    return out
 
 
 def make_config(data_dir: Path | str, port: int = 0, **overrides: Any) -> BrokerConfig:

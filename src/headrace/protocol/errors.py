@@ -23,6 +23,7 @@ class FrameTooLargeError(ProtocolError):
         )
         self.size = size
         self.limit = limit
+        self.frames: list[bytes | memoryview] = []  # completed before it in the same feed
 
 
 class UnknownApiError(ProtocolError):

@@ -12,7 +12,14 @@ With a ``reserve`` callback (the broker's memory pool, ``queued.max.request.byte
 decoder asks for a frame's full size when its prefix arrives, as Kafka's ``NetworkReceive``
 does from its ``MemoryPool``. When the answer is no, the decoder stops where it is and keeps
 the rest of what it was fed (``waiting`` is the size it waits for): the caller stops reading
-the socket and calls ``retry()`` once the pool can give that memory.
+the socket and calls ``retry()`` once the pool can give that memory. While the callback
+runs, ``arrived`` is how much of that frame is already in hand (so a caller can tell a
+promise from bytes received).
+
+``lazy`` (a connection not yet authenticated, issue 23): a frame's buffer grows with the
+bytes that arrive instead of being allocated whole when its prefix arrives, so a prefix
+alone costs nothing. ``FrameTooLargeError`` carries the frames completed before the bad
+prefix in the same ``feed`` (``frames``): their reservations must still be given back.
 """
 
 from __future__ import annotations
@@ -52,7 +59,10 @@ class FrameDecoder:
         self._reserve = reserve or _always
         self._head = bytearray()  # the first bytes of a size prefix split across feeds
         self._buf: bytearray | mmap.mmap | None = None  # the frame being received
+        self._want = 0  # its size
         self._filled = 0
+        self.lazy = False  # grow the buffer as bytes arrive (nothing allocated up front)
+        self.arrived = 0  # during a ``reserve`` call: bytes of that frame already in hand
         self._pending: list[memoryview] = []  # data fed while waiting for a reservation
         self.waiting = 0  # size of the frame waiting for its reservation (0: none)
         self._waiting_set = False
@@ -75,7 +85,18 @@ class FrameDecoder:
     @property
     def reserved_partial(self) -> int:
         """Bytes reserved for the frame being received (to give back if the peer leaves)."""
-        return len(self._buf) if self._buf is not None else 0
+        return self._want if self._buf is not None else 0
+
+    @property
+    def unreceived(self) -> int:
+        """Bytes of the frame being received that have not arrived yet."""
+        return self._want - self._filled if self._buf is not None else 0
+
+    @property
+    def in_progress(self) -> bool:
+        """Part of a frame (its prefix, or its body after the reservation) has arrived and
+        the rest has not; a prefix waiting for its reservation is not in progress."""
+        return bool(self._head) or self._buf is not None
 
     def _size(self, size: int) -> int:
         if size < 0 or size > self.max_frame_bytes:
@@ -91,14 +112,18 @@ class FrameDecoder:
         frames: list[Frame] = []
         if data:
             self._pending.append(memoryview(data).toreadonly())
-        while self._pending:
-            mv = self._pending[0]
-            pos = self._consume(mv, frames)
-            if pos < 0:  # waiting for memory: keep the rest
-                return frames
-            self._pending.pop(0)
-        if self._waiting_set:  # a prefix was the last thing fed: reserve its frame now
-            self._step_waiting(memoryview(b""), 0, frames)
+        try:
+            while self._pending:
+                mv = self._pending[0]
+                pos = self._consume(mv, frames)
+                if pos < 0:  # waiting for memory: keep the rest
+                    return frames
+                self._pending.pop(0)
+            if self._waiting_set:  # a prefix was the last thing fed: reserve its frame now
+                self._step_waiting(memoryview(b""), 0, frames)
+        except FrameTooLargeError as e:
+            e.frames = frames
+            raise
         return frames
 
     def _step_waiting(self, mv: memoryview, pos: int, frames: list[Frame]) -> int:
@@ -107,6 +132,7 @@ class FrameDecoder:
         if not self._waiting_set:
             return pos
         size = self.waiting
+        self.arrived = min(len(mv) - pos, size)
         if not self._reserve(size):
             return -1
         self._waiting_set = False
@@ -121,7 +147,11 @@ class FrameDecoder:
             else:
                 frames.append(mv[pos : pos + size])
             return pos + size
-        self._buf = mmap.mmap(-1, size) if size >= MMAP_MIN_BYTES else bytearray(size)
+        if self.lazy:
+            self._buf = bytearray()
+        else:
+            self._buf = mmap.mmap(-1, size) if size >= MMAP_MIN_BYTES else bytearray(size)
+        self._want = size
         self._filled = 0
         return pos
 
@@ -132,16 +162,20 @@ class FrameDecoder:
         pos = 0
         while True:
             if self._buf is not None:
-                take = min(len(self._buf) - self._filled, end - pos)
+                take = min(self._want - self._filled, end - pos)
                 if take:
-                    self._buf[self._filled : self._filled + take] = mv[pos : pos + take]
+                    if len(self._buf) == self._want:
+                        self._buf[self._filled : self._filled + take] = mv[pos : pos + take]
+                    else:  # lazy: the buffer grows with what arrives
+                        assert isinstance(self._buf, bytearray)
+                        self._buf += mv[pos : pos + take]
                     self._filled += take
                     pos += take
-                if self._filled < len(self._buf):
+                if self._filled < self._want:
                     return end
                 frames.append(memoryview(self._buf).toreadonly())
                 self._buf = None
-                self._filled = 0
+                self._filled = self._want = 0
                 continue
             if self._waiting_set:
                 new = self._step_waiting(mv, pos, frames)
