@@ -101,11 +101,13 @@ class TxnVerifier:
         self._conns: dict[int, BrokerConnection] = {}
         self._closed = False
         self._failure_log = LogPacer(10.0)
+        self.asked = 0  # partitions verified with a coordinator (here or remote), any answer
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
                      partitions: list[TopicPartition]) -> Errors:
         """The partitions that are *not* verified, with why (empty: every one is in the
         producer's ongoing transaction)."""
+        self.asked += len(partitions)
         node = self.txns.coordinator_node(transactional_id, create=False)
         if self._closed or node is None or node < 0:
             return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
