@@ -931,7 +931,7 @@ def transactions_find_hanging(bootstrap: str, broker_id: int | None, max_timeout
     (like kafka-transactions.sh find-hanging): DescribeProducers lists each partition's
     open transactions, ListTransactions and DescribeTransactions ask the coordinators;
     a transaction is hanging when no coordinator knows its producer id, or its
-    transaction does not include the partition. Abort one with ``abort``."""
+    transaction does not include the partition. Abort one with "abort"."""
     import time
 
     if topic is None and broker_id is None:
@@ -1018,7 +1018,7 @@ def transactions_abort(bootstrap: str, topic: str, partition: int, start_offset:
                        coordinator_epoch: int | None) -> None:
     """Abort a hanging transaction in one partition (like kafka-transactions.sh abort):
     an ABORT marker written by the partition's leader (WriteTxnMarkers, as Kafka's
-    admin ``abortTransaction``), which lets read_committed consumers past it. Needs
+    admin abortTransaction), which lets read_committed consumers past it. Needs
     ClusterAction on a cluster with ACLs."""
     from kio.schema.errors import ErrorCode
 
