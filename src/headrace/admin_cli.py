@@ -780,7 +780,7 @@ def _broker_request(host: str, port: int, api_key: int, version: int,
 
 @click.group()
 def transactions() -> None:
-    """List and describe transactions (like kafka-transactions.sh)."""
+    """List, describe, find hanging and abort transactions (like kafka-transactions.sh)."""
 
 
 @transactions.command("list")
@@ -851,6 +851,212 @@ def transactions_describe(bootstrap: str, transactional_id: str, fmt: str) -> No
             (c.node_id, t.transactional_id, t.producer_id, t.producer_epoch, t.state,
              t.timeout_ms, started, duration,
              ",".join(f"{tp}-{p}" for tp, p in t.partitions) or "None")])
+
+
+DESCRIBE_PRODUCERS_BATCH = 500  # partitions per DescribeProducers (Kafka's tool too)
+
+
+def _describe_producers(host: str, port: int, tps: list[tuple[str, int]]
+                        ) -> dict[tuple[str, int], list[Any]]:
+    """DescribeProducers of ``tps`` on one broker: each partition's active producers; a
+    partition's error ends the command (as kafka-transactions.sh)."""
+    from kio.schema.errors import ErrorCode
+
+    out: dict[tuple[str, int], list[Any]] = {}
+    for i in range(0, len(tps), DESCRIBE_PRODUCERS_BATCH):
+        by_topic: dict[str, list[int]] = {}
+        for t, p in tps[i:i + DESCRIBE_PRODUCERS_BATCH]:
+            by_topic.setdefault(t, []).append(p)
+        resp = _broker_request(host, port, 61, 0, {"topics": [
+            {"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]})
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code != ErrorCode.none:
+                    _fail(f"cannot describe the producers of {t.name}-{p.partition_index}: "
+                          f"{ErrorCode(p.error_code).name.upper()}"
+                          + (f" ({p.error_message})" if p.error_message else ""))
+                out[(str(t.name), int(p.partition_index))] = list(p.active_producers)
+    return out
+
+
+def _transactional_ids(brokers: list[Any], producer_ids: set[int]) -> dict[int, str]:
+    """ListTransactions filtered by producer id, asked of every broker (each lists the
+    ids it coordinates): producer id -> transactional id."""
+    out: dict[int, str] = {}
+    for b in brokers:
+        resp = _broker_request(b.host, b.port, 66, 0, {
+            "state_filters": [], "producer_id_filters": sorted(producer_ids)})
+        for s in resp.transaction_states:
+            if int(s.producer_id) in producer_ids:
+                out[int(s.producer_id)] = str(s.transactional_id)
+    return out
+
+
+def _txn_partitions(brokers: list[Any], tid: str) -> set[tuple[str, int]] | None:
+    """The partitions of ``tid``'s transaction as its coordinator describes them
+    (DescribeTransactions); None if the coordinator does not know the id."""
+    from kio.schema.errors import ErrorCode
+
+    from headrace.txn.describe import decode_describe_transactions_v0
+
+    first = brokers[0]
+    found = _broker_request(first.host, first.port, 10, 4,
+                            {"key_type": 1, "coordinator_keys": [tid]})
+    c = found.coordinators[0]
+    if c.error_code != ErrorCode.none:
+        _fail(f"no coordinator for {tid!r}: {ErrorCode(c.error_code).name.upper()}")
+    frame, n = _broker_request(c.host, c.port, 65, 0, {"transactional_ids": [tid]}, raw=True)
+    (t,) = decode_describe_transactions_v0(frame, n)
+    if t.error_code == ErrorCode.transactional_id_not_found:
+        return None
+    if t.error_code != ErrorCode.none:
+        _fail(f"cannot describe transaction {tid!r}: {ErrorCode(t.error_code).name.upper()}")
+    return set(t.partitions)
+
+
+@transactions.command("find-hanging")
+@bootstrap_option
+@click.option("--broker-id", type=int, default=None,
+              help="Search the partitions this broker holds a replica of (asked of it).")
+@click.option("--max-transaction-timeout", "max_timeout_min", type=click.IntRange(min=0),
+              default=15, show_default=True,
+              help="Minutes: only transactions open longer than this are candidates.")
+@click.option("--topic", default=None, help="Only this topic.")
+@click.option("--partition", type=click.IntRange(min=0), default=None,
+              help="Only this partition (with --topic).")
+@format_option
+def transactions_find_hanging(bootstrap: str, broker_id: int | None, max_timeout_min: int,
+                              topic: str | None, partition: int | None, fmt: str) -> None:
+    """Transactions open in a partition that their coordinator does not know of there
+    (like kafka-transactions.sh find-hanging): DescribeProducers lists each partition's
+    open transactions, ListTransactions and DescribeTransactions ask the coordinators;
+    a transaction is hanging when no coordinator knows its producer id, or its
+    transaction does not include the partition. Abort one with "abort"."""
+    import time
+
+    if topic is None and broker_id is None:
+        _fail("find-hanging needs --topic or --broker-id to limit the search")
+    if partition is not None and topic is None:
+        _fail("--partition needs --topic")
+    md = _admin(bootstrap).list_topics(timeout=TIMEOUT_S)
+    brokers = sorted(md.brokers.values(), key=lambda b: b.id)
+    if not brokers:
+        _fail(f"no broker is known to {bootstrap}")
+    by_id = {b.id: b for b in brokers}
+    if broker_id is not None and broker_id not in by_id:
+        _fail(f"broker {broker_id} is not in the cluster (brokers: "
+              f"{', '.join(str(b) for b in sorted(by_id))})")
+    names = [topic] if topic is not None else sorted(md.topics)
+    targets: dict[int, list[tuple[str, int]]] = {}  # broker asked -> its partitions
+    for name in names:
+        t = md.topics.get(name)
+        if t is None or t.error is not None:
+            _fail(f"unknown topic {name!r}")
+        for pid, pinfo in sorted(t.partitions.items()):
+            if partition is not None and pid != partition:
+                continue
+            if broker_id is not None:
+                if broker_id in pinfo.replicas:
+                    targets.setdefault(broker_id, []).append((name, pid))
+            elif pinfo.leader >= 0:
+                targets.setdefault(pinfo.leader, []).append((name, pid))
+    if partition is not None and not any(targets.values()):
+        _fail(f"no partition {topic}-{partition}"
+              + (f" on broker {broker_id}" if broker_id is not None else ""))
+    max_ms = max_timeout_min * 60_000
+    now = int(time.time() * 1000)
+    candidates: list[tuple[tuple[str, int], Any]] = []
+    for node, tps in sorted(targets.items()):
+        b = by_id.get(node)
+        if b is None:
+            continue
+        for tp, producers in _describe_producers(b.host, b.port, tps).items():
+            candidates += [(tp, ps) for ps in producers
+                           if ps.current_txn_start_offset >= 0
+                           and now - ps.last_timestamp > max_ms]
+    hanging = []
+    if candidates:
+        tids = _transactional_ids(brokers, {int(ps.producer_id) for _, ps in candidates})
+        parts = {tid: _txn_partitions(brokers, tid) for tid in set(tids.values())}
+        for tp, ps in candidates:
+            tid = tids.get(int(ps.producer_id))
+            known = parts.get(tid) if tid is not None else None
+            if known is None or tp not in known:
+                hanging.append((tp, ps))
+    hanging.sort(key=lambda h: (h[0], int(h[1].producer_id)))
+    if fmt == "json":
+        emit_json([{"topic": tp[0], "partition": tp[1], "producer_id": ps.producer_id,
+                    "producer_epoch": ps.producer_epoch,
+                    "coordinator_epoch": ps.coordinator_epoch,
+                    "start_offset": ps.current_txn_start_offset,
+                    "last_timestamp": ps.last_timestamp,
+                    "duration_min": (now - ps.last_timestamp) // 60_000}
+                   for tp, ps in hanging])
+        return
+    _table([("Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
+             "StartOffset", "LastTimestamp", "Duration(min)"),
+            *((tp[0], tp[1], ps.producer_id, ps.producer_epoch, ps.coordinator_epoch,
+               ps.current_txn_start_offset, ps.last_timestamp,
+               (now - ps.last_timestamp) // 60_000) for tp, ps in hanging)])
+
+
+@transactions.command("abort")
+@bootstrap_option
+@click.option("--topic", required=True, help="The partition's topic.")
+@click.option("--partition", type=click.IntRange(min=0), required=True,
+              help="The partition.")
+@click.option("--start-offset", type=click.IntRange(min=0), default=None,
+              help="The first offset of the open transaction to abort (find-hanging's "
+                   "StartOffset).")
+@click.option("--producer-id", type=click.IntRange(min=0), default=None,
+              help="Instead of --start-offset: the producer id (with --producer-epoch "
+                   "and --coordinator-epoch).")
+@click.option("--producer-epoch", type=click.IntRange(min=0, max=32_767), default=None)
+@click.option("--coordinator-epoch", type=int, default=None)
+def transactions_abort(bootstrap: str, topic: str, partition: int, start_offset: int | None,
+                       producer_id: int | None, producer_epoch: int | None,
+                       coordinator_epoch: int | None) -> None:
+    """Abort a hanging transaction in one partition (like kafka-transactions.sh abort):
+    an ABORT marker written by the partition's leader (WriteTxnMarkers, as Kafka's
+    admin abortTransaction), which lets read_committed consumers past it. Needs
+    ClusterAction on a cluster with ACLs."""
+    from kio.schema.errors import ErrorCode
+
+    if start_offset is None and producer_id is None:
+        _fail("name the transaction to abort with --start-offset, or with --producer-id, "
+              "--producer-epoch and --coordinator-epoch")
+    if start_offset is None and (producer_epoch is None or coordinator_epoch is None):
+        _fail("--producer-id needs --producer-epoch and --coordinator-epoch")
+    md = _admin(bootstrap).list_topics(timeout=TIMEOUT_S)  # naming it would auto-create it
+    t = md.topics.get(topic)
+    if t is None or t.error is not None or partition not in t.partitions:
+        _fail(f"unknown partition {topic}-{partition}")
+    leader = md.brokers.get(t.partitions[partition].leader)
+    if leader is None:
+        _fail(f"{topic}-{partition} has no leader")
+    if start_offset is not None:
+        producers = _describe_producers(leader.host, leader.port, [(topic, partition)])
+        found = next((ps for ps in producers.get((topic, partition), [])
+                      if ps.current_txn_start_offset == start_offset), None)
+        if found is None:
+            _fail(f"no open transaction starts at offset {start_offset} in "
+                  f"{topic}-{partition}")
+        producer_id, producer_epoch = int(found.producer_id), int(found.producer_epoch)
+        coordinator_epoch = int(found.coordinator_epoch)
+    assert producer_id is not None and producer_epoch is not None
+    coordinator_epoch = max(0, coordinator_epoch or 0)  # Kafka: none (-1) is 0
+    resp = _broker_request(leader.host, leader.port, 27, 1, {"markers": [{
+        "producer_id": producer_id, "producer_epoch": producer_epoch,
+        "transaction_result": False, "coordinator_epoch": coordinator_epoch,
+        "topics": [{"name": topic, "partition_indexes": [partition]}]}]})
+    codes = [ErrorCode(p.error_code) for m in resp.markers for tr in m.topics
+             for p in tr.partitions]
+    bad = [c for c in codes if c is not ErrorCode.none]
+    if bad or not codes:
+        _fail(f"aborting the transaction of producer {producer_id} in {topic}-{partition} "
+              f"failed: {bad[0].name.upper() if bad else 'no answer'}")
+    click.echo(f"Aborted the transaction of producer {producer_id} (epoch {producer_epoch})"
+               f" in {topic}-{partition}.")
 
 
 # ---------------------------------------------------------------------- cluster info

@@ -267,6 +267,12 @@ BROKER_CONFIGS = _defs(
               "The largest transaction.timeout.ms a producer may ask for.", at_least=1),
     ConfigDef("transactional.id.expiration.ms", "int", 604_800_000,
               "A transactional id idle this long (no transaction) is forgotten.", at_least=1),
+    ConfigDef("transaction.partition.verification.enable", "bool", True,
+              "Before a partition's leader appends the first batch of a producer's "
+              "transaction, it asks the transaction coordinator whether the partition is "
+              "in that producer's ongoing transaction, and refuses the batch if not "
+              "(KIP-890): no transaction the coordinator does not know can pin the last "
+              "stable offset."),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10_000,
               "How often transactions past their timeout are looked for and aborted.",
               at_least=1),

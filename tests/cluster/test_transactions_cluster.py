@@ -284,3 +284,61 @@ def test_consume_transform_produce_is_exactly_once_while_brokers_and_worker_are_
     # read_uncommitted also holds what the killed worker and the aborted transactions wrote
     everything = Counter(read_all(cluster, sink, "read_uncommitted", timeout_s=90))
     assert not expected - everything, (sum((expected - everything).values()), events)
+
+
+def test_a_transactions_first_batch_is_verified_by_a_coordinator_on_another_broker(
+        healthy: Cluster) -> None:
+    """KIP-890 on a cluster (issue 23): the leader of a partition asks the transaction
+    coordinator on another broker (AddPartitionsToTxn v4, verify_only) before it appends
+    the first batch of a producer's transaction there. A partition not yet added is
+    refused (INVALID_TXN_STATE), a producer id the coordinator did not give this id
+    too (INVALID_PRODUCER_ID_MAPPING); once added it is verified and takes the batch, the
+    transaction commits, and the partition's last stable offset follows. librdkafka's
+    transaction with that coordinator commits too."""
+    from kio.schema.errors import ErrorCode
+
+    from tests.kafka_wire import WireClient
+    from tests.txn_wire import (
+        add_partitions,
+        coordinator,
+        end_txn,
+        init_producer,
+        offsets,
+        txn_batch,
+    )
+    from tests.txn_wire import produce as txn_produce
+
+    cluster = healthy
+    out = _topic("verify")
+    cluster.create_topic(out, PARTS, 3, {"min.insync.replicas": "2"})
+    leader = cluster.wait_leader(out, 0)
+    with WireClient.to(cluster.brokers[leader].address, timeout_s=30) as lw:
+        for _ in range(200):  # a transactional id coordinated elsewhere
+            tid = _topic("vtid")
+            node, host, port = coordinator(lw, tid)
+            if node != leader:
+                break
+        assert node != leader
+        with WireClient(host, port, timeout_s=30) as cw:
+            pid, epoch = init_producer(cw, tid)
+            add_partitions(cw, tid, pid, epoch, out, [1])
+            r = txn_produce(lw, tid, out, 0, txn_batch(pid, epoch, 0, [b"stray"]))
+            assert r.error_code == ErrorCode.invalid_txn_state, ErrorCode(r.error_code).name
+            r = txn_produce(lw, tid, out, 0, txn_batch(pid + 77_777, 0, 0, [b"ghost"]))
+            assert r.error_code == ErrorCode.invalid_producer_id_mapping
+            assert offsets(lw, out, 0) == (0, 0)
+            add_partitions(cw, tid, pid, epoch, out, [0])
+            r = txn_produce(lw, tid, out, 0, txn_batch(pid, epoch, 0, [b"in-0", b"in-1"]))
+            assert r.error_code == ErrorCode.none, ErrorCode(r.error_code).name
+            assert offsets(lw, out, 0) == (2, 0)  # open
+            end_txn(cw, tid, pid, epoch, commit=True)
+        wait_until(lambda: offsets(lw, out, 0) == (3, 3), 60, what="the commit marker")
+    p = Producer({"bootstrap.servers": cluster.live_bootstrap(), "transactional.id": tid,
+                  "linger.ms": 2, "transaction.timeout.ms": 20_000})
+    p.init_transactions(60)
+    p.begin_transaction()
+    for i in range(6):
+        p.produce(out, b"rdk-%d" % i, partition=i % PARTS)
+    p.commit_transaction(60)
+    got = read_all(cluster, out, "read_committed")
+    assert sorted(got) == sorted([b"in-0", b"in-1"] + [b"rdk-%d" % i for i in range(6)])

@@ -198,3 +198,37 @@ def test_a_deposed_coordinators_marker_is_fenced_everywhere(tmp_path: Path) -> N
         follower.append_marker(7, 0, True, 4, 0)         # the follower, leader now
     assert e.value.error_code == ErrorCode.transaction_coordinator_fenced
     follower.close()
+
+
+def test_a_transactions_first_batch_needs_a_current_verification_guard(tmp_path: Path) -> None:
+    """KIP-890 (issue 23): with verification on, a transactional batch of a producer with
+    no ongoing transaction here is appended only with the guard of its verification,
+    still current; the next batches of the open transaction need none; a guard outlived
+    by a marker (the transaction aborted while the coordinator was asked: Kafka's ABA
+    case) is refused, and so is one from another producer."""
+    log = open_log(tmp_path / "t-0")
+    refused = ErrorCode.invalid_txn_state
+    with pytest.raises(InvalidRecordError) as e:
+        log.append_as_leader(txn_batch(1, 7, 0, 0), 0, verify_txn=True)
+    assert e.value.error_code == refused and log.log_end_offset == 0
+    other = log.start_txn_verification(8)
+    assert other is not None
+    with pytest.raises(InvalidRecordError) as e:
+        log.append_as_leader(txn_batch(1, 7, 0, 0), 0, verify_txn=True, guard=other)
+    assert e.value.error_code == refused
+    guard = log.start_txn_verification(7)
+    assert guard is not None and log.start_txn_verification(7) is guard  # shared
+    log.append_as_leader(txn_batch(1, 7, 0, 0), 0, verify_txn=True, guard=guard)  # 0
+    assert log.start_txn_verification(7) is None  # ongoing: nothing to verify
+    log.append_as_leader(txn_batch(2, 7, 0, 1), 0, verify_txn=True)  # 1-2
+    # the guard was spent by the append
+    assert not log.producer_state.is_verified(7, guard)
+    log.append_marker(7, 0, False, 0, 0)  # 3: aborted
+    stale = log.start_txn_verification(7)
+    log.append_marker(7, 0, False, 0, 0)  # 4: a marker lands while the coordinator is asked
+    with pytest.raises(InvalidRecordError) as e:
+        log.append_as_leader(txn_batch(1, 7, 0, 3), 0, verify_txn=True, guard=stale)
+    assert e.value.error_code == refused and log.log_end_offset == 5
+    # verification off (transaction.partition.verification.enable=false): as before
+    log.append_as_leader(txn_batch(1, 9, 0, 0), 0)
+    assert log.txns.ongoing == {9: 5}

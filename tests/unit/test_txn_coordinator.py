@@ -165,6 +165,34 @@ def test_commit_path_prepare_markers_complete() -> None:
     assert c.txns["tx"].partitions == {("other", 3)} and c.txns["tx"].start_ms == 40
 
 
+def test_verify_partitions_answers_as_kafkas_coordinator_and_changes_nothing() -> None:
+    """KIP-890 (issue 23): a leader's verify_only question, every case of Kafka's
+    ``handleVerifyPartitionsInTransaction``; the state is never touched."""
+    c = coordinator()
+    pid, epoch = begin(c)
+    out0, out1 = ("out", 0), ("out", 1)
+    v = c.verify_partitions
+    assert v("", pid, epoch, [out0]) == {out0: ErrorCode.invalid_request}
+    assert v("ghost", 42, 0, [out0]) == {out0: ErrorCode.invalid_producer_id_mapping}
+    assert v("tx", pid + 1, epoch, [out0]) == {out0: ErrorCode.invalid_producer_id_mapping}
+    assert v("tx", pid, epoch + 1, [out0]) == {out0: ErrorCode.producer_fenced}
+    # Empty: no partition is in a transaction
+    assert v("tx", pid, epoch, [out0]) == {out0: ErrorCode.invalid_txn_state}
+    r = c.add_partitions("tx", pid, epoch, [out1], 10)
+    # its record not yet written: not in the transaction yet
+    assert v("tx", pid, epoch, [out1]) == {out1: ErrorCode.invalid_txn_state}
+    apply(c, r.write, 10)
+    before = c.txns["tx"].copy()
+    assert v("tx", pid, epoch, [out0, out1]) == {out0: ErrorCode.invalid_txn_state,
+                                                 out1: ErrorCode.none}
+    assert c.txns["tx"] == before and c.txns["tx"].pending is None
+    end = c.end_txn("tx", pid, epoch, False, 20)
+    apply(c, end.write, 20)  # PrepareAbort: markers on their way
+    assert v("tx", pid, epoch, [out1]) == {out1: ErrorCode.concurrent_transactions}
+    apply(c, c.markers_done("tx", 30), 30)  # CompleteAbort: the partitions are gone
+    assert v("tx", pid, epoch, [out1]) == {out1: ErrorCode.invalid_txn_state}
+
+
 def test_errors_of_requests_naming_the_wrong_producer() -> None:
     c = coordinator()
     pid, epoch = begin(c)

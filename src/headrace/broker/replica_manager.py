@@ -54,6 +54,7 @@ from headrace.log.partition_log import (
     sync_log_start_offset,
     write_partition_metadata,
 )
+from headrace.log.producer_state import VerificationGuard
 from headrace.metadata.store import MetadataStore, PartitionState, TopicState
 from headrace.replication.leader import (
     FollowerFetch,
@@ -115,8 +116,10 @@ class Partition:
     def in_sync_count(self) -> int:
         return len(self.state.isr)
 
-    def append_as_leader(self, records: bytes | memoryview) -> AppendResult:
-        result = self.log.append_as_leader(records, self.state.leader_epoch)
+    def append_as_leader(self, records: bytes | memoryview, *, verify_txn: bool = False,
+                         guard: VerificationGuard | None = None) -> AppendResult:
+        result = self.log.append_as_leader(records, self.state.leader_epoch,
+                                           verify_txn=verify_txn, guard=guard)
         self._after_append()
         return result
 

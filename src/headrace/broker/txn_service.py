@@ -18,6 +18,8 @@
   WriteTxnMarkers to the leader of the others; retried (with backoff) until every
   partition has it, then the Complete state is written. The coordinator epoch in a marker
   is the leader epoch of the ``__transaction_state`` partition.
+- **Verification** (KIP-890, ``transaction.partition.verification.enable``): a partition
+  leader asks before appending a transaction's first batch (``txn_verification``).
 - **Timers**: every ``transaction.abort.timed.out.transaction.cleanup.interval.ms``,
   transactions past their timeout are aborted (their producer fenced); every
   ``transaction.remove.expired.transaction.cleanup.interval.ms``, ids idle for
@@ -39,6 +41,7 @@ from kio.schema.errors import ErrorCode
 from headrace.broker.memory_pool import LogPacer
 from headrace.broker.replica_manager import TopicPartition
 from headrace.broker.topics import TopicError
+from headrace.broker.txn_verification import TxnVerifier
 from headrace.cluster.client import BrokerConnection, BrokerConnectionError
 from headrace.group.hashing import offsets_partition_for
 from headrace.log.errors import LogError
@@ -69,6 +72,9 @@ class TxnService:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._conns: dict[int, BrokerConnection] = {}
         self._create_failed_log = LogPacer(10.0)
+        self.verifier = TxnVerifier(self)
+        self.verification_enabled = bool(
+            self.config["transaction.partition.verification.enable"])
 
     # ------------------------------------------------------------------ placement
     def now_ms(self) -> int:
@@ -83,19 +89,23 @@ class TxnService:
     def partition_for(self, transactional_id: str) -> int:
         return offsets_partition_for(transactional_id, self.num_partitions())
 
-    def coordinator_node(self, transactional_id: str) -> int | None:
-        if not self.ensure_topic():
+    def coordinator_node(self, transactional_id: str, create: bool = True) -> int | None:
+        """The broker leading ``transactional_id``'s partition (None: no topic yet;
+        ``create``: create it first, as a client's request does; a verification never)."""
+        if create and not self.ensure_topic():
             return None
         topic = self.broker.metadata.topic(TXN_TOPIC)
-        assert topic is not None
+        if topic is None:
+            return None
         return topic.partitions[self.partition_for(transactional_id)].leader
 
-    def coordinator_for(self, transactional_id: str) -> tuple[ErrorCode, TxnCoordinator | None]:
+    def coordinator_for(self, transactional_id: str, create: bool = True
+                        ) -> tuple[ErrorCode, TxnCoordinator | None]:
         """The coordinator of ``transactional_id`` if this broker is it, else the error
         Kafka answers (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ..._NOT_AVAILABLE)."""
         if self._closed:
             return ErrorCode.coordinator_not_available, None
-        node = self.coordinator_node(transactional_id)
+        node = self.coordinator_node(transactional_id, create)
         if node is None or node < 0:
             return ErrorCode.coordinator_not_available, None
         if node != self.broker.node_id:
@@ -406,6 +416,7 @@ class TxnService:
 
     def close(self) -> None:
         self._closed = True
+        self.verifier.close()
         for conn in self._conns.values():
             conn.close()
         self._conns.clear()

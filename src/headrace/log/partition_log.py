@@ -105,7 +105,7 @@ from headrace.config import LogConfig
 from headrace.fsutil import fsync_dir, fsync_file, write_atomically
 from headrace.log import cleaner
 from headrace.log.errors import LogError, OffsetOutOfRangeError
-from headrace.log.producer_state import ProducerStateManager
+from headrace.log.producer_state import ProducerStateManager, VerificationGuard
 from headrace.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -586,14 +586,31 @@ class PartitionLog:
                  seg.base_offset, old.size)
         return seg
 
-    def append_as_leader(self, records: bytes | memoryview, leader_epoch: int) -> AppendResult:
+    def start_txn_verification(self, producer_id: int) -> VerificationGuard | None:
+        """Before a transactional batch of ``producer_id`` is appended as leader: None if
+        its transaction is already ongoing here (nothing to verify: the steady state),
+        else the guard of a verification with the transaction coordinator (KIP-890, Kafka's
+        ``maybeStartTransactionVerification``), to pass back to ``append_as_leader``."""
+        if producer_id in self.txns.ongoing:
+            return None
+        return self.producer_state.start_verification(producer_id, self.clock.wall_ms())
+
+    def append_as_leader(self, records: bytes | memoryview, leader_epoch: int, *,
+                         verify_txn: bool = False,
+                         guard: VerificationGuard | None = None) -> AppendResult:
         """Validate, assign offsets to and append a produce request's batches.
+
+        ``verify_txn`` (``transaction.partition.verification.enable``): a transactional
+        batch whose producer has no ongoing transaction here is appended only with the
+        ``guard`` of a verification that succeeded and is still current (no batch or
+        marker of the producer written since), else INVALID_TXN_STATE, as Kafka's
+        ``analyzeAndValidateProducerState``.
 
         Raises ``InvalidRecordError`` (CORRUPT_MESSAGE, UNSUPPORTED_VERSION,
         MESSAGE_TOO_LARGE, INVALID_RECORD, INVALID_PRODUCER_EPOCH,
-        OUT_OF_ORDER_SEQUENCE_NUMBER) or ``LogError`` (KAFKA_STORAGE_ERROR on an I/O error);
-        then nothing of the request is appended. A retried duplicate appends nothing and
-        returns the original offsets.
+        OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_TXN_STATE) or ``LogError``
+        (KAFKA_STORAGE_ERROR on an I/O error); then nothing of the request is appended. A
+        retried duplicate appends nothing and returns the original offsets.
         """
         self._check_online()
         headers = split_batches(records, self.config.max_message_bytes)
@@ -619,6 +636,12 @@ class PartitionLog:
         if duplicate is not None:
             return AppendResult(duplicate.first_offset, duplicate.last_offset,
                                 duplicate.timestamp if log_append else -1, self.log_start_offset)
+        if verify_txn:
+            for h in headers:
+                if (h.is_transactional and h.producer_id not in self.txns.ongoing
+                        and not self.producer_state.is_verified(h.producer_id, guard)):
+                    raise InvalidRecordError(ErrorCode.invalid_txn_state,
+                                             "Record was not part of an ongoing transaction")
 
         return self._append_headers(records, headers, leader_epoch, log_append)
 

@@ -22,6 +22,16 @@ as many as a producer may have in flight, so that any retried batch is recognise
 segment rolls and at close, and on open replays only the batch headers after the newest
 snapshot (``update``).
 
+Transaction verification (KIP-890 part 1, Kafka's ``VerificationStateEntry``): before
+the first batch of a producer's transaction is appended here, the leader asks the
+transaction coordinator whether the partition is in that producer's ongoing transaction.
+``start_verification`` hands out a ``VerificationGuard``, a unique token per producer kept
+until a transactional batch or marker of that producer is written (``update`` / ``marker``
+clear it) or it expires; the append carries the guard back and is refused unless it is
+still the producer's current one. So a verification that raced with a marker (the
+transaction aborted meanwhile, a new one begun without this partition: the ABA case) is
+refused, as Kafka's is.
+
 Thread-safety: none; one event-loop thread. ``check_append`` changes nothing; only
 ``update`` (after the append succeeded) does, so a rejected request leaves no trace.
 """
@@ -85,6 +95,19 @@ class ProducerEntry:
         return self.batches[-1].last_seq if self.batches else None
 
 
+class VerificationGuard:
+    """A unique token for one verification of a producer's transaction on one partition
+    (identity is what counts: Kafka's ``VerificationGuard``)."""
+
+    __slots__ = ("created_ms",)
+
+    def __init__(self, created_ms: int) -> None:
+        self.created_ms = created_ms
+
+    def __repr__(self) -> str:
+        return f"VerificationGuard(created_ms={self.created_ms}, id={id(self):#x})"
+
+
 class Duplicate(NamedTuple):
     """A retried request: the offsets its batches were first written at, and the last
     batch's max timestamp (its log append time on a LogAppendTime topic)."""
@@ -100,6 +123,29 @@ class ProducerStateManager:
     def __init__(self, *, strict_new_producers: bool = True) -> None:
         self.producers: dict[int, ProducerEntry] = {}
         self.strict_new_producers = strict_new_producers
+        # producer id -> the guard of its verification in progress (not persisted: a
+        # restarted leader verifies again)
+        self.verifications: dict[int, VerificationGuard] = {}
+
+    # ------------------------------------------------------------------ verification
+    def start_verification(self, producer_id: int, now_ms: int) -> VerificationGuard:
+        """The guard of ``producer_id``'s verification: the one in progress, or a new one
+        (Kafka's ``maybeCreateVerificationStateEntry``: concurrent requests share it)."""
+        guard = self.verifications.get(producer_id)
+        if guard is None:
+            guard = self.verifications[producer_id] = VerificationGuard(now_ms)
+        return guard
+
+    def is_verified(self, producer_id: int, guard: VerificationGuard | None) -> bool:
+        """``guard`` is still ``producer_id``'s current one (no transactional batch or
+        marker of the producer was written since it was handed out)."""
+        return guard is not None and self.verifications.get(producer_id) is guard
+
+    def abandon_verification(self, producer_id: int, guard: VerificationGuard) -> None:
+        """A verification failed: forget its guard (unless a newer one replaced it), so
+        refused requests leave no state behind."""
+        if self.verifications.get(producer_id) is guard:
+            del self.verifications[producer_id]
 
     def check_append(self, headers: Sequence[BatchHeader]) -> Duplicate | None:
         """Check the batches of one append, in order; changes nothing.
@@ -175,6 +221,8 @@ class ProducerStateManager:
         pid = header.producer_id
         if pid == NO_PRODUCER_ID:
             return
+        if header.is_transactional and self.verifications:
+            self.verifications.pop(pid, None)  # its transaction has a first offset now
         entry = self.producers.get(pid)
         if entry is None or entry.epoch != header.producer_epoch:
             entry = ProducerEntry(pid, header.producer_epoch, coordinator_epoch=(
@@ -211,6 +259,8 @@ class ProducerStateManager:
         (a fenced producer's transaction aborted by the coordinator) becomes the current
         one, and its batches must start again at sequence 0; sequences are otherwise left
         alone; the coordinator epoch is remembered (Kafka's ``appendEndTxnMarker``)."""
+        if self.verifications:
+            self.verifications.pop(producer_id, None)  # the transaction here is over
         entry = self.producers.get(producer_id)
         if entry is None or epoch > entry.epoch:
             entry = self.producers[producer_id] = ProducerEntry(
@@ -228,6 +278,10 @@ class ProducerStateManager:
                 if pid not in keep and now_ms - e.last_ms >= expiration_ms]
         for pid in gone:
             del self.producers[pid]
+        if self.verifications:  # verifications never completed (Kafka expires them too)
+            for pid in [pid for pid, g in self.verifications.items()
+                        if now_ms - g.created_ms >= expiration_ms]:
+                del self.verifications[pid]
         return len(gone)
 
     def snapshot_entries(self, ongoing: dict[int, int]) -> list[SnapshotEntry]:

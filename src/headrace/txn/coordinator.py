@@ -27,6 +27,13 @@ injected allocator. Error codes are Kafka's, request by request:
   CONCURRENT_TRANSACTIONS. EndTxn retried after it completed → NONE; the other outcome of a
   completed or preparing transaction → INVALID_TXN_STATE; EndTxn with nothing begun →
   INVALID_TXN_STATE.
+- ``verify_partitions`` (AddPartitionsToTxn v4+ ``verify_only``, a partition leader asking
+  before it appends a transaction's first batch, KIP-890; Kafka's
+  ``handleVerifyPartitionsInTransaction``): changes nothing. "" → INVALID_REQUEST; unknown
+  id or another producer id → INVALID_PRODUCER_ID_MAPPING; another epoch →
+  PRODUCER_FENCED; a Prepare state → CONCURRENT_TRANSACTIONS; otherwise each partition
+  NONE if it is in the transaction (added, its record written), else INVALID_TXN_STATE.
+  A pending write is not looked at (the leader's append checks again, as Kafka's).
 - ``timed_out``: Ongoing transactions older than their timeout are fenced and aborted
   (Kafka's ``abortTimedOutTransactions``); ``expired``: ids idle in Empty or Complete* for
   ``transactional.id.expiration.ms`` are written as tombstones and forgotten.
@@ -222,6 +229,27 @@ class TxnCoordinator:
         if state == preparing:
             return Outcome(ErrorCode.concurrent_transactions)
         return Outcome(ErrorCode.invalid_txn_state)
+
+    def verify_partitions(self, tid: str, producer_id: int, epoch: int,
+                          partitions: Iterable[TopicPartition]
+                          ) -> dict[TopicPartition, ErrorCode]:
+        """Is each partition in ``tid``'s ongoing transaction (module docstring)? Pure:
+        changes nothing."""
+        wanted = list(partitions)
+        if tid == "":
+            return dict.fromkeys(wanted, ErrorCode.invalid_request)
+        m = self.txns.get(tid)
+        error = ErrorCode.none
+        if m is None or m.producer_id != producer_id:
+            error = ErrorCode.invalid_producer_id_mapping
+        elif m.producer_epoch != epoch:
+            error = ErrorCode.producer_fenced
+        elif m.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            error = ErrorCode.concurrent_transactions
+        if error is not ErrorCode.none or m is None:
+            return dict.fromkeys(wanted, error)
+        return {tp: ErrorCode.none if tp in m.partitions else ErrorCode.invalid_txn_state
+                for tp in wanted}
 
     # ------------------------------------------------------------------ the shell's calls
     def written(self, tid: str, ok: bool, now_ms: int) -> Markers | None:

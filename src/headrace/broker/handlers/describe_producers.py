@@ -7,8 +7,11 @@ default message for the latter); a
 partition hosted here (leader or follower: any replica with the log answers) lists every
 producer id its log keeps state for (``ProducerStateManager``: rebuilt from the batch
 headers at open, so it survives a restart) with its epoch, the last sequence and the max
-timestamp of its last batch (-1 when none is left), coordinator epoch -1 and current
-transaction start offset -1 (no transactions); a partition of a known topic not hosted
+timestamp of its last batch (-1 when none is left), the coordinator epoch of its newest
+transaction marker (-1: none yet) and the first offset of its transaction open in the
+partition (-1: none), as Kafka's ``ProducerStateEntry`` (``coordinatorEpoch``,
+``currentTxnFirstOffset``), which ``kafka-transactions.sh find-hanging`` and ``abort`` read
+(issue 23); a partition of a known topic not hosted
 here is NOT_LEADER_OR_FOLLOWER, one out of range UNKNOWN_TOPIC_OR_PARTITION; an offline
 log KAFKA_STORAGE_ERROR.
 
@@ -36,11 +39,14 @@ if TYPE_CHECKING:
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
 # ApiError(TOPIC_AUTHORIZATION_FAILED): the error's default message
 TOPIC_AUTHORIZATION_MESSAGE = "Topic authorization failed."
-NO_COORDINATOR_EPOCH = -1
 NO_TXN_START_OFFSET = -1
 
 
-def active_producers(state: ProducerStateManager) -> list[dict[str, Any]]:
+def active_producers(state: ProducerStateManager,
+                     ongoing: dict[int, int] | None = None) -> list[dict[str, Any]]:
+    """``ongoing``: producer id -> first offset of its open transaction
+    (``TxnTracker.ongoing``)."""
+    ongoing = ongoing or {}
     out = []
     for pid, entry in sorted(state.producers.items()):
         last = entry.batches[-1] if entry.batches else None
@@ -49,8 +55,8 @@ def active_producers(state: ProducerStateManager) -> list[dict[str, Any]]:
             "producer_epoch": entry.epoch,
             "last_sequence": last.last_seq if last is not None else -1,
             "last_timestamp": last.timestamp if last is not None else -1,
-            "coordinator_epoch": NO_COORDINATOR_EPOCH,
-            "current_txn_start_offset": NO_TXN_START_OFFSET,
+            "coordinator_epoch": entry.coordinator_epoch,
+            "current_txn_start_offset": ongoing.get(pid, NO_TXN_START_OFFSET),
         })
     return out
 
@@ -65,7 +71,7 @@ def _partition(broker: Broker, topic: str, index: int, n_partitions: int) -> dic
     elif p.log.offline is not None:
         entry["error_code"] = ErrorCode.kafka_storage_error
     else:
-        entry["active_producers"] = active_producers(p.log.producer_state)
+        entry["active_producers"] = active_producers(p.log.producer_state, p.log.txns.ongoing)
     return entry
 
 

@@ -28,12 +28,15 @@ from headrace.broker.replica_manager import Partition, TopicPartition
 from headrace.broker.security import TOPIC, TRANSACTIONAL_ID, WRITE
 from headrace.broker.topics import INTERNAL_TOPICS
 from headrace.log.errors import LogError
+from headrace.log.producer_state import VerificationGuard
 from headrace.protocol.records import (
     ATTRIBUTES_POS,
     CODEC_MASK,
     CODEC_ZSTD,
+    TRANSACTIONAL_BIT,
     InvalidRecordError,
     check_produce_records,
+    read_header,
 )
 
 if TYPE_CHECKING:
@@ -78,18 +81,24 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     timeout_ms = ms(req.timeout)
     results: list[tuple[str, list[dict[str, Any]]]] = []
     waits: list[tuple[Partition, int, dict[str, Any]]] = []
-    # Kafka: transactional records need WRITE on the transactional id (else every
-    # partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic
+    # Kafka (``KafkaApis.handleProduceRequest``): transactional records need a
+    # transactional id and WRITE on it (else every partition
+    # TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic
     writable: set[str] | None = None
     refusal: ErrorCode | None = None
+    txn_id = getattr(req, "transactional_id", None)
+    if _has_transactional_records(req) and (txn_id is None or (
+            broker.security.enabled and not broker.security.allowed(
+                ctx, WRITE, TRANSACTIONAL_ID, str(txn_id)))):
+        refusal = ErrorCode.transactional_id_authorization_failed
     if broker.security.enabled:
-        txn_id = getattr(req, "transactional_id", None)
-        if _has_transactional_records(req) and (txn_id is None or not broker.security.allowed(
-                ctx, WRITE, TRANSACTIONAL_ID, str(txn_id))):
-            refusal = ErrorCode.transactional_id_authorization_failed
         writable = broker.security.allowed_names(
             ctx, WRITE, TOPIC, (str(t.name) for t in req.topic_data or ()))
 
+    # the partitions that pass the request-level checks, appended after the transaction
+    # verification (if any batch needs one)
+    appends: list[tuple[str, TopicPartition, Partition, memoryview, list[dict[str, Any]],
+                        int]] = []
     for topic in req.topic_data or ():
         partition_results: list[dict[str, Any]] = []
         results.append((topic.name, partition_results))
@@ -132,7 +141,6 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 continue
             try:
                 records = _one_batch(pd.records, ctx.api_version)
-                res = partition.append_as_leader(records)
             except InvalidRecordError as e:
                 log.debug("produce to %s rejected: %s", tp, e)
                 message, record_errors = e.in_partition(str(tp))
@@ -140,22 +148,53 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     index, e.error_code, message=message or None, record_errors=record_errors,
                 ))
                 continue
-            except LogError as e:
-                log.debug("produce to %s failed: %s", tp, e)
-                partition_results.append(
-                    _partition_result(index, e.error_code, message=str(e) or None)
-                )
-                continue
-            broker.replicas.wake(tp)
-            broker.metrics.produced(topic.name, len(records),
-                                    res.last_offset - res.first_offset + 1)
-            entry = _partition_result(
-                index, ErrorCode.none, res.first_offset, res.log_append_time_ms,
-                res.log_start_offset,
+            partition_results.append({})  # filled in below
+            appends.append((topic.name, tp, partition, records, partition_results,
+                            len(partition_results) - 1))
+
+    verify = broker.txns.verification_enabled
+    guards: dict[TopicPartition, VerificationGuard] = {}
+    refused: dict[TopicPartition, tuple[ErrorCode, str | None]] = {}
+    awaited = False
+    if verify and txn_id is not None and appends:
+        guards, refused, awaited = await _verify_transaction(broker, str(txn_id), appends)
+
+    for topic_name, tp, partition, records, partition_results, slot in appends:
+        index = tp.partition
+        if tp in refused:
+            code, why = refused[tp]
+            partition_results[slot] = _partition_result(index, code, message=why)
+            continue
+        if awaited and (broker.replicas.get(tp) is not partition
+                        or not partition.is_leader(broker.node_id)):
+            # leadership moved while the coordinator was asked
+            partition_results[slot] = _partition_result(index,
+                                                        ErrorCode.not_leader_or_follower)
+            continue
+        try:
+            res = partition.append_as_leader(records, verify_txn=verify, guard=guards.get(tp))
+        except InvalidRecordError as e:
+            log.debug("produce to %s rejected: %s", tp, e)
+            message, record_errors = e.in_partition(str(tp))
+            partition_results[slot] = _partition_result(
+                index, e.error_code, message=message or None, record_errors=record_errors,
             )
-            partition_results.append(entry)
-            if acks == -1:
-                waits.append((partition, res.last_offset + 1, entry))
+            continue
+        except LogError as e:
+            log.debug("produce to %s failed: %s", tp, e)
+            partition_results[slot] = _partition_result(index, e.error_code,
+                                                        message=str(e) or None)
+            continue
+        broker.replicas.wake(tp)
+        broker.metrics.produced(topic_name, len(records),
+                                res.last_offset - res.first_offset + 1)
+        entry = _partition_result(
+            index, ErrorCode.none, res.first_offset, res.log_append_time_ms,
+            res.log_start_offset,
+        )
+        partition_results[slot] = entry
+        if acks == -1:
+            waits.append((partition, res.last_offset + 1, entry))
 
     if acks == 0:
         return None
@@ -173,6 +212,78 @@ async def handle_produce(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             "throttle_time": 0,
         }
     )
+
+
+# Kafka's ReplicaManager: verification errors a client may not retry correctly become
+# NOT_ENOUGH_REPLICAS (retriable, and no metadata refresh)
+_RETRIABLE_VERIFICATION = frozenset({
+    ErrorCode.concurrent_transactions, ErrorCode.network_exception,
+    ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
+    ErrorCode.not_coordinator})
+
+
+def verification_error(error: ErrorCode) -> tuple[ErrorCode, str | None]:
+    """What a producer hears when its partition was not verified (Kafka's
+    ``postVerificationCallback``)."""
+    if error is ErrorCode.invalid_txn_state:
+        return error, "Partition was not added to the transaction"
+    if error in _RETRIABLE_VERIFICATION:
+        return ErrorCode.not_enough_replicas, (
+            "Unable to verify the partition has been added to the transaction. "
+            f"Underlying error: {error.name.upper()}")
+    return error, None
+
+
+async def _verify_transaction(
+    broker: Broker, txn_id: str,
+    appends: list[tuple[str, TopicPartition, Partition, memoryview, list[dict[str, Any]], int]],
+) -> tuple[dict[TopicPartition, VerificationGuard],
+           dict[TopicPartition, tuple[ErrorCode, str | None]], bool]:
+    """KIP-890 (Kafka's ``handleProduceAppend``): the partitions whose transactional batch
+    starts its producer's transaction here are verified with the coordinator first; the
+    guards to append them with, the partitions refused, and whether the coordinator was
+    asked. Batch-level: one header read
+    per transactional batch; a producer whose transaction is ongoing here costs nothing
+    more."""
+    producers: set[tuple[int, int]] = set()
+    to_verify: list[tuple[TopicPartition, Partition, int]] = []
+    for _, tp, partition, records, _, _ in appends:
+        if not records[ATTRIBUTES_POS + 1] & TRANSACTIONAL_BIT:
+            continue
+        h = read_header(records, 0)
+        producers.add((h.producer_id, h.producer_epoch))
+        to_verify.append((tp, partition, h.producer_id))
+    if not producers:
+        return {}, {}, False
+    if len(producers) > 1:  # Kafka: InvalidPidMappingException for the whole request
+        mixed = (ErrorCode.invalid_producer_id_mapping,
+                 "Transactional records contained more than one producer ID")
+        return {}, {tp: mixed for _, tp, _, _, _, _ in appends}, False
+    ((producer_id, producer_epoch),) = producers
+    guards: dict[TopicPartition, VerificationGuard] = {}
+    for tp, partition, pid in to_verify:
+        guard = partition.log.start_txn_verification(pid)
+        if guard is not None:
+            guards[tp] = guard
+    if not guards:
+        return {}, {}, False
+    unverified = await broker.txns.verifier.verify(txn_id, producer_id, producer_epoch,
+                                               [(tp.topic, tp.partition) for tp in guards])
+    refused: dict[TopicPartition, tuple[ErrorCode, str | None]] = {}
+    for tp, guard in list(guards.items()):
+        code = unverified.get((tp.topic, tp.partition))
+        if code is None:
+            continue
+        refused[tp] = verification_error(code)
+        del guards[tp]
+        hosted = broker.replicas.get(tp)
+        if hosted is not None:
+            hosted.log.producer_state.abandon_verification(producer_id, guard)
+    if refused:
+        log.debug("transactional produce of %r (producer %d epoch %d) refused: %s", txn_id,
+                  producer_id, producer_epoch,
+                  ", ".join(f"{tp}: {code.name.upper()}" for tp, (code, _) in refused.items()))
+    return guards, refused, True
 
 
 def _has_transactional_records(req: Any) -> bool:
