@@ -107,9 +107,15 @@ class ControllerService:
             if parts is None or self._topic_ids.get(name) != t.topic_id:
                 self._topic_event(t)
             else:
+                known = self.ctl.states
                 for p in sorted(parts):
                     if 0 <= p < len(t.partitions):
-                        self._enqueue(pure.IsrChange((name, p), _copy(t.partitions[p])))
+                        st = t.partitions[p]
+                        had = known.get((name, p))
+                        if had is not None and st.zk_version <= had.zk_version:
+                            continue  # not newer (mostly its own writes coming back): the
+                            # pure controller would ignore it (``_isr_change``)
+                        self._enqueue(pure.IsrChange((name, p), _copy(st)))
         self._kick.set()
 
     def topic_deleted(self, name: str) -> None:
