@@ -158,7 +158,9 @@ def test_long_poll_fetch_is_woken_by_a_produce(wb: InProcessBroker) -> None:
     latency_ms = (result["t_done"] - t_produce) * 1000
     print(f"\nlong-poll wake-up latency after produce: {latency_ms:.1f} ms "
           f"(fetch parked {1000 * (t_produce - result['t_sent']):.0f} ms)")
-    assert latency_ms < 500
+    # woken by the produce, not answered at max_wait (5 s): the bound is half of it, not a
+    # latency target (one loaded run measured 1,034 ms; bench/ measures latency)
+    assert latency_ms < 2500
     (t_resp,) = result["resp"].responses
     (part,) = t_resp.partitions
     assert part.error_code == ErrorCode.none
