@@ -619,3 +619,39 @@ def test_fetch_sessions_are_for_replicas_clients_stay_sessionless(wb: InProcessB
         closed = wc.request(1, 12, body(123456, -1))
         assert (closed.error_code, closed.session_id) == (ErrorCode.none, 0)
         assert [p.partition_index for t in closed.responses for p in t.partitions] == [0]
+
+
+def test_the_flusher_fsyncs_topics_with_a_flush_ms_and_only_those(wb: InProcessBroker) -> None:
+    """R-LOG-7: a topic's flush.ms (at creation, or set later with IncrementalAlterConfigs)
+    is honoured by the broker's flusher between appends; a topic without one is left to the
+    OS, as Kafka does by default."""
+    from headrace.broker.replica_manager import TopicPartition
+
+    def unflushed(topic: str) -> int:
+        assert wb._embedded is not None and wb._embedded.broker is not None
+        p = wb._embedded.broker.replicas.get(TopicPartition(topic, 0))
+        assert p is not None
+        return len(p.log._unflushed)
+
+    def flushed_within(topic: str, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if unflushed(topic) == 0:
+                return True
+            time.sleep(0.05)
+        return False
+
+    with wire(wb) as wc:
+        timed = create_topic(wc, "flushms", {"flush.ms": "200"})
+        plain = create_topic(wc, "noflush")
+        for t in (timed, plain):
+            r = produce(wc, t, make_batch([(b"k", b"v", BASE_TS, [])]), acks=1)
+            assert r.error_code == ErrorCode.none
+        assert flushed_within(timed, 15), "flush.ms=200 never flushed"
+        assert unflushed(plain) == 1  # nothing asked for an fsync
+        resp = wc.request(44, 0, {"resources": [{
+            "resource_type": 2, "resource_name": plain, "configs": [
+                {"name": "flush.ms", "config_operation": 0, "value": "200"}]}],
+            "validate_only": False})
+        assert resp.responses[0].error_code == ErrorCode.none
+        assert flushed_within(plain, 15), "flush.ms set later never flushed"
