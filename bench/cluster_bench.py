@@ -30,6 +30,7 @@ machine's cores: the RF 3 / RF 1 ratio says where the CPU goes, not what three m
 
     .venv/bin/python bench/cluster_bench.py [--quick] [--big 1000] [--session-ms 6000]
     .venv/bin/python bench/cluster_bench.py --scale 3000,10000,30000 [--probe 0]
+        [--probe-producers 1] [--keep] [--profile-dir D --profile-seconds 30]
 """
 
 from __future__ import annotations
@@ -328,8 +329,10 @@ class ScaleRun:
 
     def __init__(self, cluster: LocalCluster, bootstrap: str, partitions: int,
                  per_topic: int, topics_per_request: int, max_rss_mb: float,
-                 profile_dir: str | None = None, profile_s: int = 30) -> None:
+                 profile_dir: str | None = None, profile_s: int = 30,
+                 probe_producers: int = 1) -> None:
         self.cluster = cluster
+        self.probe_producers = probe_producers
         self.profile_dir = profile_dir
         self.profile_s = profile_s
         self.partitions = partitions
@@ -495,11 +498,18 @@ class ScaleRun:
         live = ",".join(f"127.0.0.1:{self.cluster.brokers[i].port}" for i in live_ids)
         md_admin = AdminClient({"bootstrap.servers": live})
         # not idempotent: librdkafka then packs many partitions into one Produce request
-        producer = Producer({"bootstrap.servers": live, "acks": "all", "linger.ms": 5,
-                             "topic.metadata.refresh.interval.ms": 1000,
-                             "retry.backoff.ms": 100, "message.timeout.ms": int(timeout_s * 1000),
-                             "queue.buffering.max.messages": 1_000_000})
-        producer.list_topics(timeout=30)  # connections and metadata before the kill
+        # ``probe_producers`` producers share the probes (partition i -> producer i % n), so
+        # that one client's throughput is not what is measured (the load generator must
+        # not be the limit)
+        producers = [Producer({"bootstrap.servers": live, "acks": "all", "linger.ms": 5,
+                               "topic.metadata.refresh.interval.ms": 1000,
+                               "retry.backoff.ms": 100,
+                               "message.timeout.ms": int(timeout_s * 1000),
+                               "queue.buffering.max.messages": 1_000_000})
+                     for _ in range(max(1, self.probe_producers))]
+        for producer in producers:  # connections and metadata before the kill
+            producer.list_topics(timeout=30)
+        owner = {tp: producers[i % len(producers)] for i, tp in enumerate(sample)}
         acked: dict[tuple[str, int], float] = {}
         errors: dict[str, int] = {}
         retry: list[tuple[str, int]] = []
@@ -527,17 +537,18 @@ class ScaleRun:
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # every probe is sent after the kill, so only a new leader can acknowledge it
         for t, q in sample:
-            producer.produce(t, b"x", partition=q, on_delivery=dr)
+            owner[(t, q)].produce(t, b"x", partition=q, on_delivery=dr)
         moved_s: float | None = None
         deadline = killed_at + timeout_s
         # a Metadata of every partition every 0.5 s: asked back to back, the survivors
         # spent a fifth of their event loop answering the benchmark's own polling
         next_md = killed_at
         while time.monotonic() < deadline and not self.over_memory.is_set():
-            producer.poll(0.05)
+            for producer in producers:
+                producer.poll(0.05 / len(producers))
             while retry:
                 t, q = retry.pop()
-                producer.produce(t, b"x", partition=q, on_delivery=dr)
+                owner[(t, q)].produce(t, b"x", partition=q, on_delivery=dr)
             if moved_s is None and time.monotonic() >= next_md:
                 next_md = time.monotonic() + 0.5
                 with contextlib.suppress(Exception):
@@ -546,7 +557,8 @@ class ScaleRun:
                         moved_s = time.monotonic() - killed_at
             if moved_s is not None and len(acked) == len(sample):
                 break
-        producer.flush(5)
+        for producer in producers:
+            producer.flush(5)
         done = sorted(acked[k] - killed_at for k in sample if k in acked)
         during = self.snapshot(cpu0)
         result = {"broker_killed": victim, "partitions_it_led": len(led),
@@ -585,7 +597,7 @@ def run_scale(partitions: int, args: argparse.Namespace) -> dict[str, Any]:
         bootstrap = cluster.start()
         run = ScaleRun(cluster, bootstrap, partitions, args.topic_partitions,
                        args.topics_per_request, args.max_rss_mb, args.profile_dir,
-                       args.profile_seconds)
+                       args.profile_seconds, args.probe_producers)
         guard = threading.Thread(target=run.guard, daemon=True)
         guard.start()
         out["idle"] = run.snapshot()
@@ -639,6 +651,8 @@ def main() -> int:
                     help="a broker config for every broker (repeatable)")
     ap.add_argument("--profile-dir", help="py-spy raw profiles of the surviving brokers "
                     "during the many-partition (or scale) failover go here")
+    ap.add_argument("--probe-producers", type=int, default=1,
+                    help="producers sharing the scale failover's probes")
     ap.add_argument("--profile-seconds", type=int, default=30,
                     help="how long the scale failover's profiles record")
     ap.add_argument("--only-big", action="store_true",
