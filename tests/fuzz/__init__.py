@@ -432,14 +432,15 @@ _HINT_TYPES: dict[str, tuple[type, ...]] = {
 
 
 def _hint(hints: dict[str, list[Any]] | None, name: str, kafka_type: str,
-          rng: random.Random) -> tuple[bool, Any]:
-    """(True, a value of ``hints[name]`` of the field's type), most of the time when there
-    is one; (False, None) when the field keeps its random value."""
+          rng: random.Random, nullable: bool = False) -> tuple[bool, Any]:
+    """(True, a value of ``hints[name]`` of the field's type, None if it is nullable), most
+    of the time when there is one; (False, None) when the field keeps its random value."""
     if not hints or name not in hints or rng.random() < 0.25:
         return False, None
     types = _HINT_TYPES.get(kafka_type)
-    fit = [v for v in hints[name] if types is not None and isinstance(v, types)
-           and (kafka_type == "bool" or not isinstance(v, bool))]
+    fit = [v for v in hints[name] if (v is None and nullable) or (
+        types is not None and isinstance(v, types)
+        and (kafka_type == "bool" or not isinstance(v, bool)))]
     return (True, rng.choice(fit)) if fit else (False, None)
 
 
@@ -459,7 +460,7 @@ def random_entity(cls: Any, rng: random.Random, depth: int = 0,
             continue
         if isinstance(kind, PrimitiveField):
             t = get_schema_field_type(f)
-            hinted, value = _hint(hints, f.name, t, rng)
+            hinted, value = _hint(hints, f.name, t, rng, _nullable(f))
             if hinted:
                 kwargs[f.name] = value
             else:
