@@ -4,7 +4,8 @@ While each hostile client of issue 23 runs, a well-behaved confluent-kafka produ
 (idempotent, acks=all) and a consumer group (read_committed, librdkafka's default) move a
 fixed count of small records (``NOISY_RECORDS``, default 200,000) through a fresh topic,
 and their throughput (records per second) stays within half of the figure measured with no
-attacker, in the same test, just before; nothing is lost or doubled (every record consumed
+attacker, in the same test, just before (the better of two quiet runs, after a warm-up
+run); nothing is lost or doubled (every record consumed
 exactly once by the group). The attackers come from 127.0.0.2 (the password guesser from
 the SASL listener), the good clients from 127.0.0.1. The attacks are those of
 ``test_hostile_clients`` (its helpers) and ``test_txn_verification``:
@@ -76,6 +77,13 @@ class Run:
         self.name = name
         self.produce_rate = n / produce_s
         self.e2e_rate = n / end_to_end_s
+
+    @staticmethod
+    def best(a: Run, b: Run) -> Run:
+        run = Run(a.name, 1, 1.0, 1.0)
+        run.produce_rate = max(a.produce_rate, b.produce_rate)
+        run.e2e_rate = max(a.e2e_rate, b.e2e_rate)
+        return run
 
     def __str__(self) -> str:
         return (f"{self.name}: produce {self.produce_rate:,.0f} rec/s, "
@@ -300,8 +308,11 @@ def test_good_clients_keep_their_throughput_beside_each_attack(tmp_path: Path) -
         def topic() -> str:
             return create_topic(bootstrap, f"nn-{uuid.uuid4().hex[:8]}", partitions=2)
 
-        good_clients(bootstrap, topic(), RECORDS // 4, "warm-up")  # not counted
-        quiet = good_clients(bootstrap, topic(), RECORDS, "quiet")
+        good_clients(bootstrap, topic(), RECORDS, "warm-up")  # not counted
+        # the reference: the better of two quiet runs, per figure (a run slowed by a burst
+        # of other load would make the bound lenient)
+        quiet = Run.best(good_clients(bootstrap, topic(), RECORDS, "quiet"),
+                         good_clients(bootstrap, topic(), RECORDS, "quiet"))
         print(quiet)
 
         def under_attack(attack: Attack) -> Run:
@@ -314,7 +325,7 @@ def test_good_clients_keep_their_throughput_beside_each_attack(tmp_path: Path) -
 
         def ratios(run: Run, quiet: Run) -> str:
             return (f"{run} (x{run.produce_rate / quiet.produce_rate:.2f}, "
-                    f"x{run.e2e_rate / quiet.e2e_rate:.2f} of {quiet})")
+                    f"x{run.e2e_rate / quiet.e2e_rate:.2f} of the quiet figures)")
 
         def slow(run: Run, quiet: Run) -> bool:
             return (run.produce_rate < BOUND * quiet.produce_rate
