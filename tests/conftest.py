@@ -123,6 +123,8 @@ SERIAL_MODULES = {
     "tests/integration/test_process_lanes.py": "CPU-bound worker processes",
     "tests/integration/test_topic_scale.py": "bounds the latency of clients served during "
                                              "a 10,000-partition create, and creation times",
+    "tests/integration/test_noisy_neighbour.py": "compares good clients' throughput beside "
+                                                 "each attack with a quiet run's",
 }
 TIERS = ("all", "fast", "parallel", "fast-serial", "rest", "unserial", "serial")
 
@@ -159,6 +161,7 @@ XDIST_UNIT_SECONDS: dict[str, float] = {
     "tests/integration/test_cli_ux.py": 73,
     "tests/integration/test_readme_quickstart.py": 66,
     "tests/fuzz/test_batch_fuzz.py": 50,
+    "tests/fuzz/test_api_fuzz.py": 50,
     "tests/integration/test_web_console.py": 41,
     "tests/integration/test_groups.py": 37,
     "tests/fault/test_compaction_crash.py": 37,

@@ -425,8 +425,31 @@ def _random_primitive(kafka_type: str, rng: random.Random) -> Any:
     return i64Timedelta.parse(datetime.timedelta(milliseconds=ms))
 
 
-def random_entity(cls: Any, rng: random.Random, depth: int = 0) -> Any:
-    """A valid entity with random values (arrays of 0-3 elements, nulls where allowed)."""
+_HINT_TYPES: dict[str, tuple[type, ...]] = {
+    "int8": (int,), "int16": (int,), "int32": (int,), "int64": (int,), "uint16": (int,),
+    "bool": (bool,), "float64": (float,), "string": (str,), "bytes": (bytes,),
+    "records": (bytes,)}
+
+
+def _hint(hints: dict[str, list[Any]] | None, name: str, kafka_type: str,
+          rng: random.Random, nullable: bool = False) -> tuple[bool, Any]:
+    """(True, a value of ``hints[name]`` of the field's type, None if it is nullable), most
+    of the time when there is one; (False, None) when the field keeps its random value."""
+    if not hints or name not in hints or rng.random() < 0.25:
+        return False, None
+    types = _HINT_TYPES.get(kafka_type)
+    fit = [v for v in hints[name] if (v is None and nullable) or (
+        types is not None and isinstance(v, types)
+        and (kafka_type == "bool" or not isinstance(v, bool)))]
+    return (True, rng.choice(fit)) if fit else (False, None)
+
+
+def random_entity(cls: Any, rng: random.Random, depth: int = 0,
+                  hints: dict[str, list[Any]] | None = None) -> Any:
+    """A valid entity with random values (arrays of 0-3 elements, nulls where allowed).
+    ``hints`` (field name: values) gives fields values that mean something to a broker (a
+    topic that exists, a producer id it gave out, a user it knows), 3 times in 4, so that
+    a request gets past the first lookup to the code behind it."""
     kwargs: dict[str, Any] = {}
     for f in fields(cls):
         kind = classify_field(f)
@@ -437,15 +460,23 @@ def random_entity(cls: Any, rng: random.Random, depth: int = 0) -> Any:
             continue
         if isinstance(kind, PrimitiveField):
             t = get_schema_field_type(f)
-            kwargs[f.name] = (None if _nullable(f) and t != "uuid" and rng.random() < 0.15
-                              else _random_primitive(t, rng))
+            hinted, value = _hint(hints, f.name, t, rng, _nullable(f))
+            if hinted:
+                kwargs[f.name] = value
+            else:
+                kwargs[f.name] = (None if _nullable(f) and t != "uuid" and rng.random() < 0.15
+                                  else _random_primitive(t, rng))
         elif isinstance(kind, EntityField):
-            kwargs[f.name] = random_entity(kind.type_, rng, depth + 1)
+            kwargs[f.name] = random_entity(kind.type_, rng, depth + 1, hints)
         elif isinstance(kind, PrimitiveTupleField):
             t = get_schema_field_type(f)
-            kwargs[f.name] = tuple(_random_primitive(t, rng) for _ in range(rng.randint(0, 3)))
+            items = []
+            for _ in range(rng.randint(0, 3)):
+                hinted, value = _hint(hints, f.name, t, rng)
+                items.append(value if hinted else _random_primitive(t, rng))
+            kwargs[f.name] = tuple(items)
         else:
-            kwargs[f.name] = tuple(random_entity(kind.type_, rng, depth + 1)
+            kwargs[f.name] = tuple(random_entity(kind.type_, rng, depth + 1, hints)
                                    for _ in range(rng.randint(0, 3 if depth < 2 else 1)))
     return cls(**kwargs)
 

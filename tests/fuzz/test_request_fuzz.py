@@ -34,10 +34,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kio.index import load_request_schema, load_response_schema
-from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
-from kio.serial import entity_reader
-from kio.serial.errors import OutOfBoundValue
+from kio.index import load_request_schema
 
 from headrace.protocol.codec import decode_request
 from headrace.protocol.errors import ProtocolError
@@ -53,6 +50,7 @@ from tests.fuzz import (
     random_entity,
     valid_requests,
 )
+from tests.fuzz.wire import Conn, assert_healthy, exchange, real_client_works
 
 FUZZ_SECONDS = float(os.environ.get("FUZZ_SECONDS", "25"))
 
@@ -126,120 +124,8 @@ def test_corpus_in_process() -> None:
 
 # --------------------------------------------------------------------- level (b)
 
-PING_CID = 0x7FFF_FFF0
-# requests the broker may rightly hold for long (long poll, rebalance barriers)
-PARKING = {1, 11, 14}
 # not sent with random values: a random partition count would test item 9, not the decoder
 NOT_RANDOM = {19, 37}
-
-
-def _ping() -> bytes:
-    body = encode_request(18, 0, minimal(load_request_schema(18, 0)), PING_CID)
-    return struct.pack(">i", len(body)) + body
-
-
-class _Conn:
-    def __init__(self, bootstrap: str) -> None:
-        host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=5)
-        self.buf = bytearray()
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def frame(self, deadline: float) -> bytes | None:
-        """The next response frame; None when the broker closed the connection."""
-        while True:
-            if len(self.buf) >= 4:
-                (size,) = struct.unpack_from(">i", self.buf)
-                assert 0 <= size < 64 << 20, f"bad response size {size}"
-                if len(self.buf) >= 4 + size:
-                    out = bytes(self.buf[4:4 + size])
-                    del self.buf[:4 + size]
-                    return out
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            self.sock.settimeout(left)
-            try:
-                got = self.sock.recv(1 << 16)
-            except (ConnectionResetError, BrokenPipeError):
-                return None
-            if not got:
-                return None
-            self.buf += got
-
-
-def _check_response(request: bytes, response: bytes) -> None:
-    """A well-formed response to ``request``: kio reads it whole."""
-    from headrace.broker.handlers import HANDLERS
-
-    api_key, version = struct.unpack_from(">hh", request)
-    h = HANDLERS.get(api_key)
-    if h is None or not h.min_version <= version <= h.max_version:
-        # a version the broker does not serve: only ApiVersions is answered (Kafka's v0
-        # fallback with UNSUPPORTED_VERSION), anything else is a closed connection
-        assert api_key == 18, f"answer to unserved API {api_key} v{version}"
-        cls = load_response_schema(18, 0)
-    else:
-        cls = load_response_schema(api_key, version)
-    hdr = ResponseHeaderV0 if api_key == 18 else cls.__header_schema__
-    _, n = entity_reader(hdr)(response, 0)
-    try:
-        _, m = entity_reader(cls)(response, n)
-    except OutOfBoundValue as e:
-        # DescribeTransactions answers -1 as the start time of a transaction not begun (as
-        # Kafka does; Java reads it as "none"), which kio's reader refuses to parse
-        assert api_key == DESCRIBE_TRANSACTIONS and "negative timestamp" in str(e), e
-        return
-    assert n + m == len(response), f"API {api_key} v{version}: {len(response) - n - m} trailing"
-
-
-DESCRIBE_TRANSACTIONS = 65
-
-
-def _exchange(bootstrap: str, conn: _Conn | None, request: bytes) -> tuple[_Conn | None, str]:
-    """Send one request and a ping; check what comes back. Returns (connection to reuse or
-    None, outcome)."""
-    if conn is None:
-        conn = _Conn(bootstrap)
-    try:
-        conn.sock.sendall(struct.pack(">i", len(request)) + request + _ping())
-    except (BrokenPipeError, ConnectionResetError):
-        conn.close()
-        return None, "closed"
-    cid = struct.unpack_from(">i", request, 4)[0] if len(request) >= 8 else None
-    deadline = time.monotonic() + 5
-    answered = False
-    try:
-        while True:
-            resp = conn.frame(deadline)
-            if resp is None:
-                conn.close()
-                return None, "closed"
-            (got,) = struct.unpack_from(">i", resp)
-            if got == PING_CID and cid != PING_CID:
-                if not answered:
-                    _no_answer_allowed(request)
-                    return conn, "no answer"
-                return conn, "answered"
-            assert got == cid and not answered, f"correlation id {got}, expected {cid}"
-            _check_response(request, resp)
-            answered = True
-            if cid == PING_CID:
-                return conn, "answered"
-    except TimeoutError:
-        api_key = struct.unpack_from(">h", request)[0]
-        assert api_key in PARKING, f"no answer within 5 s to API {api_key}: {request[:64]!r}"
-        conn.close()
-        return None, "parked"
-
-
-def _no_answer_allowed(request: bytes) -> None:
-    """Only a Produce with acks=0 goes unanswered (Kafka's rule)."""
-    req = decode_request(request)
-    assert req.header.api_key == 0 and int(req.body.acks) == 0, (
-        f"no answer to API {req.header.api_key}")
 
 
 @pytest.fixture(scope="module")
@@ -249,38 +135,16 @@ def fuzz_broker(tmp_path_factory: pytest.TempPathFactory) -> Any:
         yield b
 
 
-def _is_bug(log_line: str) -> bool:
-    """A traceback, or an ERROR line (the server logs a handler's exception as one ERROR
-    line, R-NF-1): what hostile input must never cause."""
-    return "Traceback" in log_line or "level=ERROR" in log_line or "level=CRITICAL" in log_line
-
-
-def _assert_healthy(broker: BrokerProcess) -> None:
-    assert broker.proc is not None and broker.proc.poll() is None, "".join(
-        broker.stderr_lines[-50:])
-    tracebacks = [line for line in broker.stderr_lines if _is_bug(line)]
-    assert not tracebacks, "".join(broker.stderr_lines[-80:])
-
-
-def _real_client_works(bootstrap: str, topic: str) -> None:
-    from tests.clients import Rec, consume, create_topic, produce
-
-    create_topic("confluent", bootstrap, topic, 1)
-    produce("confluent", bootstrap, topic, [Rec(0, b"k", b"still serving")])
-    got = consume("confluent", bootstrap, topic, [0], 1)
-    assert [r.value for r in got] == [b"still serving"]
-
-
 @pytest.mark.timeout(180)
 def test_corpus_against_broker(fuzz_broker: BrokerProcess) -> None:
     """Every corpus input, sent raw on its own connection, gets a well-formed answer or a
     closed connection; the broker stays up and serves confluent-kafka (R-NF-1)."""
     outcomes: dict[str, str] = {}
     for name, raw in corpus_frames():
-        conn = _Conn(fuzz_broker.bootstrap)
+        conn = Conn(fuzz_broker.bootstrap)
         (size,) = struct.unpack_from(">i", raw)
         if size == len(raw) - 4:
-            conn2, outcome = _exchange(fuzz_broker.bootstrap, conn, raw[4:])
+            conn2, outcome = exchange(fuzz_broker.bootstrap, conn, raw[4:])
             if conn2 is not None:
                 conn2.close()
         else:  # a frame whose size prefix lies: sent as is; the broker closes or waits
@@ -289,12 +153,12 @@ def test_corpus_against_broker(fuzz_broker: BrokerProcess) -> None:
             outcome = "closed" if conn.frame(time.monotonic() + 5) is None else "answered"
             conn.close()
         outcomes[name] = outcome
-        _assert_healthy(fuzz_broker)
+        assert_healthy(fuzz_broker)
     assert outcomes["metadata-v12-topics-2pow32.bin"] == "closed"
     assert outcomes["fetch-v13-zero-topic-id.bin"] == "answered"
     assert outcomes["fetch-v17-tag-hides-claim.bin"] == "closed"
     assert outcomes["offset-fetch-v7-null-topics-valid.bin"] == "answered"
-    _real_client_works(fuzz_broker.bootstrap, "after-corpus")
+    real_client_works(fuzz_broker.bootstrap, "after-corpus")
 
 
 @pytest.mark.timeout(240)
@@ -313,7 +177,7 @@ def test_mutant_stream_against_broker(fuzz_broker: BrokerProcess) -> None:
               and k not in NOT_RANDOM]
     others = [kv for kv in ALL_VERSIONS if kv[0] not in NOT_RANDOM]
     counts: dict[str, int] = {}
-    conn: _Conn | None = None
+    conn: Conn | None = None
     recent: list[bytes] = []
     # the budget is time; on a loaded machine it goes on, up to a hard limit, until the
     # stream has had its minimum of each outcome (the assertion below), not a flake
@@ -340,18 +204,18 @@ def test_mutant_stream_against_broker(fuzz_broker: BrokerProcess) -> None:
             elif r < 0.7:
                 frame = mutate_structured(rng, frame)
             try:
-                conn, outcome = _exchange(fuzz_broker.bootstrap, conn, frame)
+                conn, outcome = exchange(fuzz_broker.bootstrap, conn, frame)
             except AssertionError as e:
                 raise AssertionError(f"seed {seed}, request {frame[:80]!r}: {e}") from None
             counts[outcome] = counts.get(outcome, 0) + 1
             sent += 1
             if sent % 200 == 0:
-                _assert_healthy(fuzz_broker)
+                assert_healthy(fuzz_broker)
     finally:
         if conn is not None:
             conn.close()
     print(f"fuzz seed {seed}: {sent} requests, {counts}")
-    _assert_healthy(fuzz_broker)
+    assert_healthy(fuzz_broker)
     assert enough(), counts
-    _real_client_works(fuzz_broker.bootstrap, "after-stream")
+    real_client_works(fuzz_broker.bootstrap, "after-stream")
 

@@ -568,7 +568,9 @@ class Connection(asyncio.Protocol):
                 frame = self.frames.popleft()
                 if len(self.frames) < QUEUE_HIGH_WATER // 2:
                     self.unmute("queue")
-                api_key = _api_key(frame)
+                # a bare SASL token (after a SaslHandshake v0) has no API key, though it
+                # may begin with Produce's: not pipelined, or its failure is never closed
+                api_key = _api_key(frame) if self.sasl_state != "raw" else -1
                 if api_key == _PRODUCE and not self.broker.client_quotas.enabled:
                     # (with client quotas stored, one request at a time as Kafka: each
                     # Produce is recorded and may throttle before the next is read)
