@@ -424,6 +424,14 @@ TWINS: dict[str, tuple[str, ...]] = {
         U + "test_kafka_properties.py::test_log_dirs_first_is_used_and_the_rest_named"),
     # issue 21: the simulation's seeds are clean
     INT + "test_simulate_command.py": (SIM + "test_seeds_are_clean",),
+    # issue 23: each attack alone leaves other clients served (the throughput ratio is what
+    # only the slow run measures)
+    INT + "test_noisy_neighbour.py": (
+        INT + "test_hostile_clients.py::test_size_prefixes_alone_do_not_take_the_request_memory_pool",
+        INT + "test_hostile_clients.py::test_frames_never_completed_take_no_request_slots",
+        INT + "test_hostile_clients.py::test_one_address_cannot_take_every_connection_slot",
+        INT + "test_hostile_clients.py::test_password_guessing_is_held_to_one_guess_per_delay",
+        INT + "test_txn_verification.py::test_a_partition_never_added_is_refused"),
     # R-SPARK-1/2: offsets planned, every record once per micro-batch plan, data loss reported,
     # restarts resume from the checkpointed offsets; the sink writes keys, values, headers
     INT + "test_spark.py": SPARK_TWINS,
