@@ -26,10 +26,12 @@ class LeaderlessAdmin:
     calls: list[set[tuple[str, int]]] = []
 
     def __init__(self, leaderless: set[int], rounds_without_leader: int,
-                 as_invalid_offset: bool = False) -> None:
+                 as_invalid_offset: bool = False,
+                 code: int = KafkaError.LEADER_NOT_AVAILABLE) -> None:
         self.leaderless = leaderless
         self.rounds = rounds_without_leader
         self.as_invalid_offset = as_invalid_offset
+        self.code = code
 
     def list_offsets(self, request: dict[Any, Any], request_timeout: float) -> dict[Any, Any]:
         asked = {(ktp.topic, ktp.partition) for ktp in request}
@@ -41,8 +43,7 @@ class LeaderlessAdmin:
                 if self.as_invalid_offset:
                     fut.set_result(type("Info", (), {"offset": -1001})())
                 else:
-                    fut.set_exception(
-                        KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE)))
+                    fut.set_exception(KafkaException(KafkaError(self.code)))
             else:
                 fut.set_result(type("Info", (), {"offset": 10 * ktp.partition + 5})())
             out[ktp] = fut
@@ -94,3 +95,25 @@ def test_a_micro_batch_leaves_a_leaderless_partition_for_the_next(
     end = reader.latestOffset(start, reader.getDefaultReadLimit())
     assert end[TOPIC] == {"0": 5, "1": 3}
     assert len(LeaderlessAdmin.calls) == 1
+
+
+@pytest.mark.parametrize("code", [
+    KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT, KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.OFFSET_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._TRANSPORT])
+def test_what_a_moving_leader_answers_is_asked_again(monkeypatch: pytest.MonkeyPatch,
+                                                     code: int) -> None:
+    """The --cluster demo kills a leader mid-run: a ListOffsets to it times out, the new
+    one may not know its epoch or high watermark yet; each is asked again (Kafka's clients
+    retry them), not a failed query."""
+    reader = stream_reader(monkeypatch, LeaderlessAdmin({1}, rounds_without_leader=2,
+                                                        code=code))
+    assert reader.initialOffset()[TOPIC] == {"0": 5, "1": 15}
+
+
+def test_an_error_that_is_not_a_moving_leader_fails_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    reader = stream_reader(monkeypatch, LeaderlessAdmin(
+        {1}, rounds_without_leader=2, code=KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    with pytest.raises(KafkaException):
+        reader.initialOffset()

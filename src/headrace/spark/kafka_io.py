@@ -228,6 +228,12 @@ _NOT_READY = {
     KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._NOENT,
+    # what else a leader moving answers, retried by Kafka's own clients: a request to the
+    # killed leader that timed out, a leader that has not seen the new epoch yet (or
+    # was deposed), a new leader whose high watermark is not known yet (KIP-207)
+    KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT, KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.OFFSET_NOT_AVAILABLE,
+    KafkaError.KAFKA_STORAGE_ERROR,
 }
 
 
