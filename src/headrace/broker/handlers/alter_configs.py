@@ -25,7 +25,7 @@ from headrace.broker.handlers.incremental_alter_configs import (
     resource_error,
     store_topic_configs,
 )
-from headrace.broker.topics import TopicError, validate_configs
+from headrace.broker.topics import TopicError, check_internal_configs, validate_configs
 from headrace.metadata.store import TopicState
 
 if TYPE_CHECKING:
@@ -70,6 +70,7 @@ async def handle_alter_configs(broker: Broker, ctx: RequestContext, req: Any) ->
             continue
         try:
             new = new_overrides(r.configs)
+            check_internal_configs(r.resource_name, new, broker.config)
         except TopicError as e:
             entry["error_code"], entry["error_message"] = e.error_code, e.message
             continue

@@ -17,7 +17,7 @@ from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.handlers.describe_configs import BROKER, TOPIC
 from headrace.broker.security import ALTER_CONFIGS
 from headrace.broker.security import TOPIC as ACL_TOPIC
-from headrace.broker.topics import TopicError, validate_configs
+from headrace.broker.topics import TopicError, check_internal_configs, validate_configs
 from headrace.config import TOPIC_CONFIGS
 from headrace.metadata.store import TopicState
 
@@ -122,6 +122,7 @@ async def handle_incremental_alter_configs(broker: Broker, ctx: RequestContext, 
             continue
         try:
             new = _apply(topic.configs, r.configs)
+            check_internal_configs(r.resource_name, new, broker.config)
         except TopicError as e:
             entry["error_code"] = e.error_code
             entry["error_message"] = e.message
