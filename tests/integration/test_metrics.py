@@ -216,12 +216,15 @@ def _churn(broker: InProcessBroker, names: list[str]) -> None:
                 assert m.error() is None, m.error()
                 got += 1
         assert got == 3 * len(names)
+        c.commit(offsets=[CkTopicPartition(n, 0, 2) for n in names], asynchronous=False)
     finally:
         c.close()
     during = scrape(broker)
     for n in names:  # counted (so the test proves they are removed)
         assert value(during, "kafka_server_brokertopicmetrics_bytesout_total", topic=n) > 0
         assert value(during, "kafka_log_log_logendoffset", topic=n, partition=0) == 3
+        assert value(during, "kafka_consumergroup_lag", consumergroup="churn-reader",
+                     topic=n, partition=0) == 1
     for chunk in range(0, len(names), 50):
         for f in admin.delete_topics(names[chunk:chunk + 50], operation_timeout=30,
                                      request_timeout=30).values():
@@ -230,10 +233,11 @@ def _churn(broker: InProcessBroker, names: list[str]) -> None:
 
 def test_deleted_topics_leave_no_series(broker: InProcessBroker) -> None:
     """Issue 23 item 8: a deleted topic's series (bytes/messages in and out per topic, log
-    size and offsets per partition) leave /metrics, as Kafka removes a deleted topic's
-    BrokerTopicMetrics: 200 topics created, written, read and deleted leave /metrics its
-    size (before the fix each left four counters behind, 2,000 topics 5.4 kB -> 669 kB),
-    and a topic created again under a deleted name counts from zero."""
+    size and offsets per partition, group lag and offsets) leave /metrics, as Kafka
+    removes a deleted topic's BrokerTopicMetrics: 200 topics created, written, read and
+    deleted leave /metrics its size (before the fix each left four counters behind, 2,000
+    topics 5.4 kB -> 669 kB), and a topic created again under a deleted name counts from
+    zero."""
     run = uuid.uuid4().hex[:6]
     # a first round makes the request series of these APIs and versions exist
     _churn(broker, [f"churn-{run}-warm-{i}" for i in range(3)])
