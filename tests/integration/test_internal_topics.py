@@ -190,3 +190,34 @@ def test_client_cannot_create_an_internal_topic_without_compaction(data_dir: Pat
             c.close()
         assert b.call(lambda broker: dict(broker.metadata.topic(
             "__consumer_offsets").configs))["cleanup.policy"] == "compact"
+
+
+def test_a_stored_delete_policy_of_an_internal_topic_is_not_applied(data_dir: Path) -> None:
+    """An internal topic whose stored overrides say ``cleanup.policy=delete`` (stored before
+    the admin APIs refused it, or written by another tool) runs compacted only after a
+    restart, with one warning line: retention never removes the committed offsets, which
+    are still 42 after a second restart."""
+    b = InProcessBroker(data_dir, CONFIG).start()
+    try:
+        create_topic("confluent", b.bootstrap, "t", 1)
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "g"})
+        try:
+            c.commit(offsets=[KTopicPartition("t", 0, 42)], asynchronous=False)
+        finally:
+            c.close()
+        b.call(lambda broker: broker.metadata.set_topic_configs("__consumer_offsets", {
+            "cleanup.policy": "delete", "retention.ms": "1"}))
+        b.restart()
+
+        def policies(broker: Any) -> set[str]:
+            return {p.log.config.cleanup_policy for tp, p in broker.replicas.partitions.items()
+                    if tp.topic == "__consumer_offsets"}
+
+        assert b.call(policies) == {"compact"}
+        warnings = [line for line in b.stderr_lines if "stored cleanup.policy=delete" in line]
+        assert len(warnings) == 1 and "level=WARNING" in warnings[0], warnings
+        assert _committed(b.bootstrap, "g", "t") == 42
+        b.restart()
+        assert _committed(b.bootstrap, "g", "t") == 42
+    finally:
+        b.stop()
