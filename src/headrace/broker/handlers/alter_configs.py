@@ -9,7 +9,9 @@ INVALID_CONFIG. Otherwise the given configs become the topic's overrides and eve
 override not given is removed (back to its default): that is the difference from
 IncrementalAlterConfigs, whose resource checks and storing this module shares. The whole
 resource is validated before anything is stored; ``validate_only`` stores nothing. Broker
-configs are static here: altering them is refused.
+configs are static here: altering them is refused. Overrides leaving an internal topic's
+``cleanup.policy`` other than ``compact`` are INVALID_CONFIG (``check_internal_configs``;
+Kafka accepts them).
 """
 
 from __future__ import annotations

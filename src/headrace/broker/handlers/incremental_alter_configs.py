@@ -3,8 +3,10 @@
 The whole resource is validated before anything is stored; ``validate_only`` stores nothing.
 Broker configs are static here (set in the config file or flags): altering them is refused.
 A resource named twice in one request is INVALID_REQUEST for both (Kafka's
-``ConfigAdminManager.preprocess``). AlterConfigs (33, ``alter_configs``) shares the
-resource checks (``resource_error``) and the storing (``store_topic_configs``).
+``ConfigAdminManager.preprocess``). A change leaving an internal topic's ``cleanup.policy``
+other than ``compact`` is INVALID_CONFIG (``check_internal_configs``; Kafka accepts it).
+AlterConfigs (33, ``alter_configs``) shares the resource checks (``resource_error``) and
+the storing (``store_topic_configs``).
 """
 
 from __future__ import annotations
