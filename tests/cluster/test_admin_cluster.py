@@ -237,3 +237,58 @@ def test_a_deleted_topic_leaves_every_broker_and_its_name_can_be_used_again(
                                             "timestamp": -1}]}]})
     (p,) = resp.topics[0].partitions
     assert (int(p.error_code), int(p.offset)) == (0, 2)
+
+
+def test_internal_topics_refuse_damaging_changes_on_a_cluster(healthy: Cluster) -> None:
+    """Issue 23 item 5 on a cluster (the single node's test: tests/integration/
+    test_internal_topics.py): on every broker, IncrementalAlterConfigs setting
+    ``cleanup.policy=delete`` + ``retention.ms=1`` on ``__consumer_offsets`` is refused with
+    INVALID_CONFIG and CreatePartitions with INVALID_REQUEST; the partition count and the
+    topic's configs (DescribeConfigs) stay."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException
+    from confluent_kafka import TopicPartition as CkTopicPartition
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewPartitions,
+        ResourceType,
+    )
+
+    cluster = healthy
+    topic = _topic("internal")
+    cluster.create_topic(topic, 1, 3)
+    c = Consumer({"bootstrap.servers": cluster.live_bootstrap(), "group.id": topic})
+    try:  # __consumer_offsets exists once a group committed
+        c.commit(offsets=[CkTopicPartition(topic, 0, 42)], asynchronous=False)
+    finally:
+        c.close()
+    name = "__consumer_offsets"
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    partitions = len(cluster.describe(name))
+    assert partitions > 0
+    for b in cluster.brokers.values():
+        admin = AdminClient({"bootstrap.servers": b.address})
+        (fut,) = admin.incremental_alter_configs([ConfigResource(
+            ResourceType.TOPIC, name, incremental_configs=[
+                ConfigEntry("cleanup.policy", "delete",
+                            incremental_operation=AlterConfigOpType.SET),
+                ConfigEntry("retention.ms", "1",
+                            incremental_operation=AlterConfigOpType.SET)])]).values()
+        with pytest.raises(KafkaException) as e:
+            fut.result(30)
+        assert e.value.args[0].code() == KafkaError.INVALID_CONFIG
+        with pytest.raises(KafkaException) as e:
+            admin.create_partitions([NewPartitions(name, partitions + 5)])[name].result(30)
+        assert e.value.args[0].code() == KafkaError.INVALID_REQUEST
+        configs = admin.describe_configs([resource])[resource].result(30)
+        assert configs["cleanup.policy"].value == "compact"
+        assert configs["retention.ms"].value != "1"
+    assert len(cluster.describe(name)) == partitions
+    c = Consumer({"bootstrap.servers": cluster.live_bootstrap(), "group.id": topic})
+    try:
+        (tp,) = c.committed([CkTopicPartition(topic, 0)], timeout=15)
+        assert tp.offset == 42
+    finally:
+        c.close()

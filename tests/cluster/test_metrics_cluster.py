@@ -8,12 +8,14 @@ Each broker of the shared cluster serves metrics on a port of its own
 
 from __future__ import annotations
 
+import time
 import urllib.error
 import urllib.request
 import uuid
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.brokerproc import wait_until
@@ -97,3 +99,71 @@ def test_killed_follower_is_under_replicated_and_shrinks_the_isr(healthy: Cluste
     assert metric(cluster, leader, "kafka_server_replicamanager_isrexpands_total") > expands
     wait_until(lambda: _get(cluster.brokers[follower].overrides["metrics.port"],
                             "/ready")[0] == 200, 30, 0.2, "the restarted follower ready")
+
+
+def _topic_series(cluster: Cluster, topics: set[str]) -> dict[int, list[str]]:
+    """Broker id -> the series of ``topics`` that broker's /metrics shows."""
+    out: dict[int, list[str]] = {}
+    for i, b in cluster.brokers.items():
+        status, text = _get(b.overrides["metrics.port"], "/metrics")
+        assert status == 200, text
+        out[i] = [f"{s.name}{s.labels}" for family in text_string_to_metric_families(text)
+                  for s in family.samples if s.labels.get("topic") in topics]
+    return out
+
+
+def _counter(cluster: Cluster, name: str, topic: str) -> float:
+    """``name``{topic} summed over the brokers."""
+    total = 0.0
+    for b in cluster.brokers.values():
+        _, text = _get(b.overrides["metrics.port"], "/metrics")
+        total += sum(s.value for family in text_string_to_metric_families(text)
+                     for s in family.samples if s.name == name and s.labels == {"topic": topic})
+    return total
+
+
+def test_topics_deleted_through_the_controller_leave_no_series(healthy: Cluster) -> None:
+    """Issue 23 item 8 on a cluster: topics written and read on their leaders, then deleted
+    with DeleteTopics (through the controller), leave no series on any broker (per topic
+    and per partition: leaders and followers), and a topic created again under a deleted
+    name counts from zero."""
+    cluster = healthy
+    names = [f"mcdel-{uuid.uuid4().hex[:6]}-{i}" for i in range(4)]
+    for n in names:
+        cluster.create_topic(n, 2, 3)
+    p = Producer({"bootstrap.servers": cluster.live_bootstrap(), "acks": "all"})
+    for n in names:
+        for i in range(10):
+            p.produce(n, value=b"%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": cluster.live_bootstrap(), "group.id": "mcdel",
+                  "enable.auto.commit": False})
+    try:
+        c.assign([CkTopicPartition(n, part, 0) for n in names for part in (0, 1)])
+        got, deadline = 0, time.monotonic() + 60
+        while got < 10 * len(names) and time.monotonic() < deadline:
+            got += sum(1 for m in c.consume(100, 1.0) if m.error() is None)
+        assert got == 10 * len(names)
+    finally:
+        c.close()
+    wait_until(lambda: all(_counter(cluster, f"kafka_server_brokertopicmetrics_{what}_total",
+                                    n) == 10
+                           for n in names for what in ("messagesin", "messagesout")),
+               30, 0.2, "every topic counted in and out")
+    before = _topic_series(cluster, set(names))
+    assert all(before.values()), before  # every broker hosts a replica: log gauges
+
+    admin = cluster.admin()
+    for f in admin.delete_topics(names, operation_timeout=30, request_timeout=40).values():
+        f.result(45)
+    wait_until(lambda: not any(_topic_series(cluster, set(names)).values()), 60, 0.2,
+               "no broker showing a series of a deleted topic")
+
+    again = names[0]
+    cluster.create_topic(again, 1, 3)
+    p = Producer({"bootstrap.servers": cluster.live_bootstrap(), "acks": "all"})
+    p.produce(again, value=b"once")
+    assert p.flush(30) == 0
+    wait_until(lambda: _counter(cluster, "kafka_server_brokertopicmetrics_messagesin_total",
+                                again) == 1, 30, 0.2, "the re-created topic counted from 0")
+    assert _counter(cluster, "kafka_server_brokertopicmetrics_messagesout_total", again) == 0

@@ -159,6 +159,7 @@ class ClusterNode:
         log.info("ZooKeeper session re-established: reconciling every topic")
         self._dirty.update(self.store.topics().keys())
         self._dirty.update(tp.topic for tp in self.replicas.partitions)
+        self._dirty.update(self.broker.metrics.counted_topics())  # deleted while fenced?
         self._kick.set()
 
     # ------------------------------------------------------------------ lifecycle
@@ -290,6 +291,8 @@ class ClusterNode:
             if topic is None:
                 if hosted:
                     self._forget_topic(name, hosted)
+                # counted here while it led a partition of it (perhaps moved away since)
+                self.broker.metrics.topic_deleted(name)
                 continue
             await self._reconcile_topic(topic, hosted)
             await asyncio.sleep(0)

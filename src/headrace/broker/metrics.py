@@ -157,6 +157,18 @@ class BrokerMetrics:
         self.bytes_out[topic] += size_bytes
         self.messages_out[topic] += records
 
+    def topic_deleted(self, topic: str) -> None:
+        """Forget a deleted topic's counters, as Kafka removes its BrokerTopicMetrics: its
+        series leave /metrics (topic churn must not grow it without bound) and a topic
+        created again under the name starts from zero. Its per-partition gauges go with
+        its partitions (they are read from the hosted logs at each scrape)."""
+        for counters in (self.bytes_in, self.messages_in, self.bytes_out, self.messages_out):
+            counters.pop(topic, None)
+
+    def counted_topics(self) -> set[str]:
+        """The topics that have counters here."""
+        return {*self.bytes_in, *self.messages_in, *self.bytes_out, *self.messages_out}
+
     def request_done(self, name: str, version: int, started: float) -> None:
         """A request handled (``started``: ``time.monotonic()`` when it was decoded)."""
         self.requests[(name, version)] += 1

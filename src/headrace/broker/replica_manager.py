@@ -744,8 +744,19 @@ def _write_epochs(items: list[tuple[PartitionLog, int, bytes]]) -> None:
 
 
 def topic_overrides(topic: TopicState) -> dict[str, object]:
+    """The topic's overrides its logs run with. An internal topic's logs are always
+    compacted only: a stored ``cleanup.policy`` other than ``compact`` (stored before the
+    admin APIs refused it, or written to ZooKeeper by another tool) is ignored with a
+    warning, so that retention never removes committed offsets or transaction states."""
+    from headrace.broker.topics import INTERNAL_TOPICS
     from headrace.config import TOPIC_CONFIGS, parse_overrides
 
-    return parse_overrides(
+    overrides = parse_overrides(
         {k: v for k, v in topic.configs.items() if k in TOPIC_CONFIGS}, TOPIC_CONFIGS
     )
+    if topic.name in INTERNAL_TOPICS and overrides.get("cleanup.policy") != "compact":
+        if "cleanup.policy" in overrides:
+            log.warning("internal topic %s: stored cleanup.policy=%s ignored, its logs stay "
+                        "compact only", topic.name, overrides["cleanup.policy"])
+        overrides["cleanup.policy"] = "compact"
+    return overrides

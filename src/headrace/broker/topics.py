@@ -102,6 +102,32 @@ def validate_configs(raw: Mapping[str, Any]) -> dict[str, str]:
     return {k: TOPIC_CONFIGS[k].to_string(v) for k, v in parsed.items()}
 
 
+def check_internal_configs(name: str, overrides: Mapping[str, str],
+                           broker: BrokerConfig) -> None:
+    """TopicError(INVALID_CONFIG) if ``overrides`` (validated, canonical) would let
+    retention delete the records of internal topic ``name``.
+
+    ``__consumer_offsets`` and ``__transaction_state`` hold every group's committed offsets
+    and every transactional id's state as the latest record per key: only compaction may
+    remove their records. Their effective ``cleanup.policy`` (the override, else the
+    broker's ``log.cleanup.policy``) must stay exactly ``compact``; with ``delete`` in it,
+    ``retention.ms`` / ``retention.bytes`` remove whole segments and a restart (which
+    replays the topic) forgets the commits. Kafka's brokers accept such a change; headrace
+    refuses it (README, "Durability and hostile clients"). Every other config may change
+    (retention is inert under ``compact``)."""
+    if name not in INTERNAL_TOPICS:
+        return
+    policy = overrides.get("cleanup.policy")
+    if policy is None:
+        policy = str(broker.topic_default("cleanup.policy"))
+    if [p for p in policy.split(",") if p] != ["compact"]:
+        raise TopicError(
+            ErrorCode.invalid_config,
+            f"Internal topic {name} must keep cleanup.policy=compact (asked: "
+            f"cleanup.policy={policy}): with delete, retention would remove committed "
+            "state that compaction keeps")
+
+
 def config_def(name: str) -> ConfigDef | None:
     return TOPIC_CONFIGS.get(name)
 
@@ -257,6 +283,7 @@ class TopicAdmin:
                         f"Invalid replica assignment {replicas}",
                     )
         overrides = validate_configs(spec.configs)
+        check_internal_configs(name, overrides, self.config)
         states = [PartitionState(replicas=list(r), leader=r[0], isr=list(r)) for r in assignment]
         return TopicPlan(name, states, overrides)
 
@@ -531,6 +558,15 @@ class TopicAdmin:
                 ErrorCode.unknown_topic_or_partition,
                 "This server does not host this topic-partition.",
             )
+        if name in INTERNAL_TOPICS:
+            # Kafka's brokers accept this; headrace refuses it (README, "Durability and
+            # hostile clients"): a group's (a transactional id's) coordinator is the
+            # partition its id hashes to, modulo the partition count
+            raise TopicError(
+                ErrorCode.invalid_request,
+                f"The number of partitions of internal topic {name} cannot be changed: "
+                "every consumer group and transactional id is placed by it, so a change "
+                "would move their coordinators away from their committed state")
         if name in self._busy:
             raise TopicError(ErrorCode.invalid_request,
                              f"Partitions are already being added to topic '{name}'.")

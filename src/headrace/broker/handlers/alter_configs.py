@@ -9,7 +9,9 @@ INVALID_CONFIG. Otherwise the given configs become the topic's overrides and eve
 override not given is removed (back to its default): that is the difference from
 IncrementalAlterConfigs, whose resource checks and storing this module shares. The whole
 resource is validated before anything is stored; ``validate_only`` stores nothing. Broker
-configs are static here: altering them is refused.
+configs are static here: altering them is refused. Overrides leaving an internal topic's
+``cleanup.policy`` other than ``compact`` are INVALID_CONFIG (``check_internal_configs``;
+Kafka accepts them).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from headrace.broker.handlers.incremental_alter_configs import (
     resource_error,
     store_topic_configs,
 )
-from headrace.broker.topics import TopicError, validate_configs
+from headrace.broker.topics import TopicError, check_internal_configs, validate_configs
 from headrace.metadata.store import TopicState
 
 if TYPE_CHECKING:
@@ -70,6 +72,7 @@ async def handle_alter_configs(broker: Broker, ctx: RequestContext, req: Any) ->
             continue
         try:
             new = new_overrides(r.configs)
+            check_internal_configs(r.resource_name, new, broker.config)
         except TopicError as e:
             entry["error_code"], entry["error_message"] = e.error_code, e.message
             continue

@@ -4,7 +4,8 @@ Each topic is its own result, all or nothing; the partition limit is checked for
 whole request first and the new directories are made in a worker thread
 (``TopicAdmin.create_partitions``). A null topics array answers an empty result; a null
 broker id list in an assignment answers INVALID_REQUEST for its topic (null
-``assignments`` is legal: the broker assigns).
+``assignments`` is legal: the broker assigns). An internal topic's partition count
+cannot change: INVALID_REQUEST (``TopicAdmin.plan_partitions``; Kafka accepts it).
 """
 
 from __future__ import annotations

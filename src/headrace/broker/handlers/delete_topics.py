@@ -63,4 +63,6 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) ->
         except TopicError as e:
             entry["error_code"] = e.error_code
             entry["error_message"] = e.message
+        else:  # its series leave /metrics (a cluster: every broker, as it forgets it)
+            broker.metrics.topic_deleted(name)
     return ctx.response({"throttle_time": 0, "responses": results})

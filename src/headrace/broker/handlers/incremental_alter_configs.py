@@ -3,8 +3,10 @@
 The whole resource is validated before anything is stored; ``validate_only`` stores nothing.
 Broker configs are static here (set in the config file or flags): altering them is refused.
 A resource named twice in one request is INVALID_REQUEST for both (Kafka's
-``ConfigAdminManager.preprocess``). AlterConfigs (33, ``alter_configs``) shares the
-resource checks (``resource_error``) and the storing (``store_topic_configs``).
+``ConfigAdminManager.preprocess``). A change leaving an internal topic's ``cleanup.policy``
+other than ``compact`` is INVALID_CONFIG (``check_internal_configs``; Kafka accepts it).
+AlterConfigs (33, ``alter_configs``) shares the resource checks (``resource_error``) and
+the storing (``store_topic_configs``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.handlers.describe_configs import BROKER, TOPIC
 from headrace.broker.security import ALTER_CONFIGS
 from headrace.broker.security import TOPIC as ACL_TOPIC
-from headrace.broker.topics import TopicError, validate_configs
+from headrace.broker.topics import TopicError, check_internal_configs, validate_configs
 from headrace.config import TOPIC_CONFIGS
 from headrace.metadata.store import TopicState
 
@@ -122,6 +124,7 @@ async def handle_incremental_alter_configs(broker: Broker, ctx: RequestContext, 
             continue
         try:
             new = _apply(topic.configs, r.configs)
+            check_internal_configs(r.resource_name, new, broker.config)
         except TopicError as e:
             entry["error_code"] = e.error_code
             entry["error_message"] = e.message
