@@ -16,7 +16,13 @@ from tests.kafka_wire import WireClient
 
 RETRIABLE = (ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
              ErrorCode.not_coordinator, ErrorCode.concurrent_transactions)
-TS = (int(time.time()) - 60) * 1000
+
+
+def now_ms() -> int:
+    """A record timestamp a minute in the past, taken when the batch is made (not at
+    import: a test run can start its module's tests many minutes after collecting it, and
+    a transaction "started" then looks hanging to ``find-hanging``'s 15-minute default)."""
+    return (int(time.time()) - 60) * 1000
 
 
 def _retry(fn: Any, what: str, timeout_s: float = 60.0) -> Any:
@@ -69,7 +75,8 @@ def end_txn(wc: WireClient, tid: str, pid: int, epoch: int, commit: bool) -> Non
 
 
 def txn_batch(pid: int, epoch: int, seq: int, values: list[bytes]) -> bytes:
-    return make_batch([(None, v, TS + i, []) for i, v in enumerate(values)],
+    ts = now_ms()
+    return make_batch([(None, v, ts + i, []) for i, v in enumerate(values)],
                       producer_id=pid, producer_epoch=epoch, base_sequence=seq,
                       transactional=True)
 

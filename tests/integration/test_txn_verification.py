@@ -30,11 +30,11 @@ from tests.clients import create_topic, read_to_end
 from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 from tests.txn_wire import (
-    TS,
     add_partitions,
     coordinator,
     end_txn,
     init_producer,
+    now_ms,
     offsets,
     produce,
     txn_batch,
@@ -75,7 +75,7 @@ def new_topic(b: InProcessBroker, prefix: str, partitions: int = 3) -> str:
 
 
 def plain(value: bytes) -> bytes:
-    return make_batch([(None, value, TS, [])])
+    return make_batch([(None, value, now_ms(), [])])
 
 
 def asked(b: InProcessBroker) -> int:
