@@ -180,6 +180,59 @@ BROKER_CONFIGS = _defs(
               "Heartbeat interval given to KIP-848 group members.", at_least=1),
     ConfigDef("group.max.size", "int", INT_MAX, "Most members in one classic group.",
               at_least=1),
+    # issue 27: the bounds of the per-group configs (IncrementalAlterConfigs on GROUP) and
+    # the defaults of those with no headrace config yet (share and streams groups)
+    ConfigDef("group.consumer.min.session.timeout.ms", "int", 45_000,
+              "Smallest consumer.session.timeout.ms a group config may set.", at_least=1),
+    ConfigDef("group.consumer.max.session.timeout.ms", "int", 60_000,
+              "Largest consumer.session.timeout.ms a group config may set.", at_least=1),
+    ConfigDef("group.consumer.min.heartbeat.interval.ms", "int", 5_000,
+              "Smallest consumer.heartbeat.interval.ms a group config may set.", at_least=1),
+    ConfigDef("group.consumer.max.heartbeat.interval.ms", "int", 15_000,
+              "Largest consumer.heartbeat.interval.ms a group config may set.", at_least=1),
+    ConfigDef("group.share.session.timeout.ms", "int", 45_000,
+              "Session timeout of share group members (default of share.session.timeout.ms).",
+              at_least=1),
+    ConfigDef("group.share.min.session.timeout.ms", "int", 45_000,
+              "Smallest share.session.timeout.ms a group config may set.", at_least=1),
+    ConfigDef("group.share.max.session.timeout.ms", "int", 60_000,
+              "Largest share.session.timeout.ms a group config may set.", at_least=1),
+    ConfigDef("group.share.heartbeat.interval.ms", "int", 5_000,
+              "Heartbeat interval of share group members (default of "
+              "share.heartbeat.interval.ms).", at_least=1),
+    ConfigDef("group.share.min.heartbeat.interval.ms", "int", 5_000,
+              "Smallest share.heartbeat.interval.ms a group config may set.", at_least=1),
+    ConfigDef("group.share.max.heartbeat.interval.ms", "int", 15_000,
+              "Largest share.heartbeat.interval.ms a group config may set.", at_least=1),
+    ConfigDef("group.share.record.lock.duration.ms", "int", 30_000,
+              "Acquisition lock of a share group's records (default of "
+              "share.record.lock.duration.ms).", at_least=1000),
+    ConfigDef("group.share.min.record.lock.duration.ms", "int", 15_000,
+              "Smallest share.record.lock.duration.ms a group config may set.", at_least=1000),
+    ConfigDef("group.share.max.record.lock.duration.ms", "int", 60_000,
+              "Largest share.record.lock.duration.ms a group config may set.", at_least=1000),
+    ConfigDef("group.streams.session.timeout.ms", "int", 45_000,
+              "Session timeout of streams group members (default of "
+              "streams.session.timeout.ms).", at_least=1),
+    ConfigDef("group.streams.min.session.timeout.ms", "int", 45_000,
+              "Smallest streams.session.timeout.ms a group config may set.", at_least=1),
+    ConfigDef("group.streams.max.session.timeout.ms", "int", 60_000,
+              "Largest streams.session.timeout.ms a group config may set.", at_least=1),
+    ConfigDef("group.streams.heartbeat.interval.ms", "int", 5_000,
+              "Heartbeat interval of streams group members (default of "
+              "streams.heartbeat.interval.ms).", at_least=1),
+    ConfigDef("group.streams.min.heartbeat.interval.ms", "int", 5_000,
+              "Smallest streams.heartbeat.interval.ms a group config may set.", at_least=1),
+    ConfigDef("group.streams.max.heartbeat.interval.ms", "int", 15_000,
+              "Largest streams.heartbeat.interval.ms a group config may set.", at_least=1),
+    ConfigDef("group.streams.num.standby.replicas", "int", 0,
+              "Standby replicas of a streams group's tasks (default of "
+              "streams.num.standby.replicas).", at_least=0),
+    ConfigDef("group.streams.max.standby.replicas", "int", 2,
+              "Largest streams.num.standby.replicas a group config may set.", at_least=0),
+    ConfigDef("group.streams.initial.rebalance.delay.ms", "int", 3_000,
+              "Delay of a new streams group's first rebalance (default of "
+              "streams.initial.rebalance.delay.ms).", at_least=0),
     ConfigDef("request.timeout.ms", "int", 30_000, "Upper bound of purgatory waits.",
               at_least=0),
     ConfigDef("cluster.id", "string", "", "Cluster id (default: generated once, persisted)."),
@@ -617,7 +670,15 @@ def load_properties(path: Path) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class BrokerConfig:
-    """Validated broker configuration: Kafka names in ``values``."""
+    """Validated broker configuration: Kafka names in ``values``.
+
+    Dynamic broker configs (issue 27, Kafka's ``DynamicBrokerConfig``) are a layer over
+    what the broker started with: this broker's (``dynamic_broker``, DYNAMIC_BROKER_CONFIG)
+    over the cluster-wide default (``dynamic_default``, DYNAMIC_DEFAULT_BROKER_CONFIG) over
+    ``given`` (STATIC_BROKER_CONFIG) over the defaults. ``reconfigure`` recomputes
+    ``values`` in place: every component holding this object sees the change at once (the
+    ones that copied a value at start are told by the broker).
+    """
 
     values: Mapping[str, Any] = field(default_factory=dict)
     # what the file, flags or overrides set, by Kafka's names as written (``broker.id``,
@@ -625,6 +686,34 @@ class BrokerConfig:
     given: Mapping[str, Any] = field(default_factory=dict)
     # warnings for the operator (keys with no effect here, extra log dirs), one line each
     notes: tuple[str, ...] = ()
+    # the dynamic layers (names as stored: /config/brokers/<id> and /config/brokers/<default>)
+    dynamic_broker: dict[str, str] = field(default_factory=dict)
+    dynamic_default: dict[str, str] = field(default_factory=dict)
+
+    def with_dynamic(self, dynamic_default: Mapping[str, str],
+                     dynamic_broker: Mapping[str, str]) -> BrokerConfig:
+        """The configuration these dynamic layers would give (validated: ConfigError)."""
+        layered = {**self.given, **_effective_dynamic(dynamic_default),
+                   **_effective_dynamic(dynamic_broker)}
+        new = BrokerConfig.from_mapping(layered)
+        return BrokerConfig(new.values, self.given, self.notes, dict(dynamic_broker),
+                            dict(dynamic_default))
+
+    def reconfigure(self, dynamic_default: Mapping[str, str],
+                    dynamic_broker: Mapping[str, str]) -> set[str]:
+        """Apply dynamic layers in place; the names whose value changed. Raises
+        ConfigError (and changes nothing) if they are invalid."""
+        new = self.with_dynamic(dynamic_default, dynamic_broker)
+        values = self.values
+        assert isinstance(values, dict)
+        changed = {k for k, v in new.values.items() if values.get(k) != v}
+        values.clear()
+        values.update(new.values)
+        self.dynamic_broker.clear()
+        self.dynamic_broker.update(dynamic_broker)
+        self.dynamic_default.clear()
+        self.dynamic_default.update(dynamic_default)
+        return changed
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> BrokerConfig:
@@ -722,3 +811,168 @@ def config_table(defs: Iterable[ConfigDef]) -> str:
         default = "Long.MAX" if d.default == LONG_MAX else d.to_string(d.default)
         rows.append(f"| `{d.name}` | `{default}` | {d.doc} |")
     return "\n".join(rows)
+
+
+# ---- dynamic broker configs (issue 27): Kafka's DynamicBrokerConfig.AllDynamicConfigs as
+# far as headrace has them. Applied at runtime: every log default that becomes a topic
+# default (DynamicLogConfig: the broker synonyms of the topic configs), message.max.bytes,
+# the connection limits (SocketServer), the producer-state configs and num.replica.fetchers
+# (DynamicThreadPool). Accepted and stored with no effect, as they are in server.properties:
+# Kafka's dynamic thread-pool and cleaner settings headrace has no use for. Every other
+# known config is read-only: refused as Kafka refuses it (INVALID_CONFIG, "Cannot update
+# these configs dynamically: Set(...)"). Listener and SSL configs, dynamic in Kafka, are
+# read-only here (a listener is not rebuilt at runtime).
+DYNAMIC_LOG_CONFIGS = frozenset(d.broker_name for d in TOPIC_CONFIGS.values() if d.broker_name)
+DYNAMIC_APPLIED_CONFIGS = DYNAMIC_LOG_CONFIGS | {
+    "message.max.bytes", "max.connections", "max.connections.per.ip",
+    "max.connections.per.ip.overrides", "max.connection.creation.rate",
+    "producer.id.expiration.ms", "transaction.partition.verification.enable",
+    "num.replica.fetchers",
+}
+DYNAMIC_NO_EFFECT_CONFIGS = frozenset({
+    "num.io.threads", "num.network.threads", "num.recovery.threads.per.data.dir",
+    "background.threads", "metric.reporters", "log.cleaner.threads",
+    "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.load.factor",
+    "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second",
+    "log.cleaner.backoff.ms", "log.cleaner.min.cleanable.ratio", "log.preallocate",
+    "log.segment.delete.delay.ms", "log.roll.jitter.ms",
+}) & NO_EFFECT_CONFIGS
+DYNAMIC_BROKER_CONFIGS = DYNAMIC_APPLIED_CONFIGS | DYNAMIC_NO_EFFECT_CONFIGS
+# the name of the cluster-wide default entity (Kafka's ZooKeeperInternals.DEFAULT_STRING)
+DEFAULT_ENTITY = "<default>"
+
+
+def _effective_dynamic(layer: Mapping[str, str]) -> dict[str, str]:
+    """A dynamic layer as server.properties-style overrides (names that are not dynamic,
+    stored by another tool, are ignored)."""
+    return {k: v for k, v in layer.items() if k in DYNAMIC_BROKER_CONFIGS}
+
+
+def check_dynamic_names(names: Iterable[str]) -> None:
+    """ConfigError for names that cannot be set dynamically (Kafka's text and order:
+    ``Cannot update these configs dynamically: Set(a, b)``; unknown names too, where
+    Kafka would store them unread)."""
+    bad = [n for n in names if n not in DYNAMIC_BROKER_CONFIGS]
+    if bad:
+        raise ConfigError(bad[0], "Cannot update these configs dynamically: Set("
+                          + ", ".join(bad) + ")")
+
+
+# ---- group configs (issue 27 item 6): Kafka 4.2's GroupConfig. Each defaults to a broker
+# config (its synonym, as DescribeConfigs reports it); validated against the broker's
+# group.*.min/max bounds after merging the group's configs over the broker defaults.
+GROUP_CONFIGS = _defs(
+    ConfigDef("consumer.session.timeout.ms", "int", 45_000,
+              "The timeout to detect client failures when using the consumer group protocol.",
+              at_least=1, broker_name="group.consumer.session.timeout.ms"),
+    ConfigDef("consumer.heartbeat.interval.ms", "int", 5_000,
+              "The heartbeat interval given to the members of a consumer group.",
+              at_least=1, broker_name="group.consumer.heartbeat.interval.ms"),
+    ConfigDef("share.session.timeout.ms", "int", 45_000,
+              "The timeout to detect client failures when using the share group protocol.",
+              at_least=1, broker_name="group.share.session.timeout.ms"),
+    ConfigDef("share.heartbeat.interval.ms", "int", 5_000,
+              "The heartbeat interval given to the members of a share group.",
+              at_least=1, broker_name="group.share.heartbeat.interval.ms"),
+    ConfigDef("share.record.lock.duration.ms", "int", 30_000,
+              "The record acquisition lock duration in milliseconds for share groups.",
+              at_least=1000, broker_name="group.share.record.lock.duration.ms"),
+    ConfigDef("share.auto.offset.reset", "string", "latest",
+              "The strategy to initialize the share-partition start offset: earliest, "
+              "latest or by_duration:<ISO-8601 duration>."),
+    ConfigDef("share.isolation.level", "string", "read_uncommitted",
+              "Controls how to read records written transactionally (read_committed or "
+              "read_uncommitted).", choices=("read_committed", "read_uncommitted")),
+    ConfigDef("streams.session.timeout.ms", "int", 45_000,
+              "The timeout to detect client failures when using the streams group protocol.",
+              at_least=1, broker_name="group.streams.session.timeout.ms"),
+    ConfigDef("streams.heartbeat.interval.ms", "int", 5_000,
+              "The heartbeat interval given to the members of a streams group.",
+              at_least=1, broker_name="group.streams.heartbeat.interval.ms"),
+    ConfigDef("streams.num.standby.replicas", "int", 0,
+              "The number of standby replicas for each task.", at_least=0,
+              broker_name="group.streams.num.standby.replicas"),
+    ConfigDef("streams.initial.rebalance.delay.ms", "int", 3_000,
+              "The delay of the first rebalance of a new streams group.", at_least=0,
+              broker_name="group.streams.initial.rebalance.delay.ms"),
+)
+# (group config, broker minimum, broker maximum): Kafka's GroupConfig.validateValues order
+_GROUP_BOUNDS: tuple[tuple[str, str | None, str], ...] = (
+    ("consumer.heartbeat.interval.ms", "group.consumer.min.heartbeat.interval.ms",
+     "group.consumer.max.heartbeat.interval.ms"),
+    ("consumer.session.timeout.ms", "group.consumer.min.session.timeout.ms",
+     "group.consumer.max.session.timeout.ms"),
+    ("share.heartbeat.interval.ms", "group.share.min.heartbeat.interval.ms",
+     "group.share.max.heartbeat.interval.ms"),
+    ("share.session.timeout.ms", "group.share.min.session.timeout.ms",
+     "group.share.max.session.timeout.ms"),
+    ("share.record.lock.duration.ms", "group.share.min.record.lock.duration.ms",
+     "group.share.max.record.lock.duration.ms"),
+    ("streams.heartbeat.interval.ms", "group.streams.min.heartbeat.interval.ms",
+     "group.streams.max.heartbeat.interval.ms"),
+    ("streams.session.timeout.ms", "group.streams.min.session.timeout.ms",
+     "group.streams.max.session.timeout.ms"),
+    ("streams.num.standby.replicas", None, "group.streams.max.standby.replicas"),
+)
+_DURATION = re.compile(r"^P(?!$)(\d+D)?(T(?=\d)(\d+H)?(\d+M)?(\d+(\.\d+)?S)?)?$")
+
+
+class GroupConfigError(ValueError):
+    """A group config change Kafka refuses with INVALID_CONFIG; the message is Kafka's."""
+
+
+def group_config_default(broker: BrokerConfig, name: str) -> Any:
+    d = GROUP_CONFIGS[name]
+    return broker[d.broker_name] if d.broker_name else d.default
+
+
+def effective_group_config(broker: BrokerConfig, overrides: Mapping[str, str]) -> dict[str, Any]:
+    """Every group config's value: the group's own, else its broker default."""
+    return {name: d.parse(overrides[name]) if name in overrides
+            else group_config_default(broker, name) for name, d in GROUP_CONFIGS.items()}
+
+
+def validate_group_configs(broker: BrokerConfig, overrides: Mapping[str, str]) -> dict[str, str]:
+    """Kafka's ``GroupConfig.validate``: known names, parseable values, within the broker's
+    bounds, sessions longer than heartbeats (after merging over the broker defaults).
+    Returns the overrides normalized; raises GroupConfigError with Kafka's text."""
+    for name in overrides:
+        if name not in GROUP_CONFIGS:
+            raise GroupConfigError(f"Unknown group config name: {name}")
+    out: dict[str, str] = {}
+    for name, raw in overrides.items():
+        d = GROUP_CONFIGS[name]
+        try:
+            value = d.parse(raw)
+        except ConfigError:
+            raise GroupConfigError(f"Invalid value {raw} for configuration {name}: "
+                                   + _group_expectation(d, raw)) from None
+        if name == "share.auto.offset.reset":
+            low = str(value).lower()
+            if not (low in ("earliest", "latest") or (low.startswith("by_duration:")
+                    and _DURATION.match(low[len("by_duration:"):].upper()))):
+                raise GroupConfigError(f"Invalid value {raw} for configuration {name}: "
+                                       "Invalid value for share.auto.offset.reset")
+        out[name] = d.to_string(value)
+    values = effective_group_config(broker, out)
+    for name, lo, hi in _GROUP_BOUNDS:
+        if lo is not None and values[name] < broker[lo]:
+            raise GroupConfigError(f"{name} must be greater than or equal to {lo}")
+        if values[name] > broker[hi]:
+            raise GroupConfigError(f"{name} must be less than or equal to {hi}")
+    for kind in ("consumer", "share", "streams"):
+        session, heartbeat = f"{kind}.session.timeout.ms", f"{kind}.heartbeat.interval.ms"
+        if values[session] <= values[heartbeat]:
+            raise GroupConfigError(f"{session} must be greater than {heartbeat}")
+    return out
+
+
+def _group_expectation(d: ConfigDef, raw: Any) -> str:
+    """The reason Kafka's ConfigDef gives for a refused value."""
+    if d.choices:
+        return f"String must be one of: {', '.join(d.choices)}"
+    try:
+        int(str(raw).strip())
+    except ValueError:
+        return f"Not a number of type {d.kind.upper()}"
+    return f"Value must be at least {d.at_least}"

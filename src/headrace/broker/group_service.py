@@ -113,13 +113,18 @@ class GroupService:
         """An empty KIP-848 group with the broker's ``group.consumer.*`` configs (read with
         fallbacks to Kafka's defaults)."""
         values = self.config.values
+        session_ms = int(values.get(SESSION_TIMEOUT_CONFIG, DEFAULT_SESSION_TIMEOUT_MS))
+        heartbeat_ms = int(values.get(HEARTBEAT_INTERVAL_CONFIG, DEFAULT_HEARTBEAT_INTERVAL_MS))
+        dynamic = getattr(self.broker, "dynamic", None)
+        if dynamic is not None:  # the group's own configs (issue 27), over the broker's
+            group_values = dynamic.group_values(group_id)
+            session_ms = int(group_values["consumer.session.timeout.ms"])
+            heartbeat_ms = int(group_values["consumer.heartbeat.interval.ms"])
         return ConsumerGroup(
             group_id,
             assignors=self.configured_assignors(),
-            session_timeout_ms=int(values.get(SESSION_TIMEOUT_CONFIG,
-                                              DEFAULT_SESSION_TIMEOUT_MS)),
-            heartbeat_interval_ms=int(values.get(HEARTBEAT_INTERVAL_CONFIG,
-                                                 DEFAULT_HEARTBEAT_INTERVAL_MS)),
+            session_timeout_ms=session_ms,
+            heartbeat_interval_ms=heartbeat_ms,
         )
 
     # ------------------------------------------------------------------ placement

@@ -980,6 +980,13 @@ class Broker:
 
         self.client_quotas = ClientQuotas(self)  # client quotas from the metadata store
         self.metrics = BrokerMetrics(self)  # issue 13: served if metrics.port is set
+        # issue 27: dynamic broker configs and group configs; a single node's are in its
+        # metadata store already (a cluster member's once it has read ZooKeeper)
+        from headrace.broker.dynamic_config import DynamicConfigs
+
+        self.dynamic = DynamicConfigs(self)
+        if not config.clustered:
+            self.dynamic.apply()
 
     def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
         """The user's stored SCRAM credential for the mechanism ("SCRAM-SHA-256" or
@@ -1414,6 +1421,8 @@ class Broker:
             raise StartupError(str(e)) from None
         self.cluster = ClusterNode(self, store)
         self.topics.cluster = self.cluster
+        self.dynamic.apply()  # before the logs open: their defaults may be dynamic
+        store.add_listener(self.dynamic)
         self.cluster.load_hw_checkpoint()
         self.replicas.load()
         await self.cluster.start()
@@ -1450,12 +1459,12 @@ class Broker:
 
     async def _producer_expiration_loop(self) -> None:
         interval = int(self.config["producer.id.expiration.check.interval.ms"]) / 1000
-        expiration_ms = int(self.config["producer.id.expiration.ms"])
         while not self.stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), interval)
             if self.stopping:
                 return
+            expiration_ms = int(self.config["producer.id.expiration.ms"])  # dynamic
             n = self.replicas.expire_producers(self.clock.wall_ms(), expiration_ms)
             if n:
                 log.info("forgot %d idle producer id(s) (producer.id.expiration.ms)", n)

@@ -73,8 +73,11 @@ class TxnService:
         self._conns: dict[int, BrokerConnection] = {}
         self._create_failed_log = LogPacer(10.0)
         self.verifier = TxnVerifier(self)
-        self.verification_enabled = bool(
-            self.config["transaction.partition.verification.enable"])
+
+    @property
+    def verification_enabled(self) -> bool:
+        """``transaction.partition.verification.enable`` (a dynamic broker config)."""
+        return bool(self.config["transaction.partition.verification.enable"])
 
     # ------------------------------------------------------------------ placement
     def now_ms(self) -> int:

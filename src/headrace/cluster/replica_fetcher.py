@@ -92,6 +92,22 @@ class ReplicaFetcherManager:
         fetcher.add(tp, FetchState(leader, epoch))
         self.assigned[tp] = key
 
+    def resize(self, num_fetchers: int) -> None:
+        """``num.replica.fetchers`` changed (a dynamic broker config): every partition moves
+        to the fetcher its new key names (truncating again, which is always safe), and
+        fetchers left with no partition stop."""
+        if num_fetchers == self.num_fetchers or num_fetchers < 1:
+            return
+        self.num_fetchers = num_fetchers
+        for tp, key in list(self.assigned.items()):
+            state = self.fetchers[key].partitions.get(tp)
+            if state is not None:
+                self.add(tp, state.leader, state.epoch)
+        for key, f in list(self.fetchers.items()):
+            if not f.partitions:
+                f.stop()
+                del self.fetchers[key]
+
     def remove(self, tp: TopicPartition) -> None:
         key = self.assigned.pop(tp, None)
         if key is not None:

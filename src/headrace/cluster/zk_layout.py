@@ -468,6 +468,31 @@ def quota_path(entity_path: str) -> str:
     return f"/config/{entity_path}"
 
 
+# ---------------------------------------------------------------- entity configs (issue 27)
+# Dynamic broker configs: /config/brokers/<id> and /config/brokers/<default> (Kafka's
+# DynamicBrokerConfig), group configs: /config/groups/<group> (name sanitized), each
+# {"version":1,"config":{...}}, announced on /config/changes as "brokers/<id>",
+# "brokers/<default>", "groups/<group>".
+CONFIG_BROKERS = "/config/brokers"
+CONFIG_GROUPS = "/config/groups"
+ENTITY_CONFIG_PATHS = (CONFIG_BROKERS, CONFIG_GROUPS)
+DEFAULT_ENTITY = "<default>"
+
+
+def broker_entity(broker_id: int | None) -> str:
+    """The entity path of a broker's dynamic configs (None: the cluster-wide default)."""
+    return f"brokers/{DEFAULT_ENTITY if broker_id is None else broker_id}"
+
+
+def group_entity(group: str) -> str:
+    return f"groups/{sanitize(group)}"
+
+
+def is_entity_config(entity_path: str) -> bool:
+    kind, sep, name = entity_path.partition("/")
+    return kind in ("brokers", "groups") and bool(sep) and bool(name) and "/" not in name
+
+
 def encode_entity_change(entity_path: str) -> bytes:
     return _dump({"version": 2, "entity_path": entity_path})
 

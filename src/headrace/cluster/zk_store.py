@@ -193,6 +193,9 @@ class ZkMetadataStore:
         self._acls = acl.AclIndex()
         self._users: dict[str, UserCredentials] = {}
         self._quotas = QuotaTable()
+        # dynamic broker configs (this broker's and the default) and group configs by
+        # entity path (issue 27)
+        self._entity_configs: dict[str, dict[str, str]] = {}
         # the newest change notification read per list (sync worker / start only)
         self._seen_changes: dict[str, int] = {}
         # the sync worker
@@ -244,7 +247,8 @@ class ZkMetadataStore:
         except (KazooTimeoutError, KazooException, OSError) as e:
             raise MetadataError(f"cannot reach ZooKeeper at {self.hosts}: {e or 'timed out'}"
                                 ) from None
-        for path in L.PERSISTENT_PATHS + L.SECURITY_PATHS + L.QUOTA_PATHS:
+        for path in (L.PERSISTENT_PATHS + L.SECURITY_PATHS + L.QUOTA_PATHS
+                     + L.ENTITY_CONFIG_PATHS):
             client.ensure_path(path)
         client.add_listener(self._state_changed)
         self.client = client
@@ -554,6 +558,10 @@ class ZkMetadataStore:
                 log.warning("ignoring config change notification %s: %s", node, e)
         out: list[tuple[str, Any]] = []
         for path in sorted(paths):
+            if L.is_entity_config(path):
+                if self._wants_entity(path):
+                    out.append(("entity_config", (path, self._read_entity(path)[0])))
+                continue
             try:
                 entity = QuotaEntity.from_path(path)
             except QuotaError:
@@ -598,6 +606,35 @@ class ZkMetadataStore:
             values = self._read_quota(entity)[0]
             if values:
                 out.append((entity, values))
+        return out
+
+    def _wants_entity(self, path: str) -> bool:
+        """Entity configs this broker keeps: its own and the default broker configs, and
+        every group's."""
+        return path.startswith("groups/") or path in (
+            L.broker_entity(None), L.broker_entity(self.self_broker.node_id))
+
+    def _read_entity(self, path: str) -> tuple[dict[str, str], int]:
+        """(an entity's configs, znode version or -1)."""
+        assert self.client is not None
+        try:
+            data, stat = self.client.get(L.quota_path(path))
+        except NoNodeError:
+            return {}, -1
+        try:
+            return L.decode_config(path, data), stat.version
+        except L.LayoutError as e:
+            log.warning("ignoring dynamic config: %s", e)
+            return {}, stat.version
+
+    def _read_all_entities(self) -> dict[str, dict[str, str]]:
+        out = {}
+        paths = [L.broker_entity(None), L.broker_entity(self.self_broker.node_id)]
+        paths += [f"groups/{g}" for g in self._list(L.CONFIG_GROUPS)]
+        for path in paths:
+            configs = self._read_entity(path)[0]
+            if configs:
+                out[path] = configs
         return out
 
     def _read_acl(self, p: acl.ResourcePattern) -> AclEntries:
@@ -656,7 +693,8 @@ class ZkMetadataStore:
             creds = self._read_user(user)[0]
             if creds:
                 users[user] = creds
-        return {"acls": acls, "users": users, "quotas": self._read_all_quotas()}
+        return {"acls": acls, "users": users, "quotas": self._read_all_quotas(),
+                "entity_configs": self._read_all_entities()}
 
     def _read_brokers(self) -> tuple[dict[int, BrokerInfo], dict[int, int]]:
         """The registered brokers and their broker epochs (each registration's czxid)."""
@@ -753,6 +791,12 @@ class ZkMetadataStore:
         for entity, values in security["quotas"]:
             quotas.set(entity, values)
         self._quotas = quotas
+        before_entities, self._entity_configs = self._entity_configs, dict(
+            security["entity_configs"])
+        if how != "start":
+            for path in sorted(set(before_entities) | set(self._entity_configs)):
+                if before_entities.get(path) != self._entity_configs.get(path):
+                    self._notify("entity_configs_changed", path)
         if how == "session":
             self._notify("session_restored")
             for name in set(before) | set(self._topics):
@@ -912,6 +956,11 @@ class ZkMetadataStore:
                 self.install_credentials(*value)
             elif kind == "quota":
                 self.install_client_quotas(*value)
+            elif kind == "entity_config":
+                path, configs = value
+                if configs != self._entity_configs.get(path, {}):
+                    self.install_entity_configs(path, configs)
+                    events.append(("entity_configs_changed", path))
             elif kind == "preferred":
                 try:
                     self._preferred = L.decode_preferred(value)
@@ -1523,6 +1572,32 @@ class ZkMetadataStore:
         self._announce(L.CONFIG_CHANGES, L.CONFIG_CHANGE_PREFIX,
                        L.encode_entity_change(entity.path))
         return new
+
+    def entity_configs(self, path: str) -> dict[str, str]:
+        return dict(self._entity_configs.get(path, {}))
+
+    def entity_config_paths(self, kind: str) -> list[str]:
+        return sorted(p for p in self._entity_configs if p.startswith(kind + "/"))
+
+    def install_entity_configs(self, path: str, configs: Mapping[str, str]) -> None:
+        """On the loop: one entity's configs as just written or read."""
+        if configs:
+            self._entity_configs[path] = dict(configs)
+        else:
+            self._entity_configs.pop(path, None)
+
+    def change_entity_configs(self, path: str, configs: Mapping[str, str]) -> None:
+        """Blocking (worker thread): ``/config/<path>`` rewritten, conditional on its version
+        (re-read on a conflict), then announced on ``/config/changes`` (every broker re-reads
+        it: the default broker configs apply everywhere)."""
+        new = {str(k): str(v) for k, v in configs.items()}
+        while True:
+            current, version = self._read_entity(path)
+            if current == new and version >= 0:
+                return
+            if self._write_config(L.quota_path(path), new, version):
+                break
+        self._announce(L.CONFIG_CHANGES, L.CONFIG_CHANGE_PREFIX, L.encode_entity_change(path))
 
     def _write_config(self, path: str, config: dict[str, str], version: int) -> bool:
         """``config`` written to the config znode ``path`` if it is still at ``version``

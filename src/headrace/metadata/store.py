@@ -22,6 +22,10 @@ ACLs and SCRAM credentials (issue 12): ``acls(resource_type, pattern_type, name,
 server keys, iterations; never a password); ``client_quotas(entity, quotas)`` (Kafka's
 entity path, ``users/alice/clients/app``, and a JSON object of the entity's quotas).
 
+Dynamic broker configs and group configs (issue 27): ``entity_configs(entity, configs)``,
+one row per entity by Kafka's ZooKeeper entity path (``brokers/<default>``, ``brokers/0``,
+``groups/<group>``) and its configs as a JSON object of strings.
+
 Migration: a data dir of an older headrace holds ``headrace-metadata.json`` (one JSON
 document, ``{"version": 1, "cluster_id", "next_producer_id", "topics": {name:
 {"topic_id", "configs", "partitions": [...]}}}``). On the first start it is imported in
@@ -210,6 +214,21 @@ class MetadataStore(Protocol):
     def install_client_quotas(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:
         ...
 
+    # dynamic broker configs and group configs (issue 27): by Kafka's entity path under
+    # /config ("brokers/<default>", "brokers/0", "groups/<group>"); the same pattern (reads
+    # from memory, blocking writes, the writer installs its result on the loop)
+    def entity_configs(self, path: str) -> dict[str, str]: ...
+
+    def entity_config_paths(self, kind: str) -> list[str]:
+        """Every stored entity path of a kind ("brokers", "groups")."""
+        ...
+
+    def change_entity_configs(self, path: str, configs: Mapping[str, str]) -> None:
+        """Replace an entity's configs (empty: remove them)."""
+        ...
+
+    def install_entity_configs(self, path: str, configs: Mapping[str, str]) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -246,6 +265,10 @@ _SCHEMA = (
     # ("users/alice/clients/app", "clients/<default>", "ips/10.0.0.1") and its quotas as a
     # JSON object {key: value}
     "CREATE TABLE IF NOT EXISTS client_quotas (entity TEXT PRIMARY KEY, quotas TEXT NOT NULL)"
+    " WITHOUT ROWID",
+    # issue 27: dynamic broker configs and group configs by entity path ("brokers/<default>",
+    # "brokers/0", "groups/g"): a JSON object {name: value}
+    "CREATE TABLE IF NOT EXISTS entity_configs (entity TEXT PRIMARY KEY, configs TEXT NOT NULL)"
     " WITHOUT ROWID",
 )
 _INSERT_PARTITION = (
@@ -301,6 +324,7 @@ class LocalMetadataStore:
         self._acls = acl.AclIndex()
         self._users: dict[str, UserCredentials] = {}
         self._quotas = QuotaTable()
+        self._entity_configs: dict[str, dict[str, str]] = {}
         self._db = self._open(cluster_id)
 
     # ---------------------------------------------------------------- opening
@@ -399,11 +423,15 @@ class LocalMetadataStore:
                 entity = QuotaEntity.from_path(path)
                 quotas.set(entity, stored_quotas(entity, {
                     str(k): str(v) for k, v in dict(json.loads(text)).items()}))
+            entity_configs = {
+                str(path): {str(k): str(v) for k, v in dict(json.loads(text)).items()}
+                for path, text in db.execute("SELECT entity, configs FROM entity_configs")}
         except (ValueError, KeyError, TypeError, QuotaError) as e:
             raise MetadataError(f"cannot read cluster metadata {self._db_path}: {e}") from e
         self._acls = acls
         self._users = users
         self._quotas = quotas
+        self._entity_configs = entity_configs
         self._topics = topics
         self._by_id = {t.topic_id: t for t in topics.values()}
 
@@ -597,6 +625,32 @@ class LocalMetadataStore:
     def install_client_quotas(self, entity: QuotaEntity, values: Mapping[str, float]) -> None:
         if values != self._quotas.get(entity):
             self._quotas.set(entity, values)
+
+
+    # ---------------------------------------------------------------- entity configs
+    def entity_configs(self, path: str) -> dict[str, str]:
+        return dict(self._entity_configs.get(path, {}))
+
+    def entity_config_paths(self, kind: str) -> list[str]:
+        return sorted(p for p in self._entity_configs if p.startswith(kind + "/"))
+
+    def change_entity_configs(self, path: str, configs: Mapping[str, str]) -> None:
+        new = {str(k): str(v) for k, v in configs.items()}
+        if new:
+            text = json.dumps(new, sort_keys=True)
+            self._write(lambda db: db.execute(
+                "INSERT OR REPLACE INTO entity_configs (entity, configs) VALUES (?, ?)",
+                (path, text)))
+        else:
+            self._write(lambda db: db.execute(
+                "DELETE FROM entity_configs WHERE entity = ?", (path,)))
+        self.install_entity_configs(path, new)
+
+    def install_entity_configs(self, path: str, configs: Mapping[str, str]) -> None:
+        if configs:
+            self._entity_configs[path] = dict(configs)
+        else:
+            self._entity_configs.pop(path, None)
 
 
 def _encode_acls(entries: AclEntries) -> str:

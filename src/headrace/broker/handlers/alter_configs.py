@@ -8,8 +8,9 @@ INVALID_REQUEST ("Error due to duplicate config keys"); a null value is INVALID_
 INVALID_CONFIG. Otherwise the given configs become the topic's overrides and every
 override not given is removed (back to its default): that is the difference from
 IncrementalAlterConfigs, whose resource checks and storing this module shares. The whole
-resource is validated before anything is stored; ``validate_only`` stores nothing. Broker
-configs are static here: altering them is refused. Overrides leaving an internal topic's
+resource is validated before anything is stored; ``validate_only`` stores nothing. BROKER
+and GROUP resources (dynamic broker configs, group configs) are ``dynamic_resources``'.
+Overrides leaving an internal topic's
 ``cleanup.policy`` other than ``compact`` are INVALID_CONFIG (``check_internal_configs``;
 Kafka accepts them).
 """
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from headrace.broker.handlers import dynamic_resources
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.handlers.incremental_alter_configs import (
     check_known,
@@ -65,6 +67,10 @@ async def handle_alter_configs(broker: Broker, ctx: RequestContext, req: Any) ->
                 preprocess(r.configs)
             except TopicError as e:
                 entry["error_code"], entry["error_message"] = e.error_code, e.message
+                continue
+            if dynamic_resources.handles(r.resource_type):
+                entry["error_code"], entry["error_message"] = await dynamic_resources.alter(
+                    broker, ctx, r, bool(req.validate_only), incremental=False)
                 continue
         topic = resource_error(broker, r, duplicates, ctx)
         if not isinstance(topic, TopicState):

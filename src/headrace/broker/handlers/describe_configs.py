@@ -1,4 +1,6 @@
-"""DescribeConfigs (32): topic configs (overrides and defaults) and broker configs."""
+"""DescribeConfigs (32): topic configs (overrides and defaults), broker configs (with their
+dynamic layers: DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, issue 27) and group
+configs (GROUP_CONFIG, Kafka 4.x)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,16 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.handlers.dynamic_resources import broker_id_error
 from headrace.broker.security import DESCRIBE_CONFIGS
+from headrace.broker.security import GROUP as ACL_GROUP
 from headrace.broker.security import TOPIC as ACL_TOPIC
 from headrace.config import (
     BROKER_ALIASES,
     BROKER_CONFIGS,
+    DYNAMIC_BROKER_CONFIGS,
+    DYNAMIC_NO_EFFECT_CONFIGS,
+    GROUP_CONFIGS,
     LISTENER_CONFIGS,
     LONG_MAX,
     NO_EFFECT_CONFIGS,
@@ -26,8 +33,10 @@ if TYPE_CHECKING:
     from headrace.broker.server import Broker
 
 TOPIC, BROKER = 2, 4
+GROUP = 32
 # Kafka's ConfigSource
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, GROUP_CONFIG = 2, 3, 8
 # Kafka's ConfigType
 CONFIG_TYPE = {"bool": 1, "string": 2, "int": 3, "long": 5, "list": 7}
 UNKNOWN_TYPE, INT_TYPE, STRING_TYPE = 0, 3, 2
@@ -124,8 +133,9 @@ def _effective_values(broker: Broker) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for name, d in {**BROKER_CONFIGS, **LISTENER_CONFIGS}.items():
         out[name] = d.to_string(config[name])
+    dynamic = {**config.dynamic_default, **config.dynamic_broker}
     for name in _KAFKA_DEFAULTS:
-        out[name] = given.get(name, _kafka_default(name))
+        out[name] = dynamic.get(name, given.get(name, _kafka_default(name)))
     out["log.dirs"] = str(config["log.dirs"]) if "log.dirs" in given else None
     for name in _KAFKA_ONLY:
         out[name] = given.get(name, _kafka_default(name))
@@ -144,6 +154,9 @@ def _effective_values(broker: Broker) -> dict[str, str | None]:
     for name in given:
         if name not in out and (name in NO_EFFECT_CONFIGS or name.startswith(NO_EFFECT_PREFIXES)):
             out[name] = given[name]
+    for name, value in dynamic.items():  # dynamic ones with no effect here
+        if name in DYNAMIC_NO_EFFECT_CONFIGS:
+            out[name] = value
     return out
 
 
@@ -151,15 +164,73 @@ def _host(host: str) -> str:
     return f"[{host}]" if ":" in host else ("" if host == "0.0.0.0" else host)
 
 
-def _broker_synonyms(name: str, given: dict[str, str]) -> list[dict[str, Any]]:
+def _broker_synonyms(name: str, given: dict[str, str],
+                     config: BrokerConfig | None = None) -> list[dict[str, Any]]:
+    """Kafka's ``ConfigHelper.configSynonyms``: each synonym name set dynamically for this
+    broker, then dynamically as the default, then in the file, then Kafka's default."""
     names = _SYNONYMS.get(name, (name,))
-    found = [{"name": n, "value": given[n], "source": STATIC_BROKER_CONFIG}
-             for n in names if n in given]
+    found: list[dict[str, Any]] = []
+    if config is not None:
+        found += [{"name": n, "value": config.dynamic_broker[n],
+                   "source": DYNAMIC_BROKER_CONFIG}
+                  for n in names if n in config.dynamic_broker]
+        found += [{"name": n, "value": config.dynamic_default[n],
+                   "source": DYNAMIC_DEFAULT_BROKER_CONFIG}
+                  for n in names if n in config.dynamic_default]
+    found += [{"name": n, "value": given[n], "source": STATIC_BROKER_CONFIG}
+              for n in names if n in given]
     found += [{"name": n, "value": default, "source": DEFAULT_CONFIG}
               for n in names if (default := _kafka_default(n)) is not None]
     while found and found[0]["name"] != name:
         found.pop(0)
     return found
+
+
+def _config_type(name: str) -> tuple[int, str]:
+    d = BROKER_CONFIGS.get(name) or LISTENER_CONFIGS.get(name)
+    if d is not None:
+        return CONFIG_TYPE[d.kind], d.doc
+    if name in _KAFKA_ONLY:
+        return _KAFKA_ONLY[name][1], "Kafka's name; see its headrace config."
+    return UNKNOWN_TYPE, "Accepted from server.properties; no effect here."
+
+
+def default_broker_config_entries(broker: Broker, keys: tuple[str, ...] | None,
+                                  synonyms: bool = False) -> list[dict[str, Any]]:
+    """The cluster-wide dynamic defaults (the empty resource name): only those set, each
+    DYNAMIC_DEFAULT_BROKER_CONFIG (Kafka's ``perBrokerConfig = false``)."""
+    out = []
+    for name, value in sorted(broker.config.dynamic_default.items()):
+        if keys and name not in keys:
+            continue
+        config_type, doc = _config_type(name)
+        syn = [{"name": name, "value": value, "source": DYNAMIC_DEFAULT_BROKER_CONFIG}]
+        out.append({"name": name, "value": value,
+                    "read_only": name not in DYNAMIC_BROKER_CONFIGS,
+                    "config_source": DYNAMIC_DEFAULT_BROKER_CONFIG, "is_sensitive": False,
+                    "synonyms": syn if synonyms else [], "config_type": config_type,
+                    "documentation": doc})
+    return out
+
+
+def group_config_entries(broker: Broker, group: str, keys: tuple[str, ...] | None,
+                         synonyms: bool = False) -> list[dict[str, Any]]:
+    """Kafka's ``ConfigHelper.createGroupConfigEntry``: every group config, GROUP_CONFIG if
+    the group sets it, else DEFAULT_CONFIG with the broker's value; never read-only."""
+    overrides = broker.dynamic.group_overrides(group)
+    values = broker.dynamic.group_values(group)
+    out = []
+    for name, d in GROUP_CONFIGS.items():
+        if keys and name not in keys:
+            continue
+        source = GROUP_CONFIG if name in overrides else DEFAULT_CONFIG
+        value = d.to_string(values[name])
+        out.append({"name": name, "value": value, "read_only": False,
+                    "config_source": source, "is_sensitive": False,
+                    "synonyms": [{"name": name, "value": value, "source": source}]
+                    if synonyms else [],
+                    "config_type": CONFIG_TYPE[d.kind], "documentation": d.doc})
+    return out
 
 
 def broker_config_entries(broker: Broker, keys: tuple[str, ...] | None,
@@ -169,20 +240,15 @@ def broker_config_entries(broker: Broker, keys: tuple[str, ...] | None,
     for name, value in _effective_values(broker).items():
         if keys is not None and name not in keys:
             continue
-        d = BROKER_CONFIGS.get(name) or LISTENER_CONFIGS.get(name)
-        syn = _broker_synonyms(name, given)
+        syn = _broker_synonyms(name, given, broker.config)
         if name in ("listeners", "advertised.listeners") and given.keys() & {
                 "host", "port", "advertised.host", "advertised.port"}:
             source = STATIC_BROKER_CONFIG  # rendered from what was given
         else:
             source = syn[0]["source"] if syn else DEFAULT_CONFIG
-        if d is not None:
-            config_type, doc = CONFIG_TYPE[d.kind], d.doc
-        elif name in _KAFKA_ONLY:
-            config_type, doc = _KAFKA_ONLY[name][1], "Kafka's name; see its headrace config."
-        else:
-            config_type, doc = UNKNOWN_TYPE, "Accepted from server.properties; no effect here."
-        out.append({"name": name, "value": value, "read_only": True,
+        config_type, doc = _config_type(name)
+        out.append({"name": name, "value": value,
+                    "read_only": name not in DYNAMIC_BROKER_CONFIGS,
                     "config_source": source, "is_sensitive": False,
                     "synonyms": syn if synonyms else [], "config_type": config_type,
                     "documentation": doc})
@@ -204,7 +270,11 @@ async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any)
                 ctx, DESCRIBE_CONFIGS, ACL_TOPIC, str(r.resource_name)):
             entry["error_code"] = ErrorCode.topic_authorization_failed
             continue
-        if r.resource_type != TOPIC and not broker.security.cluster_allowed(
+        if r.resource_type == GROUP and not broker.security.allowed(
+                ctx, DESCRIBE_CONFIGS, ACL_GROUP, str(r.resource_name)):
+            entry["error_code"] = ErrorCode.group_authorization_failed
+            continue
+        if r.resource_type not in (TOPIC, GROUP) and not broker.security.cluster_allowed(
                 ctx, DESCRIBE_CONFIGS):
             entry["error_code"] = ErrorCode.cluster_authorization_failed
             continue
@@ -215,15 +285,25 @@ async def handle_describe_configs(broker: Broker, ctx: RequestContext, req: Any)
                 continue
             entry["configs"] = topic_config_entries(broker, r.resource_name, keys, synonyms)
         elif r.resource_type == BROKER:
-            if r.resource_name not in ("", str(broker.node_id)):
+            bad = broker_id_error(broker, str(r.resource_name))
+            if bad is not None:
                 entry["error_code"] = ErrorCode.invalid_request
-                entry["error_message"] = (f"Unexpected broker id, expected {broker.node_id} "
-                                          f"or empty string, but received {r.resource_name}")
+                entry["error_message"] = (
+                    f"Unexpected broker id, expected {broker.node_id} or empty string, but "
+                    f"received {r.resource_name}" if bad.startswith("Unexpected") else bad)
                 continue
-            # "" is the cluster-wide dynamic defaults: none can be set here (as in Kafka,
-            # an empty list); a broker id lists every config of that broker
+            # "" is the cluster-wide dynamic defaults (only those set); a broker id lists
+            # every config of that broker
             if r.resource_name:
                 entry["configs"] = broker_config_entries(broker, keys, synonyms)
+            else:
+                entry["configs"] = default_broker_config_entries(broker, keys, synonyms)
+        elif r.resource_type == GROUP:
+            if not r.resource_name:
+                entry["error_code"] = ErrorCode.invalid_request
+                entry["error_message"] = "Group name must not be empty"
+                continue
+            entry["configs"] = group_config_entries(broker, r.resource_name, keys, synonyms)
         else:
             entry["error_code"] = ErrorCode.invalid_request
             entry["error_message"] = f"Unsupported resource type {r.resource_type}"

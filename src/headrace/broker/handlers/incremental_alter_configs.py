@@ -1,7 +1,8 @@
 """IncrementalAlterConfigs (44): SET / DELETE / APPEND / SUBTRACT topic config overrides.
 
 The whole resource is validated before anything is stored; ``validate_only`` stores nothing.
-Broker configs are static here (set in the config file or flags): altering them is refused.
+BROKER and GROUP resources (dynamic broker configs, group configs: issue 27) are
+``dynamic_resources``'.
 A resource named twice in one request is INVALID_REQUEST for both (Kafka's
 ``ConfigAdminManager.preprocess``). A change leaving an internal topic's ``cleanup.policy``
 other than ``compact`` is INVALID_CONFIG (``check_internal_configs``; Kafka accepts it).
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from headrace.broker.handlers import dynamic_resources
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.handlers.describe_configs import BROKER, TOPIC
 from headrace.broker.security import ALTER_CONFIGS
@@ -118,6 +120,11 @@ async def handle_incremental_alter_configs(broker: Broker, ctx: RequestContext, 
                                  "resource_type": r.resource_type,
                                  "resource_name": r.resource_name}
         responses.append(entry)
+        if dynamic_resources.handles(r.resource_type) and (
+                int(r.resource_type), r.resource_name) not in duplicates:
+            entry["error_code"], entry["error_message"] = await dynamic_resources.alter(
+                broker, ctx, r, bool(req.validate_only), incremental=True)
+            continue
         topic = resource_error(broker, r, duplicates, ctx)
         if not isinstance(topic, TopicState):
             entry["error_code"], entry["error_message"] = topic
