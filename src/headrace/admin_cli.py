@@ -344,7 +344,8 @@ def alter_config(bootstrap: str, topic: str, sets: tuple[str, ...],
 
 
 def _alter_configs(bootstrap: str, topic: str | None, broker: int | None,
-                   sets: tuple[str, ...], deletes: tuple[str, ...]) -> None:
+                   sets: tuple[str, ...], deletes: tuple[str, ...],
+                   group: str | None = None) -> None:
     """IncrementalAlterConfigs on a topic or a broker: SET and DELETE entries."""
     from confluent_kafka.admin import (  # type: ignore[attr-defined]
         AlterConfigOpType,
@@ -357,7 +358,7 @@ def _alter_configs(bootstrap: str, topic: str | None, broker: int | None,
                for k, v in _pairs(sets, "--set").items()]
     entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
                 for k in deletes]
-    res = _config_resource(topic, broker, incremental_configs=entries)
+    res = _config_resource(topic, broker, group, incremental_configs=entries)
     admin = _admin(bootstrap)
     _result(admin.incremental_alter_configs([res])[res])
 
@@ -1087,14 +1088,46 @@ def cluster_info(bootstrap: str, fmt: str) -> None:
 # ---------------------------------------------------------------------- configs
 
 
-def _config_resource(topic: str | None, broker: int | None, **kwargs: Any) -> Any:
-    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
+def _config_resource(topic: str | None, broker: int | None, group: str | None = None,
+                     **kwargs: Any) -> Any:
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        ConfigResource,
+        ResourceType,
+    )
 
-    if (topic is None) == (broker is None):
-        raise click.UsageError("give either --topic NAME or --broker ID")
+    if sum(x is not None for x in (topic, broker, group)) != 1:
+        raise click.UsageError("give one of --topic NAME, --broker ID, --broker-defaults, "
+                               "--group GROUP")
     if topic is not None:
         return ConfigResource(ConfigResource.Type.TOPIC, topic, **kwargs)
+    if group is not None:
+        return ConfigResource(ResourceType.GROUP, group, **kwargs)
     return ConfigResource(ConfigResource.Type.BROKER, str(broker), **kwargs)
+
+
+def _broker_defaults(bootstrap: str, sets: dict[str, str] | None = None,
+                     deletes: tuple[str, ...] = ()) -> list[Any]:
+    """The cluster-wide default broker configs (kafka-configs.sh --entity-default): the
+    empty resource name, which confluent-kafka cannot send, over headrace's wire client.
+    With ``sets``/``deletes``: IncrementalAlterConfigs; then DescribeConfigs' entries."""
+    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    if sets is not None:
+        ops = [{"name": k, "config_operation": 0, "value": v} for k, v in sets.items()]
+        ops += [{"name": k, "config_operation": 1, "value": None} for k in deletes]
+        resp = _broker_request(host, int(port), 44, 1, {"resources": [{
+            "resource_type": 4, "resource_name": "", "configs": ops}],
+            "validate_only": False})
+        (r,) = resp.responses
+        if r.error_code:
+            _fail(r.error_message or f"refused (error {int(r.error_code)})")
+        return []
+    resp = _broker_request(host, int(port), 32, 4, {"resources": [{
+        "resource_type": 4, "resource_name": "", "configuration_keys": None}],
+        "include_synonyms": False, "include_documentation": False})
+    (r,) = resp.results
+    if r.error_code:
+        _fail(r.error_message or f"refused (error {int(r.error_code)})")
+    return list(r.configs)
 
 
 def _source_name(source: Any) -> str:
@@ -1107,14 +1140,24 @@ def _source_name(source: Any) -> str:
 
 
 def _entity_options(fn: Any) -> Any:
+    fn = click.option("--group", default=None,
+                      help="A group's configs (Kafka 4.x group configs).")(fn)
+    fn = click.option("--broker-defaults", is_flag=True,
+                      help="The cluster-wide default broker configs (kafka-configs.sh "
+                           "--entity-default).")(fn)
     fn = click.option("--broker", type=click.IntRange(min=0), default=None,
                       help="A broker's configs, by its id.")(fn)
     return click.option("--topic", default=None, help="A topic's configs.")(fn)
 
 
+def _what(topic: str | None, broker: int | None, group: str | None) -> str:
+    return (f"topic {topic}" if topic is not None else f"group {group}" if group is not None
+            else f"broker {broker}" if broker is not None else "the default broker configs")
+
+
 @click.group()
 def configs() -> None:
-    """Describe and alter topic and broker configs (kafka-configs.sh)."""
+    """Describe and alter topic, broker and group configs (kafka-configs.sh)."""
 
 
 @configs.command("describe")
@@ -1123,23 +1166,34 @@ def configs() -> None:
 @click.option("--all", "show_all", is_flag=True,
               help="Every config, defaults too (default: only those set).")
 @format_option
-def configs_describe(bootstrap: str, topic: str | None, broker: int | None, show_all: bool,
+def configs_describe(bootstrap: str, topic: str | None, broker: int | None,
+                     broker_defaults: bool, group: str | None, show_all: bool,
                      fmt: str) -> None:
-    """A topic's or a broker's configs: name, value and where the value comes from."""
-    res = _config_resource(topic, broker)
-    admin = _admin(bootstrap)
-    entries = sorted(_result(admin.describe_configs([res])[res]).values(),
-                     key=lambda e: e.name)
-    if not show_all:
-        entries = [e for e in entries if not e.is_default]
-    rows = [{"name": e.name, "value": None if e.is_sensitive else e.value,
-             "source": _source_name(e.source),
-             "read_only": bool(e.is_read_only), "sensitive": bool(e.is_sensitive)}
-            for e in entries]
+    """A topic's, a broker's or a group's configs, or the cluster-wide default broker
+    configs: name, value and where the value comes from."""
+    if broker_defaults:
+        if topic is not None or broker is not None or group is not None:
+            raise click.UsageError("give one of --topic NAME, --broker ID, "
+                                   "--broker-defaults, --group GROUP")
+        rows = [{"name": e.name, "value": e.value, "source": _source_name(
+                    int(e.config_source)), "read_only": bool(e.read_only),
+                 "sensitive": bool(e.is_sensitive)}
+                for e in sorted(_broker_defaults(bootstrap), key=lambda e: e.name)]
+    else:
+        res = _config_resource(topic, broker, group)
+        admin = _admin(bootstrap)
+        entries = sorted(_result(admin.describe_configs([res])[res]).values(),
+                         key=lambda e: e.name)
+        if not show_all:
+            entries = [e for e in entries if not e.is_default]
+        rows = [{"name": e.name, "value": None if e.is_sensitive else e.value,
+                 "source": _source_name(e.source),
+                 "read_only": bool(e.is_read_only), "sensitive": bool(e.is_sensitive)}
+                for e in entries]
     if fmt == "json":
         emit_json(rows)
         return
-    what = f"topic {topic}" if topic is not None else f"broker {broker}"
+    what = _what(topic, broker, group)
     if not rows:
         click.echo(f"No configs set on {what} (--all shows the defaults).")
         return
@@ -1156,8 +1210,17 @@ def configs_describe(bootstrap: str, topic: str | None, broker: int | None, show
 @click.option("--delete", "deletes", multiple=True, metavar="KEY",
               help="Remove a config: back to its default (repeatable).")
 def configs_alter(bootstrap: str, topic: str | None, broker: int | None,
+                  broker_defaults: bool, group: str | None,
                   sets: tuple[str, ...], deletes: tuple[str, ...]) -> None:
-    """Set or remove a topic's or a broker's dynamic configs (IncrementalAlterConfigs)."""
-    _alter_configs(bootstrap, topic, broker, sets, deletes)
-    what = f"topic {topic}" if topic is not None else f"broker {broker}"
-    click.echo(f"Altered configs of {what}.")
+    """Set or remove a topic's, a broker's or a group's configs, or the cluster-wide
+    default broker configs (IncrementalAlterConfigs: brokers apply them at once)."""
+    if broker_defaults:
+        if topic is not None or broker is not None or group is not None:
+            raise click.UsageError("give one of --topic NAME, --broker ID, "
+                                   "--broker-defaults, --group GROUP")
+        if not sets and not deletes:
+            raise click.UsageError("give --set KEY=VALUE and/or --delete KEY")
+        _broker_defaults(bootstrap, _pairs(sets, "--set"), deletes)
+    else:
+        _alter_configs(bootstrap, topic, broker, sets, deletes, group)
+    click.echo(f"Altered configs of {_what(topic, broker, group)}.")

@@ -210,6 +210,40 @@ def test_cluster_info_and_configs(broker: InProcessBroker) -> None:
     assert "log.dirs" in names
 
 
+def test_configs_of_brokers_defaults_and_groups(tmp_path: Path) -> None:
+    """Issue 27: ``configs alter|describe`` on a broker id, the cluster-wide defaults
+    (kafka-configs.sh --entity-default) and a group; a read-only config is refused in one
+    line with Kafka's text (exit 1). A broker of its own: the changes are dynamic."""
+    with InProcessBroker(tmp_path / "data", {"num.partitions": "1"}) as b:
+        bs = ["-b", b.bootstrap]
+        ok("configs", "alter", "--broker", "0", "--set", "log.retention.ms=3600000", *bs)
+        ok("configs", "alter", "--broker-defaults", "--set", "message.max.bytes=5000", *bs)
+        doc = json.loads(ok("configs", "describe", "--broker", "0", "--format", "json",
+                            *bs).stdout)
+        assert {"name": "log.retention.ms", "value": "3600000",
+                "source": "DYNAMIC_BROKER_CONFIG", "read_only": False,
+                "sensitive": False} in doc
+        assert {"name": "message.max.bytes", "value": "5000",
+                "source": "DYNAMIC_DEFAULT_BROKER_CONFIG", "read_only": False,
+                "sensitive": False} in doc
+        out = ok("configs", "describe", "--broker-defaults", *bs).stdout
+        assert re.search(r"^message\.max\.bytes\s+5000\s+DYNAMIC_DEFAULT_BROKER_CONFIG$",
+                         out, re.M), out
+        r = run("configs", "alter", "--broker", "0", "--set", "log.dirs=/x", *bs)
+        assert r.exit_code == 1 and r.stderr.strip().splitlines() == [
+            "headrace: Invalid config value for resource ConfigResource(type=BROKER, "
+            "name='0'): Cannot update these configs dynamically: Set(log.dirs)"], r.stderr
+        ok("configs", "alter", "--group", "g1", "--set", "consumer.session.timeout.ms=50000",
+           *bs)
+        doc = json.loads(ok("configs", "describe", "--group", "g1", "--format", "json",
+                            *bs).stdout)
+        assert doc == [{"name": "consumer.session.timeout.ms", "value": "50000",
+                        "source": "GROUP_CONFIG", "read_only": False, "sensitive": False}]
+        ok("configs", "alter", "--broker-defaults", "--delete", "message.max.bytes", *bs)
+        assert "No configs set on the default broker configs" in ok(
+            "configs", "describe", "--broker-defaults", *bs).stdout
+
+
 def test_listing_commands_speak_json(broker: InProcessBroker) -> None:
     for argv in (("topics", "list"), ("topics", "describe"), ("topics", "reassignments"),
                  ("groups", "list"), ("transactions", "list"), ("acls", "list"),
