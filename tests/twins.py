@@ -83,6 +83,12 @@ TWINS: dict[str, tuple[str, ...]] = {
     "tests/cluster/test_admin_cluster.py::test_internal_topics_refuse_damaging_changes_on_a_cluster": (
         INT + "test_internal_topics.py::test_internal_topics_refuse_damaging_changes_and_keep_commits",
         INT + "test_internal_topics.py::test_client_cannot_create_an_internal_topic_without_compaction"),
+    # issue 27: dynamic default broker configs and group configs reach every broker
+    # (/config/brokers/<default>, /config/groups/<group>, announced on /config/changes)
+    "tests/cluster/test_admin_cluster.py::test_dynamic_default_broker_configs_reach_every_broker": (
+        U + "test_zk_store_rules.py::test_entity_configs_are_announced_and_applied_by_the_brokers_they_concern",
+        INT + "test_dynamic_configs.py::test_message_max_bytes_changes_at_runtime_and_survives_a_restart",
+        INT + "test_dynamic_configs.py::test_describe_reports_sources_synonyms_and_read_only"),
     # a replica checks the request's leader epoch (FENCED / UNKNOWN_LEADER_EPOCH) first
     "tests/cluster/test_admin_cluster.py::test_a_follower_checks_the_leader_epoch_before_leadership": (
         INT + "test_inproc_epochs.py::test_the_epoch_rule",

@@ -292,3 +292,68 @@ def test_internal_topics_refuse_damaging_changes_on_a_cluster(healthy: Cluster) 
         assert tp.offset == 42
     finally:
         c.close()
+
+
+def _broker_configs(cluster: Cluster, broker_id: int, name: str, keys: list[str]
+                    ) -> dict[str, tuple[str | None, int]]:
+    """DescribeConfigs of a BROKER resource asked of ``broker_id``: name -> (value, source)."""
+    with _wire(cluster, broker_id) as wc:
+        resp = wc.request(32, 4, {"resources": [{
+            "resource_type": 4, "resource_name": name, "configuration_keys": keys}],
+            "include_synonyms": False, "include_documentation": False})
+    return {e.name: (e.value, int(e.config_source)) for e in resp.results[0].configs}
+
+
+def _alter(cluster: Cluster, broker_id: int, rtype: int, name: str,
+           configs: dict[str, str | None]) -> tuple[int, str | None]:
+    with _wire(cluster, broker_id) as wc:
+        resp = wc.request(44, 1, {"resources": [{
+            "resource_type": rtype, "resource_name": name, "configs": [
+                {"name": k, "config_operation": 1 if v is None else 0, "value": v}
+                for k, v in configs.items()]}], "validate_only": False})
+    (r,) = resp.responses
+    return int(r.error_code), r.error_message
+
+
+def test_dynamic_default_broker_configs_reach_every_broker(healthy: Cluster) -> None:
+    """Issue 27 item 4 on a cluster: the cluster-wide default set through one broker is in
+    ZooKeeper at /config/brokers/<default> in Kafka's JSON, announced on /config/changes,
+    and every broker applies it (DYNAMIC_DEFAULT_BROKER_CONFIG); a broker's own
+    (/config/brokers/1) only on that broker; group configs (/config/groups/<group>) are
+    seen by every broker (brokers 1-3)."""
+    import json
+
+    group = _topic("grp")
+    try:
+        assert _alter(healthy, 3, 4, "", {"message.max.bytes": "123456"}) == (0, None)
+        assert _alter(healthy, 1, 4, "1", {"log.retention.ms": "3600000"}) == (0, None)
+        assert _alter(healthy, 2, 32, group, {"consumer.session.timeout.ms": "50000"}) == (
+            0, None)
+        zk = healthy.zk()
+        data, _ = zk.get("/config/brokers/<default>")
+        assert json.loads(data) == {"version": 1, "config": {"message.max.bytes": "123456"}}
+        data, _ = zk.get(f"/config/groups/{group}")
+        assert json.loads(data)["config"] == {"consumer.session.timeout.ms": "50000"}
+        for b in (1, 2, 3):
+            wait_until(lambda b=b: _broker_configs(healthy, b, str(b), ["message.max.bytes"])
+                       == {"message.max.bytes": ("123456", 3)}, timeout_s=20)
+            retention = _broker_configs(healthy, b, str(b), ["log.retention.ms"])
+            assert retention["log.retention.ms"][1] == (2 if b == 1 else 5), (b, retention)
+            wait_until(lambda b=b: _group_value(healthy, b, group) == "50000", timeout_s=20)
+    finally:
+        _alter(healthy, 3, 4, "", {"message.max.bytes": None})
+        _alter(healthy, 1, 4, "1", {"log.retention.ms": None})
+        _alter(healthy, 2, 32, group, {"consumer.session.timeout.ms": None})
+    for b in (1, 2, 3):
+        wait_until(lambda b=b: _broker_configs(healthy, b, str(b), ["message.max.bytes"])[
+            "message.max.bytes"][1] in (4, 5), timeout_s=20)
+
+
+def _group_value(cluster: Cluster, broker_id: int, group: str) -> str | None:
+    with _wire(cluster, broker_id) as wc:
+        resp = wc.request(32, 4, {"resources": [{
+            "resource_type": 32, "resource_name": group,
+            "configuration_keys": ["consumer.session.timeout.ms"]}],
+            "include_synonyms": False, "include_documentation": False})
+    (e,) = resp.results[0].configs
+    return e.value

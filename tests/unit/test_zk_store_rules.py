@@ -273,3 +273,32 @@ def test_state_updates_go_in_batches_with_one_notification_and_a_refusal_alone(
         zk.nodes[n][0])}
     assert announced == {("t", p): 1 for p in range(250) if p != 120}
     s.close()
+
+
+def test_entity_configs_are_announced_and_applied_by_the_brokers_they_concern(
+        loop: asyncio.AbstractEventLoop) -> None:
+    """Issue 27 (fast twin of the cluster test): a dynamic default written by one broker is
+    Kafka's JSON at /config/brokers/<default>, announced on /config/changes; another broker
+    reads the notification and tells its listener; a broker's own configs
+    (/config/brokers/1) concern only that broker, group configs every broker."""
+    zk = FakeZooKeeper()
+    one, two = store(zk, 1, 11, loop), store(zk, 2, 12, loop)
+    one.client.create(L.CONFIG_CHANGES, b"", makepath=True)  # type: ignore[union-attr]
+    two._new_changes(L.CONFIG_CHANGES, "config_changes")  # what broker 2 has seen: none
+    one.change_entity_configs("brokers/<default>", {"message.max.bytes": "5000"})
+    one.change_entity_configs("brokers/1", {"log.retention.ms": "1000"})
+    one.change_entity_configs(L.group_entity("g 1"), {"consumer.session.timeout.ms": "50000"})
+    data, _ = one.client.get("/config/brokers/<default>")  # type: ignore[union-attr]
+    assert data == b'{"version":1,"config":{"message.max.bytes":"5000"}}'
+    updates = two._read_config_changes()
+    assert updates == [("entity_config", ("brokers/<default>", {"message.max.bytes": "5000"})),
+                       ("entity_config", ("groups/g%201",
+                                          {"consumer.session.timeout.ms": "50000"}))]
+    told: list[str] = []
+    two.add_listener(SimpleNamespace(entity_configs_changed=told.append))
+    two._apply(updates)
+    assert told == ["brokers/<default>", "groups/g%201"]
+    assert two.entity_configs("brokers/<default>") == {"message.max.bytes": "5000"}
+    assert two.entity_configs("brokers/1") == {}
+    two._apply(updates)  # the same again: nothing changed, nobody told
+    assert told == ["brokers/<default>", "groups/g%201"]
