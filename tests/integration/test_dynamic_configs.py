@@ -263,3 +263,34 @@ def test_group_configs_with_confluent_kafka(broker: InProcessBroker) -> None:
     assert (configs["consumer.session.timeout.ms"].value,
             configs["consumer.session.timeout.ms"].source) == (
         "45000", ConfigSource.DEFAULT_CONFIG.value)
+
+
+def test_a_consumer_group_takes_its_group_configs(broker: InProcessBroker) -> None:
+    """KIP-848: a new group is made with its consumer.session.timeout.ms and
+    consumer.heartbeat.interval.ms; a change reaches a group that exists at once."""
+    from confluent_kafka import Consumer
+
+    topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    create_topic(broker, topic)
+    alter(broker, group_resource(group, consumer_session_timeout_ms="55000",
+                                 consumer_heartbeat_interval_ms="6000"))
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                  "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([topic])
+
+        def timeouts() -> tuple[int, int] | None:
+            def read(br: Any) -> tuple[int, int] | None:
+                g = br.groups.coordinator.groups.get(group)
+                return None if g is None or not getattr(g, "members", None) else (
+                    g.session_timeout_ms, g.heartbeat_interval_ms)
+            c.poll(0.1)
+            got: tuple[int, int] | None = broker.call(read)
+            return got
+
+        wait_until(lambda: timeouts() is not None, timeout_s=20)
+        assert timeouts() == (55_000, 6000)
+        alter(broker, group_resource(group, consumer_heartbeat_interval_ms="7000"))
+        assert timeouts() == (55_000, 7000)
+    finally:
+        c.close()
