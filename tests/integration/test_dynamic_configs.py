@@ -294,3 +294,36 @@ def test_a_consumer_group_takes_its_group_configs(broker: InProcessBroker) -> No
         assert timeouts() == (55_000, 7000)
     finally:
         c.close()
+
+
+def test_hostile_alter_requests_get_answers_and_no_traceback(broker: InProcessBroker) -> None:
+    """Unknown operations, null values, duplicate names, odd names and values on BROKER and
+    GROUP resources: each resource answered with an error, nothing stored, nothing but
+    one-line logs."""
+    cases: list[tuple[int, str, list[dict[str, Any]]]] = [
+        (4, "0", [{"name": "message.max.bytes", "config_operation": 9, "value": "1"}]),
+        (4, "0", [{"name": "message.max.bytes", "config_operation": 0, "value": None}]),
+        (4, "", [{"name": "max.connections.per.ip.overrides", "config_operation": 0,
+                  "value": "host:notanumber"}]),
+        (4, "", [{"name": "log.cleanup.policy", "config_operation": 2, "value": "bogus"}]),
+        (4, "0", [{"name": "x" * 5000, "config_operation": 0, "value": "\x00"}]),
+        (4, "-1", []),
+        (32, "", [{"name": "consumer.session.timeout.ms", "config_operation": 0,
+                   "value": "50000"}]),
+        (32, "g", [{"name": "share.auto.offset.reset", "config_operation": 2, "value": "x"}]),
+        (32, "g\x00/..", [{"name": "consumer.session.timeout.ms", "config_operation": 0,
+                           "value": "9" * 40}]),
+        (32, "g", [{"name": "consumer.session.timeout.ms", "config_operation": 0,
+                    "value": "50000"}] * 2),
+    ]
+    with WireClient("127.0.0.1", broker.port) as c:
+        for rtype, name, configs in cases:
+            resp = c.request(44, 1, {"resources": [{
+                "resource_type": rtype, "resource_name": name, "configs": configs}],
+                "validate_only": False})
+            (r,) = resp.responses
+            assert r.error_code in (40, 42), (rtype, name, configs, r)
+    assert broker.call(lambda br: (br.config.dynamic_broker, br.config.dynamic_default)) == (
+        {}, {})
+    assert not [line for line in broker.stderr_lines
+                if "Traceback" in line or "level=ERROR" in line]

@@ -82,7 +82,13 @@ class DynamicConfigs:
                 own = dict(new)
             else:
                 default = dict(new)
-            self.broker.config.with_dynamic(default, own)
+            candidate = self.broker.config.with_dynamic(default, own)
+            from headrace.broker.memory_pool import parse_per_ip_overrides
+
+            try:
+                parse_per_ip_overrides(str(candidate["max.connections.per.ip.overrides"]))
+            except ValueError as e:
+                raise ConfigError("max.connections.per.ip.overrides", str(e)) from None
         except ConfigError as e:
             raise DynamicConfigError(
                 f"Invalid config value for resource {resource_text('BROKER', resource_name)}: "
