@@ -238,7 +238,8 @@ def test_alter_configs_applies_to_the_log(broker: BrokerProcess) -> None:
 
 def test_alter_configs_request_errors(broker: BrokerProcess) -> None:
     """Kafka's per-resource errors, on the wire (every version 0-2): duplicate resources,
-    duplicate keys, null values, broker resources, unknown and default topics."""
+    duplicate keys, null values, a broker's read-only config (issue 27: broker configs are
+    dynamic, log.dirs is not), unknown and default topics."""
     topic = new_topic(broker, "alter-err", configs={"retention.ms": "86400000"})
     missing = f"missing-{uuid.uuid4().hex[:8]}"
 
@@ -254,7 +255,7 @@ def test_alter_configs_request_errors(broker: BrokerProcess) -> None:
                 res(topic + "-x", [("retention.ms", None), ("segment.ms", None)]),
                 res(missing, [("retention.ms", "1000")]),
                 res("", [("retention.ms", "1000")]),
-                res("0", [("log.retention.ms", "1000")], BROKER),
+                res("0", [("log.dirs", "/elsewhere")], BROKER),
                 res(missing + "-dup", [("retention.ms", "1000")]),
                 res(missing + "-dup", [("retention.ms", "2000")]),
             ]})
@@ -265,7 +266,9 @@ def test_alter_configs_request_errors(broker: BrokerProcess) -> None:
                             "Null value not supported for : retention.ms, segment.ms")
         assert codes[2][:2] == (missing, ErrorCode.unknown_topic_or_partition)
         assert codes[3][:2] == ("", ErrorCode.invalid_request)
-        assert codes[4][:2] == ("0", ErrorCode.invalid_request)
+        assert codes[4] == ("0", ErrorCode.invalid_config, "Invalid config value for "
+                            "resource ConfigResource(type=BROKER, name='0'): Cannot update "
+                            "these configs dynamically: Set(log.dirs)")
         assert codes[5][1] == codes[6][1] == ErrorCode.invalid_request
         assert codes[5][2] == "Each resource must appear at most once."
         assert overrides(broker, topic) == {"retention.ms": "86400000"}
