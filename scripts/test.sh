@@ -4,7 +4,8 @@
 # extras, Java 17 for Spark, Debian's kcat, built on the old librdkafka 2.0.2 that real
 # users still have, Debian's ZooKeeper for the cluster tests and Debian's Burrow, a
 # sarama-based lag monitor, for the old-protocol tests; Debian's Chromium for the web
-# console's browser test; iptables for the cluster's network-partition tests).
+# console's browser test; iptables for the cluster's network-partition tests; without
+# --fast, the Quix Streams and Faust virtualenvs of scripts/suites.sh).
 #
 # --fast runs only the fast tier (tests not marked slow: the pure cores, wire and protocol
 # tests, fuzzers and property tests at a quarter of their budget, in-process and
@@ -45,6 +46,9 @@ if [ -n "$missing" ]; then
   fi
 fi
 bash scripts/setup.sh test,spark
+# the stream-processing libraries' venvs (slow tests only): Quix Streams and Faust pin
+# packages differently from .venv (scripts/suites.sh)
+[ "$fast" = 1 ] || bash scripts/suites.sh quix faust
 . scripts/spark-env.sh
 # cached bytecode (and pytest's rewritten test modules) halves collection, which every
 # xdist worker does again; __pycache__ is git-ignored

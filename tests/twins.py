@@ -225,6 +225,14 @@ TWINS: dict[str, tuple[str, ...]] = {
         REP + "test_read_committed.py::test_fetch_starting_inside_an_aborted_transaction_names_it",
         INT + "test_transactions.py::test_commit_and_abort_as_each_isolation_level_sees_them",
         SIM + "test_transactions_commit_abort_time_out_and_resume_after_coordinator_failover"),
+    # issue 27, R-PROD-2: the README's Quix Streams windowed count stays exactly once when
+    # a broker dies (a consume-transform-produce loop killed and fenced; aborted records
+    # invisible to read_committed)
+    "tests/cluster/test_quix_example.py": (
+        INT + "test_transactions.py::test_killed_consume_transform_produce_is_exactly_once",
+        INT + "test_transactions.py::test_a_second_producer_fences_the_first",
+        INT + "test_transactions.py::test_commit_and_abort_as_each_isolation_level_sees_them",
+        SIM + "test_transactions_commit_abort_time_out_and_resume_after_coordinator_failover"),
     # ================================================================ tests/fault/
     # R-LOG-4, R-LOG-6: a crash at any step of a compaction leaves a readable log with the
     # latest value per key; leftover .cleaned/.swap files are resolved
@@ -483,6 +491,11 @@ TWINS: dict[str, tuple[str, ...]] = {
         U + "test_webconsole_model.py::test_rates_from_counter_samples",
         U + "test_webconsole_model.py::test_samples_follow_topics_and_groups_and_stay_bounded",
         U + "test_webconsole_model.py::test_sampler_keeps_the_last_snapshot_and_dies_on_a_bug"),
+    # issue 27: Faust's own live-broker tests (produce and consume through aiokafka and
+    # confluent-kafka) pass against headrace
+    INT + "test_faust_suite.py": (
+        INT + "test_clients.py::test_round_trip_every_codec",
+        INT + "test_groups.py::test_three_members_share_six_partitions"),
     # issue 12: ACLs and SCRAM credentials in Kafka's znodes with change notifications
     INT + "test_zk_acl_store.py": (
         U + "test_acl_storage.py::test_zk_acl_json_is_kafkas",
