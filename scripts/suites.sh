@@ -10,6 +10,8 @@
 #
 # Idempotent: a venv whose stamp names the same pins is left as it is (a second run takes
 # well under a second). Needs only Python 3.11+ and the package index, as scripts/setup.sh.
+# Safe to run concurrently: each venv is built under a lock (.venv-NAME.lock), so a test
+# that asks for a venv while scripts/test.sh builds it in the background waits for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FAUST_SDIST=faust_streaming-0.15.3.tar.gz
@@ -27,7 +29,10 @@ for name in "$@"; do
   stamp="$venv/.headrace-pins"
   want="$pins"
   [ "$name" != faust ] || want="$pins $FAUST_SDIST_SHA256"
+  exec 9>"$venv.lock"
+  flock 9
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    exec 9>&-
     continue
   fi
   echo "suites: installing $pins into $venv (the first time takes a minute or two) ..." >&2
@@ -45,5 +50,6 @@ for name in "$@"; do
     tar -xzf "$venv/src/$FAUST_SDIST" -C "$venv/src"
   fi
   echo "$want" > "$stamp"
+  exec 9>&-
   echo "suites: $venv done in $((SECONDS - t0)) s" >&2
 done

@@ -47,8 +47,14 @@ if [ -n "$missing" ]; then
 fi
 bash scripts/setup.sh test,spark
 # the stream-processing libraries' venvs (slow tests only): Quix Streams and Faust pin
-# packages differently from .venv (scripts/suites.sh)
-[ "$fast" = 1 ] || bash scripts/suites.sh quix faust
+# packages differently from .venv (scripts/suites.sh). Built in the background while the
+# tests run (each a few minutes of pip on a fresh machine); the tests that use one ask
+# scripts/suites.sh for it, which waits for the build under its lock.
+suites=()
+if [ "$fast" = 0 ]; then
+  bash scripts/suites.sh quix & suites+=($!)
+  bash scripts/suites.sh faust & suites+=($!)
+fi
 . scripts/spark-env.sh
 # cached bytecode (and pytest's rewritten test modules) halves collection, which every
 # xdist worker does again; __pycache__ is git-ignored
@@ -74,6 +80,7 @@ echo "scripts/test.sh: pass 2 of 2, one test at a time: --tier $second" >&2
 "${pytest[@]}" --tier "$second" ${args[@]+"${args[@]}"}
 rc2=$?
 set -e
+for pid in ${suites[@]+"${suites[@]}"}; do wait "$pid" || true; done
 # 5 is "no test selected": fine for one pass (the arguments chose tests of the other)
 for rc in "$rc1" "$rc2"; do
   if [ "$rc" != 0 ] && [ "$rc" != 5 ]; then exit "$rc"; fi

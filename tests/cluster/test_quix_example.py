@@ -20,7 +20,8 @@ from tests.brokerproc import wait_until
 from tests.clusterproc import Cluster
 from tests.readme import ROOT, commands, readme_block
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("cluster")]
+# 900 s: the test waits for .venv-quix, which scripts/test.sh builds in the background
+pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("cluster")]
 
 VIEWS, COUNTS, GROUP = "page-views", "page-view-counts", "page-view-counter"
 PAGES = [f"page-{i}" for i in range(6)]
