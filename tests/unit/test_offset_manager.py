@@ -21,6 +21,7 @@ from headrace.reliable import (
 )
 
 TP = TopicPartition("events", 0)
+TP2 = TopicPartition("events", 1)
 
 
 # ------------------------------------------------------------------ the seed's picture
@@ -226,10 +227,38 @@ def test_max_uncommitted_offsets_pauses_until_commits_catch_up() -> None:
     for it in items:
         assert it is not None
         spout.ack(it, 3)
-    assert spout.tick(50) == []  # acked but not yet committed: still at the limit
-    assert spout.tick(100) == [Commit({TP: 3})]
+    # acked but not committed: still at the limit, so the commit is due at once (not at
+    # the period's end, 100)
+    assert spout.tick(50) == [Commit({TP: 3})]
     spout.committed({TP: 3})
-    assert spout.tick(101) == [Resume(TP)]
+    assert spout.tick(51) == [Resume(TP)]
+
+
+def test_a_partition_half_full_of_committable_offsets_commits_before_the_period() -> None:
+    """Issue 24: with the defaults (10,000 uncommitted, a commit every 5 s) a quick handler
+    reached the limit, paused and waited for the period: 1% of a plain consumer. A partition
+    holding half the limit commits at the next tick if a quarter of the limit would be
+    committed; below either threshold the period rules (no commit per acked record)."""
+    spout = ReliableSpout(SpoutConfig(max_uncommitted_offsets=8, offset_commit_period_ms=5_000),
+                          now_ms=0)
+    spout.assigned(TP, 0)
+    spout.assigned(TP2, 0)
+    items = [spout.on_record(TP, o, 0) for o in range(4)]
+    other = [spout.on_record(TP2, o, 0) for o in range(3)]
+    assert all(items) and all(other)
+    spout.ack(items[0], 1)  # type: ignore[arg-type]
+    assert spout.tick(2) == []  # half full, but one committable offset is not a quarter
+    spout.ack(other[0], 3)  # type: ignore[arg-type]
+    spout.ack(other[1], 3)  # type: ignore[arg-type]
+    assert spout.tick(4) == []  # TP2 could commit 2, but holds less than half the limit
+    spout.ack(items[1], 5)  # type: ignore[arg-type]
+    # TP holds 4 of 8 and 2 are committable: everything committable goes now
+    assert spout.tick(6) == [Commit({TP: 2, TP2: 2})]
+    spout.committed({TP: 2, TP2: 2})
+    assert spout.tick(7) == []  # and the period restarted
+    spout.ack(items[2], 8)  # type: ignore[arg-type]
+    assert spout.tick(4_999) == []
+    assert spout.tick(5_006) == [Commit({TP: 3})]
 
 
 def test_a_due_retry_resumes_a_paused_partition() -> None:
