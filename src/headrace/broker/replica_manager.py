@@ -743,17 +743,29 @@ def _write_epochs(items: list[tuple[PartitionLog, int, bytes]]) -> None:
         plog.write_epochs(version, content)  # skipped if closed or newer on disk
 
 
+# (topic, config, value) of the deprecated topic configs already warned about: once each
+_WARNED_DEPRECATED: set[tuple[str, str, str]] = set()
+
+
 def topic_overrides(topic: TopicState) -> dict[str, object]:
     """The topic's overrides its logs run with. An internal topic's logs are always
     compacted only: a stored ``cleanup.policy`` other than ``compact`` (stored before the
     admin APIs refused it, or written to ZooKeeper by another tool) is ignored with a
     warning, so that retention never removes committed offsets or transaction states."""
     from headrace.broker.topics import INTERNAL_TOPICS
-    from headrace.config import TOPIC_CONFIGS, parse_overrides
-
-    overrides = parse_overrides(
-        {k: v for k, v in topic.configs.items() if k in TOPIC_CONFIGS}, TOPIC_CONFIGS
+    from headrace.config import (
+        TOPIC_CONFIGS,
+        deprecated_topic_warning,
+        fold_deprecated_topic_configs,
+        parse_overrides,
     )
+
+    for name, value in topic.configs.items():  # Kafka's LogManager / ConfigHandler warning
+        warning = deprecated_topic_warning(topic.name, name, value)
+        if warning is not None and (topic.name, name, value) not in _WARNED_DEPRECATED:
+            _WARNED_DEPRECATED.add((topic.name, name, value))
+            log.warning("%s", warning)
+    overrides = parse_overrides(fold_deprecated_topic_configs(topic.configs), TOPIC_CONFIGS)
     if topic.name in INTERNAL_TOPICS and overrides.get("cleanup.policy") != "compact":
         if "cleanup.policy" in overrides:
             log.warning("internal topic %s: stored cleanup.policy=%s ignored, its logs stay "

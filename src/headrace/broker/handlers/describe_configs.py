@@ -12,6 +12,7 @@ from headrace.broker.security import TOPIC as ACL_TOPIC
 from headrace.config import (
     BROKER_ALIASES,
     BROKER_CONFIGS,
+    DEPRECATED_TOPIC_CONFIGS,
     LISTENER_CONFIGS,
     LONG_MAX,
     NO_EFFECT_CONFIGS,
@@ -29,7 +30,7 @@ TOPIC, BROKER = 2, 4
 # Kafka's ConfigSource
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 # Kafka's ConfigType
-CONFIG_TYPE = {"bool": 1, "string": 2, "int": 3, "long": 5, "list": 7}
+CONFIG_TYPE = {"bool": 1, "string": 2, "int": 3, "long": 5, "list": 7, "version": 2}
 UNKNOWN_TYPE, INT_TYPE, STRING_TYPE = 0, 3, 2
 
 
@@ -64,6 +65,15 @@ def topic_config_entries(
             syn.append({"name": d.broker_name, "value": d.to_string(default),
                         "source": broker_source})
         out.append(_entry(d, value, source, syn, read_only=False))
+    for name, d in DEPRECATED_TOPIC_CONFIGS.items():  # Kafka 3.9 lists them too
+        if keys is not None and name not in keys:
+            continue
+        stored = state.configs.get(name)
+        syn = ([{"name": name, "value": stored, "source": DYNAMIC_TOPIC_CONFIG}]
+               if synonyms and stored is not None else [])
+        out.append(_entry(d, d.default if stored is None else d.parse(stored),
+                          DEFAULT_CONFIG if stored is None else DYNAMIC_TOPIC_CONFIG, syn,
+                          read_only=False))
     return out
 
 
