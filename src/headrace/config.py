@@ -402,7 +402,7 @@ NO_EFFECT_CONFIGS = frozenset({
     "process.roles", "controller.quorum.voters", "controller.quorum.bootstrap.servers",
     "controller.quorum.election.timeout.ms", "controller.quorum.fetch.timeout.ms",
     "metadata.log.dir", "metadata.log.segment.bytes", "metadata.max.retention.bytes",
-    "inter.broker.protocol.version", "log.message.format.version",
+    "inter.broker.protocol.version",
     "log.cleaner.enable", "log.cleaner.threads",
     "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.size", "log.cleaner.backoff.ms",
     "log.cleaner.min.cleanable.ratio", "log.cleaner.io.max.bytes.per.second",
@@ -475,6 +475,7 @@ def _translate_kafka_forms(raw: Mapping[str, Any]) -> tuple[dict[str, Any], tupl
         if not used(k):
             ignored.append(k)
     ignored.sort()
+    notes += _deprecated_broker_configs(raw, out)
     # time units: the finest given wins
     for ms_name, forms in TIME_UNIT_FORMS.items():
         coarse = [(unit, _parse_int(32)(n, out.pop(n))) for n, unit in forms if n in out]
@@ -497,6 +498,33 @@ def _translate_kafka_forms(raw: Mapping[str, Any]) -> tuple[dict[str, Any], tupl
     if ignored:
         notes.insert(0, "accepted with no effect here: " + ", ".join(ignored))
     return out, tuple(notes)
+
+
+def _deprecated_broker_configs(raw: Mapping[str, Any], out: dict[str, Any]) -> list[str]:
+    """Kafka 3.9's deprecated broker configs (KafkaConfig's @deprecated), taken out of
+    ``out``: ``log.message.format.version`` is validated and ignored with Kafka's warning
+    (``createBrokerWarningMessage``); ``log.message.timestamp.difference.max.ms`` is the
+    before and after limits where the file sets neither, as Kafka 3.9 reads it."""
+    notes: list[str] = []
+    fmt = out.pop("log.message.format.version", None)
+    if fmt is not None:
+        _parse_message_format_version("log.message.format.version", fmt)
+        ibp = str(raw.get("inter.broker.protocol.version", INTER_BROKER_PROTOCOL_VERSION))
+        notes.append(f"Broker configuration log.message.format.version with value {fmt} is "
+                     f"ignored because the inter-broker protocol version `{ibp}` is greater "
+                     "or equal than 3.0. This configuration is deprecated and it will be "
+                     "removed in Apache Kafka 4.0.")
+    name = "log.message.timestamp.difference.max.ms"
+    difference = out.pop(name, None)
+    if difference is not None:
+        value = _parse_int(64)(name, difference)
+        if value < 0:
+            raise ConfigError(name, f"value {value} must be at least 0", value=value,
+                              reason="Value must be at least 0")
+        for limit in ("log.message.timestamp.before.max.ms",
+                      "log.message.timestamp.after.max.ms"):
+            out.setdefault(limit, value)
+    return notes
 
 
 def _security_keys_used(out: Mapping[str, Any]) -> Callable[[str], bool]:
