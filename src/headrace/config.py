@@ -10,6 +10,7 @@ gets the same clear ``ConfigError`` (mapped to INVALID_CONFIG by handlers).
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import socket
 from collections.abc import Callable, Iterable, Mapping
@@ -491,8 +492,9 @@ def _translate_kafka_forms(raw: Mapping[str, Any]) -> tuple[dict[str, Any], tupl
         if not dirs:
             raise ConfigError("log.dirs", "must name a directory")
         if len(dirs) > 1:
-            notes.append(f"log.dirs lists {len(dirs)} directories; headrace uses one: "
-                         f"{dirs[0]} (not {', '.join(dirs[1:])})")
+            notes.append(f"log.dirs lists {len(dirs)} directories: {dirs[0]} holds the "
+                         f"broker's state and new partitions; {', '.join(dirs[1:])} hold "
+                         "the replicas moved there (AlterReplicaLogDirs)")
         out["log.dirs"] = dirs[0]
     ignored += _translate_listeners(out)
     if ignored:
@@ -777,6 +779,18 @@ class BrokerConfig:
     @property
     def data_dir(self) -> Path:
         return Path(self.values["log.dirs"])
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        """Every log dir, ``data_dir`` first (Kafka's ``log.dirs``, or ``log.dir``), each
+        once: the others hold only replicas moved there with AlterReplicaLogDirs."""
+        raw = self.given.get("log.dirs", self.given.get("log.dir"))
+        dirs = [self.data_dir]
+        for d in str(raw or "").split(","):
+            path = Path(d.strip())
+            if d.strip() and os.path.abspath(path) not in map(os.path.abspath, dirs):
+                dirs.append(path)
+        return dirs
 
     def topic_default(self, name: str) -> Any:
         d = TOPIC_CONFIGS[name]

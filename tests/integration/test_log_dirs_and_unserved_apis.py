@@ -5,7 +5,10 @@ R-NF-1), against an in-process broker over the wire and with kafka-python's admi
   alterReplicaLogDirs`` does: the replica's current dir NONE, a dir that is not a log dir
   LOG_DIR_NOT_FOUND, a partition of no topic UNKNOWN_TOPIC_OR_PARTITION, a topic name
   past 249 characters INVALID_TOPIC_EXCEPTION (kafka-python's
-  ``test_alter_replica_log_dirs`` saw the connection closed);
+  ``test_alter_replica_log_dirs`` saw the connection closed); with several ``log.dirs``
+  the replica moves (R-LOG-1: nothing acknowledged is lost), DescribeLogDirs reports it
+  in its new dir, it stays there across a restart, and a move cut short (a ``-future``
+  copy, or two copies) is cleaned up at start;
 - a request of an API Kafka defines and headrace does not serve is answered in that API's
   words with UNSUPPORTED_VERSION, and the connection stays usable; one whose response has
   no top-level error code, an unknown API key and a version outside a served API's range
@@ -23,7 +26,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.clients import create_topic
+from tests.clients import Rec, create_topic, produce, read_to_end
 from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 
@@ -131,3 +134,80 @@ def test_an_api_without_a_top_level_error_code_closes(b: InProcessBroker) -> Non
     with WireClient.to(b.bootstrap) as wc:
         wc.send_raw(wc.encode(84, 0, {"group_id": "g", "topics": []}))
         assert wc.is_closed_by_peer(5.0)
+
+
+# ------------------------------------------------------------------ several log dirs
+
+
+@pytest.fixture(scope="module")
+def two_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    base = tmp_path_factory.mktemp("two-log-dirs")
+    first, second = base / "a", base / "b"
+    with InProcessBroker(first, {"num.partitions": "2",
+                                 "log.dirs": f"{first},{second}"}) as x:
+        yield x
+        text = "".join(x.stderr_lines)
+        assert "Traceback" not in text, text[-3000:]
+
+
+def _describe(wc: WireClient) -> dict[str, dict[str, set[int]]]:
+    """log dir → topic → partitions DescribeLogDirs lists there."""
+    resp = wc.request(35, 4, {"topics": None})
+    out: dict[str, dict[str, set[int]]] = {}
+    for r in resp.results:
+        assert r.error_code == ErrorCode.none
+        out[str(r.log_dir)] = {str(t.name): {int(p.partition_index) for p in t.partitions}
+                               for t in r.topics}
+    return out
+
+
+def test_a_replica_moves_between_log_dirs_and_stays_there(two_dirs: InProcessBroker
+                                                          ) -> None:
+    b = two_dirs
+    first = os.path.abspath(b.data_dir)
+    second = os.path.abspath(b.data_dir.parent / "b")
+    topic = _topic(b)
+    produce("confluent", b.bootstrap, topic, [Rec(0, None, b"v%d" % i) for i in range(20)])
+    with WireClient.to(b.bootstrap) as wc:
+        assert set(_describe(wc)) == {first, second}
+        assert _alter(wc, 2, [(second, topic, [0])]) == {(topic, 0): ErrorCode.none}
+        where = _describe(wc)
+        assert where[second].get(topic) == {0} and where[first].get(topic) == {1}
+    assert os.path.isdir(os.path.join(second, f"{topic}-0"))
+    assert not os.path.exists(os.path.join(first, f"{topic}-0"))
+    assert read_to_end(b.bootstrap, topic, 2, "read_uncommitted") == [
+        b"v%d" % i for i in range(20)]
+    produce("confluent", b.bootstrap, topic, [Rec(0, None, b"w%d" % i) for i in range(5)])
+    want = [b"v%d" % i for i in range(20)] + [b"w%d" % i for i in range(5)]
+    b.restart()
+    with WireClient.to(b.bootstrap) as wc:
+        assert _describe(wc)[second].get(topic) == {0}
+    assert read_to_end(b.bootstrap, topic, 2, "read_uncommitted") == want
+    with WireClient.to(b.bootstrap) as wc:  # and back
+        assert _alter(wc, 1, [(first, topic, [0, 1])]) == {
+            (topic, 0): ErrorCode.none, (topic, 1): ErrorCode.none}
+        assert _describe(wc)[first].get(topic) == {0, 1}
+        assert topic not in _describe(wc)[second]
+    assert read_to_end(b.bootstrap, topic, 2, "read_uncommitted") == want
+
+
+def test_a_move_cut_short_is_cleaned_up_at_start(two_dirs: InProcessBroker) -> None:
+    """What a crash mid-move leaves: a ``-future`` copy (the replica stays where it was)
+    and, after the copy's rename, the same partition in two dirs (the copy in the later
+    dir of ``log.dirs`` goes). Both are removed at start; nothing is lost."""
+    import shutil
+
+    b = two_dirs
+    first = b.data_dir
+    second = b.data_dir.parent / "b"
+    topic = _topic(b)
+    produce("confluent", b.bootstrap, topic, [Rec(p, None, b"x%d" % p) for p in (0, 1)])
+    b.stop()
+    future = second / f"{topic}-0.{uuid.uuid4().hex}-future"
+    shutil.copytree(first / f"{topic}-0", future)
+    shutil.copytree(first / f"{topic}-1", second / f"{topic}-1")
+    b.start()
+    b.call(lambda broker: broker.replicas.wait_for_removals(10))
+    assert not future.exists() and not (second / f"{topic}-1").exists()
+    assert (first / f"{topic}-0").is_dir() and (first / f"{topic}-1").is_dir()
+    assert sorted(read_to_end(b.bootstrap, topic, 2, "read_uncommitted")) == [b"x0", b"x1"]

@@ -61,10 +61,13 @@ def test_refused_with_the_reason(raw: dict[str, str], fragment: str) -> None:
         BrokerConfig.from_mapping(raw).listeners()
 
 
-def test_log_dirs_first_is_used_and_the_rest_named() -> None:
-    cfg = BrokerConfig.from_mapping({"log.dirs": "/a,/b, /c"})
+def test_log_dirs_first_holds_the_state_and_the_rest_are_named() -> None:
+    cfg = BrokerConfig.from_mapping({"log.dirs": "/a,/b, /c,/b"})
     assert str(cfg.data_dir) == "/a"
-    assert cfg.notes == ("log.dirs lists 3 directories; headrace uses one: /a (not /b, /c)",)
+    assert [str(d) for d in cfg.log_dirs] == ["/a", "/b", "/c"]
+    assert cfg.notes == ("log.dirs lists 4 directories: /a holds the broker's state and new "
+                         "partitions; /b, /c, /b hold the replicas moved there "
+                         "(AlterReplicaLogDirs)",)
     assert str(BrokerConfig.from_mapping({"log.dir": "/x"}).data_dir) == "/x"
     assert str(BrokerConfig.from_mapping({"log.dir": "/x", "log.dirs": "/y"}).data_dir) == "/y"
 

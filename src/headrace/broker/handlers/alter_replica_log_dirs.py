@@ -11,15 +11,21 @@ last one wins), in this order:
   them): LOG_DIR_NOT_FOUND;
 - a partition of no topic: UNKNOWN_TOPIC_OR_PARTITION; of a topic whose replica is not on
   this broker: REPLICA_NOT_AVAILABLE; whose log is offline: KAFKA_STORAGE_ERROR;
-- the replica's current dir: NONE, nothing to do.
+- otherwise the replica moves to that dir (``ReplicaManager.move_replica``: done before
+  the answer, the log closed, copied, fsynced and reopened there; KAFKA_STORAGE_ERROR if
+  the copy failed, the replica then staying where it was). The replica's current dir:
+  NONE, nothing to do.
 
-headrace has one log dir (``log.dirs`` names more only in a warning: README, "Kafka's
-``server.properties``"), so a hosted replica is always in the dir it is asked to be in.
+Kafka answers at once and copies in the background (a future replica, reported by
+DescribeLogDirs with ``is_future_key``, and REPLICA_NOT_AVAILABLE for a partition not yet
+created); headrace moves while the request waits, so DescribeLogDirs reports the replica
+in its new dir as soon as the answer is NONE.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -45,10 +51,13 @@ def _wanted(req: Any) -> dict[TopicPartition, str]:
 
 
 def _error(broker: Broker, tp: TopicPartition, path: str) -> ErrorCode:
+    """The refusal of moving ``tp`` to ``path``, or NONE: move it."""
     if len(tp.topic) > MAX_TOPIC_NAME:
         return ErrorCode.invalid_topic_exception
-    if path != os.path.abspath(broker.data_dir):
+    if path not in {os.path.abspath(d) for d in broker.replicas.log_dirs}:
         return ErrorCode.log_dir_not_found
+    if not os.path.isdir(path):  # Kafka: the dir is offline
+        return ErrorCode.kafka_storage_error
     hosted = broker.replicas.get(tp)
     if hosted is None:
         topic = broker.metadata.topic(tp.topic)
@@ -69,6 +78,8 @@ async def handle_alter_replica_log_dirs(broker: Broker, ctx: RequestContext,
     for tp, path in wanted.items():
         code = (_error(broker, tp, path) if allowed
                 else ErrorCode.cluster_authorization_failed)
+        if code is ErrorCode.none:
+            code = await broker.replicas.move_replica(tp, Path(path))
         by_topic.setdefault(tp.topic, []).append({"partition_index": tp.partition,
                                                   "error_code": code})
     return ctx.response({"throttle_time": 0, "results": [
