@@ -441,7 +441,7 @@ TWINS: dict[str, tuple[str, ...]] = {
         U + "test_kafka_properties.py::test_listeners_set_host_and_port_unless_given",
         U + "test_kafka_properties.py::test_refused_with_the_reason",
         U + "test_kafka_properties.py::test_no_effect_keys_are_named_once_and_broker_id_is_node_id",
-        U + "test_kafka_properties.py::test_log_dirs_first_is_used_and_the_rest_named"),
+        U + "test_kafka_properties.py::test_log_dirs_first_holds_the_state_and_the_rest_are_named"),
     # issue 21: the simulation's seeds are clean
     INT + "test_simulate_command.py": (SIM + "test_seeds_are_clean",),
     # issue 23: each attack alone leaves other clients served (the throughput ratio is what

@@ -10,6 +10,7 @@ gets the same clear ``ConfigError`` (mapped to INVALID_CONFIG by handlers).
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import socket
 from collections.abc import Callable, Iterable, Mapping
@@ -24,9 +25,15 @@ INT_MAX = 2_147_483_647
 class ConfigError(ValueError):
     """A configuration value (or name) is invalid. The message says which and why."""
 
-    def __init__(self, name: str, message: str) -> None:
+    def __init__(self, name: str, message: str, *, value: Any = None,
+                 reason: str | None = None, kafka: str | None = None) -> None:
         super().__init__(f"{name}: {message}")
         self.name = name
+        # the same error in Kafka's words (``ConfigException(name, value, reason)``), for
+        # the error messages of the admin APIs
+        self.kafka_message = kafka if kafka is not None else (
+            f"Invalid value {value} for configuration {name}: {reason}" if reason is not None
+            else f"Invalid value {value} for configuration {name}")
 
 
 # --------------------------------------------------------------------------- parsing
@@ -34,16 +41,20 @@ class ConfigError(ValueError):
 
 def _parse_int(bits: int) -> Callable[[str, Any], int]:
     lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    kafka = f"Not a number of type {'INT' if bits == 32 else 'LONG'}"
 
     def parse(name: str, raw: Any) -> int:
         if isinstance(raw, bool):
-            raise ConfigError(name, f"expected an integer, got {raw!r}")
+            raise ConfigError(name, f"expected an integer, got {raw!r}", value=raw,
+                              reason=kafka)
         try:
             value = int(str(raw).strip())
         except ValueError:
-            raise ConfigError(name, f"expected an integer, got {raw!r}") from None
+            raise ConfigError(name, f"expected an integer, got {raw!r}", value=raw,
+                              reason=kafka) from None
         if not lo <= value <= hi:
-            raise ConfigError(name, f"{value} does not fit in a {bits}-bit integer")
+            raise ConfigError(name, f"{value} does not fit in a {bits}-bit integer",
+                              value=raw, reason=kafka)
         return value
 
     return parse
@@ -55,7 +66,8 @@ def _parse_bool(name: str, raw: Any) -> bool:
     text = str(raw).strip().lower()
     if text in ("true", "false"):
         return text == "true"
-    raise ConfigError(name, f"expected true or false, got {raw!r}")
+    raise ConfigError(name, f"expected true or false, got {raw!r}", value=raw,
+                      reason="Expected value to be either true or false")
 
 
 def _parse_str(name: str, raw: Any) -> str:
@@ -87,19 +99,24 @@ class ConfigDef:
             "bool": _parse_bool,
             "string": _parse_str,
             "list": _parse_list,
+            "version": _parse_message_format_version,
         }[self.kind]
         value: Any = parser(self.name, raw)
         if self.at_least is not None and value < self.at_least:
-            raise ConfigError(self.name, f"value {value} must be at least {self.at_least}")
+            raise ConfigError(self.name, f"value {value} must be at least {self.at_least}",
+                              value=value, reason=f"Value must be at least {self.at_least}")
         if self.kind == "list" and not value:
-            raise ConfigError(self.name, "must not be empty")
+            raise ConfigError(self.name, "must not be empty", value=raw,
+                              reason="Value must not be empty")
         if self.choices is not None:
             values = value.split(",") if self.kind == "list" else [value]
             for v in values:
                 if v not in self.choices:
+                    # Kafka's ValidString/ValidList, its choices in its order
                     raise ConfigError(
-                        self.name, f"{v!r} is not one of {', '.join(self.choices)}"
-                    )
+                        self.name, f"{v!r} is not one of {', '.join(self.choices)}", value=v,
+                        reason="String must be one of: " + ", ".join(
+                            sorted(self.choices) if self.kind == "list" else self.choices))
         return value
 
     def to_string(self, value: Any) -> str:
@@ -439,7 +456,7 @@ NO_EFFECT_CONFIGS = frozenset({
     "process.roles", "controller.quorum.voters", "controller.quorum.bootstrap.servers",
     "controller.quorum.election.timeout.ms", "controller.quorum.fetch.timeout.ms",
     "metadata.log.dir", "metadata.log.segment.bytes", "metadata.max.retention.bytes",
-    "inter.broker.protocol.version", "log.message.format.version",
+    "inter.broker.protocol.version",
     "log.cleaner.enable", "log.cleaner.threads",
     "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.size", "log.cleaner.backoff.ms",
     "log.cleaner.min.cleanable.ratio", "log.cleaner.io.max.bytes.per.second",
@@ -512,6 +529,7 @@ def _translate_kafka_forms(raw: Mapping[str, Any]) -> tuple[dict[str, Any], tupl
         if not used(k):
             ignored.append(k)
     ignored.sort()
+    notes += _deprecated_broker_configs(raw, out)
     # time units: the finest given wins
     for ms_name, forms in TIME_UNIT_FORMS.items():
         coarse = [(unit, _parse_int(32)(n, out.pop(n))) for n, unit in forms if n in out]
@@ -527,13 +545,41 @@ def _translate_kafka_forms(raw: Mapping[str, Any]) -> tuple[dict[str, Any], tupl
         if not dirs:
             raise ConfigError("log.dirs", "must name a directory")
         if len(dirs) > 1:
-            notes.append(f"log.dirs lists {len(dirs)} directories; headrace uses one: "
-                         f"{dirs[0]} (not {', '.join(dirs[1:])})")
+            notes.append(f"log.dirs lists {len(dirs)} directories: {dirs[0]} holds the "
+                         f"broker's state and new partitions; {', '.join(dirs[1:])} hold "
+                         "the replicas moved there (AlterReplicaLogDirs)")
         out["log.dirs"] = dirs[0]
     ignored += _translate_listeners(out)
     if ignored:
         notes.insert(0, "accepted with no effect here: " + ", ".join(ignored))
     return out, tuple(notes)
+
+
+def _deprecated_broker_configs(raw: Mapping[str, Any], out: dict[str, Any]) -> list[str]:
+    """Kafka 3.9's deprecated broker configs (KafkaConfig's @deprecated), taken out of
+    ``out``: ``log.message.format.version`` is validated and ignored with Kafka's warning
+    (``createBrokerWarningMessage``); ``log.message.timestamp.difference.max.ms`` is the
+    before and after limits where the file sets neither, as Kafka 3.9 reads it."""
+    notes: list[str] = []
+    fmt = out.pop("log.message.format.version", None)
+    if fmt is not None:
+        _parse_message_format_version("log.message.format.version", fmt)
+        ibp = str(raw.get("inter.broker.protocol.version", INTER_BROKER_PROTOCOL_VERSION))
+        notes.append(f"Broker configuration log.message.format.version with value {fmt} is "
+                     f"ignored because the inter-broker protocol version `{ibp}` is greater "
+                     "or equal than 3.0. This configuration is deprecated and it will be "
+                     "removed in Apache Kafka 4.0.")
+    name = "log.message.timestamp.difference.max.ms"
+    difference = out.pop(name, None)
+    if difference is not None:
+        value = _parse_int(64)(name, difference)
+        if value < 0:
+            raise ConfigError(name, f"value {value} must be at least 0", value=value,
+                              reason="Value must be at least 0")
+        for limit in ("log.message.timestamp.before.max.ms",
+                      "log.message.timestamp.after.max.ms"):
+            out.setdefault(limit, value)
+    return notes
 
 
 def _security_keys_used(out: Mapping[str, Any]) -> Callable[[str], bool]:
@@ -640,6 +686,74 @@ TOPIC_CONFIGS = _defs(
               at_least=0, broker_name="log.message.timestamp.after.max.ms"),
 )
 
+# Kafka 3.9's message format versions (MetadataVersion's IBP versions up to 3.9-IV0), as
+# ``MetadataVersion.fromVersionString`` reads them: "0.x.y" by its first three parts, any
+# other by its first two ("2.8", "2.8-IV1", "3.0.1" = "3.0").
+_IBP_IVS = {"0.10.0": 1, "0.10.1": 2, "0.10.2": 0, "0.11.0": 2, "1.0": 0, "1.1": 0,
+            "2.0": 1, "2.1": 2, "2.2": 1, "2.3": 1, "2.4": 1, "2.5": 0, "2.6": 0, "2.7": 2,
+            "2.8": 1, "3.0": 1, "3.1": 0, "3.2": 0, "3.3": 3, "3.4": 0, "3.5": 2, "3.6": 2,
+            "3.7": 4, "3.8": 0, "3.9": 0}
+MESSAGE_FORMAT_VERSIONS = frozenset(
+    {"0.8.0", "0.8.1", "0.8.2", "0.9.0", *_IBP_IVS,
+     *(f"{v}-IV{i}" for v, last in _IBP_IVS.items() for i in range(last + 1))})
+
+
+def _parse_message_format_version(name: str, raw: Any) -> str:
+    """Kafka's ``MetadataVersionValidator``: the value as given, if Kafka 3.9 knows it."""
+    text = str(raw).strip()
+    parts = text.split(".")
+    n = 3 if text.startswith("0.") else 2
+    key = text if n >= len(parts) else ".".join(parts[:n])
+    if key not in MESSAGE_FORMAT_VERSIONS:
+        raise ConfigError(name, f"Version {text} is not a valid version",
+                          value=raw, reason=f"Version {text} is not a valid version")
+    return text
+
+
+# Kafka 3.9's deprecated topic configs (``TopicConfig``'s @Deprecated names), which it still
+# accepts: validated as Kafka validates them and stored as given (DescribeConfigs reports
+# them), with Kafka's warning once per topic and value (``deprecated_topic_warning``).
+# - message.format.version (KIP-724): ignored, as Kafka ignores it once
+#   inter.broker.protocol.version is 3.0 or higher; headrace writes record batches v2 only.
+# - message.timestamp.difference.max.ms (KIP-937): as in Kafka 3.9, the limit of
+#   message.timestamp.before.max.ms and message.timestamp.after.max.ms where the topic
+#   does not set those (``fold_deprecated_topic_configs``).
+DEPRECATED_TOPIC_CONFIGS = _defs(
+    ConfigDef("message.format.version", "version", "3.0-IV1",
+              "[DEPRECATED] Ignored: the message format is v2 (Kafka ignores it from "
+              "inter.broker.protocol.version 3.0)."),
+    ConfigDef("message.timestamp.difference.max.ms", "long", LONG_MAX,
+              "[DEPRECATED] The before and after limits where the topic sets neither.",
+              at_least=0),
+)
+# every topic config name a request may set
+ACCEPTED_TOPIC_CONFIGS = {**TOPIC_CONFIGS, **DEPRECATED_TOPIC_CONFIGS}
+# the inter-broker protocol version headrace speaks, as Kafka 3.9 names it in its warnings
+INTER_BROKER_PROTOCOL_VERSION = "3.9-IV0"
+
+
+def deprecated_topic_warning(topic: str, name: str, value: str) -> str | None:
+    """Kafka's warning for a deprecated topic config set on ``topic`` (``LogConfig.
+    MessageFormatVersion.topicWarningMessage``), or None for one it applies silently."""
+    if name != "message.format.version":
+        return None
+    return (f"Topic configuration message.format.version with value `{value}` is ignored "
+            f"for `{topic}` because the inter-broker protocol version "
+            f"`{INTER_BROKER_PROTOCOL_VERSION}` is greater or equal than 3.0. This "
+            "configuration is deprecated and it will be removed in Apache Kafka 4.0.")
+
+
+def fold_deprecated_topic_configs(stored: Mapping[str, str]) -> dict[str, str]:
+    """A topic's stored configs as its logs run with them: Kafka 3.9's
+    ``message.timestamp.difference.max.ms`` becomes the before and after limits the topic
+    does not set; the deprecated names are dropped."""
+    out = {k: v for k, v in stored.items() if k in TOPIC_CONFIGS}
+    difference = stored.get("message.timestamp.difference.max.ms")
+    if difference is not None:
+        for name in ("message.timestamp.before.max.ms", "message.timestamp.after.max.ms"):
+            out.setdefault(name, difference)
+    return out
+
 
 def parse_overrides(raw: Mapping[str, Any], defs: Mapping[str, ConfigDef]) -> dict[str, Any]:
     """Validate ``raw`` (name → value, strings allowed) against ``defs``."""
@@ -647,9 +761,11 @@ def parse_overrides(raw: Mapping[str, Any], defs: Mapping[str, ConfigDef]) -> di
     for name, value in raw.items():
         d = defs.get(name)
         if d is None:
-            raise ConfigError(name, "unknown configuration")
+            raise ConfigError(name, "unknown configuration",
+                              kafka=f"Unknown configuration name: {name}")
         if value is None:
-            raise ConfigError(name, "a value is required")
+            raise ConfigError(name, "a value is required",
+                              kafka=f"Null value not supported for configs: {name}")
         out[name] = d.parse(value)
     return out
 
@@ -752,6 +868,18 @@ class BrokerConfig:
     @property
     def data_dir(self) -> Path:
         return Path(self.values["log.dirs"])
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        """Every log dir, ``data_dir`` first (Kafka's ``log.dirs``, or ``log.dir``), each
+        once: the others hold only replicas moved there with AlterReplicaLogDirs."""
+        raw = self.given.get("log.dirs", self.given.get("log.dir"))
+        dirs = [self.data_dir]
+        for d in str(raw or "").split(","):
+            path = Path(d.strip())
+            if d.strip() and os.path.abspath(path) not in map(os.path.abspath, dirs):
+                dirs.append(path)
+        return dirs
 
     def topic_default(self, name: str) -> Any:
         d = TOPIC_CONFIGS[name]

@@ -10,6 +10,7 @@ User:admin is a super user (it sets everything up) and User:ops holds only CLUST
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -209,6 +210,19 @@ def test_elect_leaders_and_reassignments_need_cluster_alter(env: Env) -> None:
         assert r.error_code == ErrorCode.none
         assert r.responses[0].partitions[0].error_code == ErrorCode.none
         assert wc.request(46, 0, {"timeout": 10_000, "topics": None}).error_code == 0
+
+
+def test_alter_replica_log_dirs_needs_cluster_alter(env: Env) -> None:
+    """Issue 27 item 3: AlterReplicaLogDirs, as Kafka, needs ALTER on the cluster: every
+    partition CLUSTER_AUTHORIZATION_FAILED without it."""
+    here = os.path.abspath(env.broker.data_dir)
+    body = {"dirs": [{"path": here, "topics": [{"name": A, "partitions": [0]}]}]}
+    with env.anon() as wc:
+        r = wc.request(34, 2, body)
+        assert r.results[0].partitions[0].error_code == \
+            ErrorCode.cluster_authorization_failed
+    with env.user("admin") as wc:
+        assert wc.request(34, 2, body).results[0].partitions[0].error_code == ErrorCode.none
 
 
 def env_broker_id(env: Env) -> int:

@@ -221,8 +221,8 @@ def test_kafka_39_kraft_server_properties_starts_a_broker(tmp_path: Path) -> Non
                     "listener CONTROLLER"):
             assert key in warning
         (dirs,) = [line for line in b.warnings() if "log.dirs" in line]
-        assert f"uses one: {tmp_path / 'a'}" in dirs
-        assert (tmp_path / "a").is_dir() and not (tmp_path / "b").exists()
+        assert f"{tmp_path / 'a'} holds the broker's state and new partitions" in dirs
+        assert (tmp_path / "a").is_dir() and (tmp_path / "b").is_dir()  # as Kafka
         serves_clients(b.bootstrap)
         with WireClient.to(b.bootstrap) as wc:
             md = wc.request(3, 12, {"topics": None, "allow_auto_topic_creation": False,

@@ -8,6 +8,8 @@ ListTransactions."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import sys
 import time
 import uuid
@@ -169,6 +171,78 @@ def test_a_hung_transaction_is_aborted_after_its_timeout(txb: InProcessBroker) -
     assert time.monotonic() - started >= 1.5  # not before its timeout
     with pytest.raises(KafkaException):
         hung.commit_transaction(10)
+
+
+def _txn_state(b: InProcessBroker, tid: str) -> str:
+    with WireClient.to(b.bootstrap) as wc:
+        return str(wc.request(65, 0, {"transactional_ids": [tid]})
+                   .transaction_states[0].transaction_state)
+
+
+def test_send_offsets_after_a_timed_out_transaction_is_fatal(txb: InProcessBroker) -> None:
+    """Issue 27 item 1 (Quix Streams' ``test_produce_transaction_timeout_no_abort``): the
+    coordinator aborts a transaction past ``transaction.timeout.ms`` and fences its
+    producer; ``send_offsets_to_transaction`` (librdkafka sends AddOffsetsToTxn v0) is then
+    a fatal error, INVALID_PRODUCER_EPOCH at v0-v1 as Kafka answers (KIP-588), not an
+    abortable one that an abort-and-retry loop would keep using the zombie after."""
+    out = topic(txb, "timedout", partitions=1)
+    tid = f"to-{uuid.uuid4().hex[:6]}"
+    p = txn_producer(txb, tid, **{"transaction.timeout.ms": 1000})
+    p.begin_transaction()
+    p.produce(out, b"late", partition=0)
+    assert p.flush(30) == 0
+    wait_until(lambda: _txn_state(txb, tid) == "CompleteAbort", 30, 0.1,
+               "the coordinator to abort the timed-out transaction")
+    c = Consumer({"bootstrap.servers": txb.bootstrap, "group.id": f"g-{tid}"})
+    try:
+        with pytest.raises(KafkaException) as e:
+            p.send_offsets_to_transaction([TopicPartition(out, 0, 1)],
+                                          c.consumer_group_metadata(), 10)
+    finally:
+        c.close()
+    err = e.value.args[0]
+    assert err.fatal() and not err.txn_requires_abort(), err
+
+
+def test_aiokafka_fenced_producer_raises_producer_fenced(txb: InProcessBroker) -> None:
+    """Issue 27 item 1 (aiokafka's ``test_producer_transactional_fences_off_previous``):
+    aiokafka 0.14 sends AddPartitionsToTxn v0 and knows INVALID_PRODUCER_EPOCH, not
+    PRODUCER_FENCED; a fenced producer's next transaction raises ProducerFenced, not
+    UnknownError."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import ProducerFenced
+
+    out = topic(txb, "aio-fence", partitions=1)
+    tid = f"aiof-{uuid.uuid4().hex[:6]}"
+
+    async def run() -> None:
+        first = AIOKafkaProducer(bootstrap_servers=txb.bootstrap, transactional_id=tid)
+        await first.start()
+        second = AIOKafkaProducer(bootstrap_servers=txb.bootstrap, transactional_id=tid)
+        await second.start()
+        try:
+            async with second.transaction():
+                await second.send_and_wait(out, b"second", partition=0)
+            with pytest.raises(ProducerFenced):
+                async with first.transaction():
+                    await first.send_and_wait(out, b"first", partition=0)
+        finally:
+            await second.stop()
+            await first.stop()
+
+    # aiokafka leaves its sender's failed future (ProducerFenced) unretrieved; asyncio
+    # reports it, with its traceback, whenever it is collected: now, and not logged
+    def not_fenced(record: logging.LogRecord) -> bool:
+        return "ProducerFenced" not in str(record.msg) + str(getattr(record, "args", ""))
+
+    asyncio_log = logging.getLogger("asyncio")
+    asyncio_log.addFilter(not_fenced)
+    try:
+        asyncio.run(asyncio.wait_for(run(), 60))
+        gc.collect()
+    finally:
+        asyncio_log.removeFilter(not_fenced)
+    assert read_all(txb, out, "read_committed", partitions=1) == [b"second"]
 
 
 def test_kafka_python_transactional_loop(txb: InProcessBroker) -> None:

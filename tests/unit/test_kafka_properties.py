@@ -61,10 +61,13 @@ def test_refused_with_the_reason(raw: dict[str, str], fragment: str) -> None:
         BrokerConfig.from_mapping(raw).listeners()
 
 
-def test_log_dirs_first_is_used_and_the_rest_named() -> None:
-    cfg = BrokerConfig.from_mapping({"log.dirs": "/a,/b, /c"})
+def test_log_dirs_first_holds_the_state_and_the_rest_are_named() -> None:
+    cfg = BrokerConfig.from_mapping({"log.dirs": "/a,/b, /c,/b"})
     assert str(cfg.data_dir) == "/a"
-    assert cfg.notes == ("log.dirs lists 3 directories; headrace uses one: /a (not /b, /c)",)
+    assert [str(d) for d in cfg.log_dirs] == ["/a", "/b", "/c"]
+    assert cfg.notes == ("log.dirs lists 4 directories: /a holds the broker's state and new "
+                         "partitions; /b, /c, /b hold the replicas moved there "
+                         "(AlterReplicaLogDirs)",)
     assert str(BrokerConfig.from_mapping({"log.dir": "/x"}).data_dir) == "/x"
     assert str(BrokerConfig.from_mapping({"log.dir": "/x", "log.dirs": "/y"}).data_dir) == "/y"
 
@@ -76,3 +79,22 @@ def test_no_effect_keys_are_named_once_and_broker_id_is_node_id() -> None:
     assert cfg.notes == ("accepted with no effect here: num.io.threads, "
                          "ssl.keystore.location",)
     assert cfg.given["broker.id"] == "4"
+
+
+def test_kafka_39_deprecated_broker_configs_are_accepted_with_kafkas_warning() -> None:
+    """Issue 27 item 5: ``log.message.format.version`` is validated and ignored with Kafka
+    3.9's warning (one line); ``log.message.timestamp.difference.max.ms`` is the before and
+    after limits the file does not set, as Kafka 3.9 reads it."""
+    cfg = BrokerConfig.from_mapping({"log.message.format.version": "2.8",
+                                     "log.message.timestamp.difference.max.ms": "60000",
+                                     "log.message.timestamp.after.max.ms": "5000"})
+    assert cfg.notes == (
+        "Broker configuration log.message.format.version with value 2.8 is ignored because "
+        "the inter-broker protocol version `3.9-IV0` is greater or equal than 3.0. This "
+        "configuration is deprecated and it will be removed in Apache Kafka 4.0.",)
+    assert cfg["log.message.timestamp.before.max.ms"] == 60000
+    assert cfg["log.message.timestamp.after.max.ms"] == 5000
+    with pytest.raises(ConfigError, match=r"Version 0\.7 is not a valid version"):
+        BrokerConfig.from_mapping({"log.message.format.version": "0.7"})
+    with pytest.raises(ConfigError, match="must be at least 0"):
+        BrokerConfig.from_mapping({"log.message.timestamp.difference.max.ms": "-1"})

@@ -36,7 +36,7 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from headrace.broker.replica_manager import Partition, TopicPartition, partition_dir
+from headrace.broker.replica_manager import Partition, TopicPartition
 from headrace.cluster.replica_fetcher import ReplicaFetcherManager
 from headrace.log.checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from headrace.metadata.store import PartitionState, TopicState
@@ -357,7 +357,7 @@ class ClusterNode:
             p.log.close()
         except Exception as e:
             log.warning("closing %s failed: %s", tp, e)
-        self.replicas.remove_dirs([partition_dir(self.replicas.data_dir, tp)])
+        self.replicas.remove_dirs([p.log.dir])  # in whichever log dir it lives
         log.info("removed replica %s (no longer assigned to this broker)", tp)
 
     def may_lead(self, tp: TopicPartition, leader_epoch: int) -> bool:

@@ -317,7 +317,10 @@ class GroupService:
             res = partition.append_own_batch(batch)
         except InvalidRecordError as e:
             if e.error_code == ErrorCode.invalid_producer_epoch:
-                return ErrorCode.producer_fenced, 0, None
+                # Kafka passes the log's error on (TxnOffsetCommit of a fenced producer is
+                # INVALID_PRODUCER_EPOCH at every version: librdkafka takes it as fatal,
+                # PRODUCER_FENCED there only as abortable)
+                return ErrorCode.invalid_producer_epoch, 0, None
             log.error("append to %s failed: %s", tp, e)
             return ErrorCode.coordinator_not_available, 0, None
         except LogError as e:

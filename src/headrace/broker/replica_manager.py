@@ -42,7 +42,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.clock import Clock
 from headrace.config import LONG_MAX, BrokerConfig, log_config
-from headrace.fsutil import fsync_dir
+from headrace.fsutil import fsync_dir, fsync_file
 from headrace.log.errors import LogError
 from headrace.log.partition_log import (
     AppendResult,
@@ -269,6 +269,7 @@ def partition_dir(data_dir: Path, tp: TopicPartition) -> Path:
 EPOCH_WRITE_INTERVAL_S = 0.2  # how often changed leader-epoch checkpoints are written
 _PARTITION_DIR = re.compile(r"^(.+)-(0|[1-9][0-9]{0,9})$")
 _DELETE_DIR = re.compile(r"^.+-[0-9]+\.[0-9a-f]{32}-delete$")
+_FUTURE_DIR = re.compile(r"^.+-[0-9]+\.[0-9a-f]{32}-future$")
 DELETE_SUFFIX = "-delete"
 
 
@@ -298,6 +299,12 @@ class ReplicaManager:
         self, data_dir: Path, config: BrokerConfig, metadata: MetadataStore, clock: Clock
     ) -> None:
         self.data_dir = data_dir
+        # every log dir, ``data_dir`` first (it holds the broker's state and new
+        # partitions); a partition living in another one is in ``_located``
+        self.log_dirs: list[Path] = [data_dir, *config.log_dirs[1:]]
+        self._located: dict[TopicPartition, Path] = {}
+        # compaction jobs and replica moves take turns (a move closes the log a job reads)
+        self._maintenance = asyncio.Lock()
         self.config = config
         self.metadata = metadata
         self.clock = clock
@@ -321,6 +328,12 @@ class ReplicaManager:
         """Remove what deletes left behind, then open (and recover) the log of every
         partition this broker hosts; one that cannot be opened is served offline."""
         topics = list(self.metadata.topics().values())
+        for d in self.log_dirs[1:]:  # Kafka creates every log dir at start
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                log.error("log dir %s cannot be created (%s): no replica can move there",
+                          d, e.strerror)
         self.remove_strays(topics)
         offline = 0
         opened = truncated = 0
@@ -331,7 +344,7 @@ class ReplicaManager:
                 if self.node_id not in state.replicas:
                     continue
                 tp = TopicPartition(topic.name, i)
-                d = partition_dir(self.data_dir, tp)
+                d = partition_dir(self.dir_for(tp), tp)
                 try:
                     plog = PartitionLog.open(d, cfg, self.clock, topic_id=topic.topic_id)
                 except (OSError, LogError, ValueError) as e:
@@ -353,48 +366,69 @@ class ReplicaManager:
         if offline:
             log.error("%d partition(s) offline (KAFKA_STORAGE_ERROR until restart)", offline)
 
+    def dir_for(self, tp: TopicPartition) -> Path:
+        """The log dir ``tp``'s log lives in (or is created in)."""
+        return self._located.get(tp, self.data_dir)
+
+    def _scan(self, d: Path) -> list[os.DirEntry[str]]:
+        try:
+            return list(os.scandir(d))
+        except OSError as e:
+            log.error("cannot list log dir %s: %s", d, e.strerror)
+            return []
+
     def remove_strays(self, topics: list[TopicState]) -> None:
-        """At start: remove ``-delete`` leftovers, and partition directories that no topic
-        owns or that hold another topic id than their topic's (renamed first, so a crash
-        here is finished by the next start). The removal runs in a background thread."""
+        """At start: remove ``-delete`` and ``-future`` leftovers (a delete or a replica
+        move cut short), and partition directories that no topic owns or that hold another
+        topic id than their topic's (renamed first, so a crash here is finished by the next
+        start). The removal runs in a background thread. A partition found in the other
+        log dirs is located there (``dir_for``); found in two (a move cut short after its
+        copy was complete: both hold the same records), the copy in the later dir of
+        ``log.dirs`` is removed."""
         hosted: dict[str, uuid.UUID] = {}
         for topic in topics:
             for i, state in enumerate(topic.partitions):
                 if self.node_id in state.replicas:
                     hosted[f"{topic.name}-{i}"] = topic.topic_id
         doomed: list[Path] = []
-        renamed = 0
-        try:
-            entries = list(os.scandir(self.data_dir))
-        except OSError as e:
-            log.error("cannot list data dir %s: %s", self.data_dir, e.strerror)
-            return
-        for entry in entries:
-            path = Path(entry.path)
-            if _DELETE_DIR.match(entry.name):
-                doomed.append(path)
-                continue
-            if not _PARTITION_DIR.match(entry.name) or not is_partition_dir(path):
-                continue
-            owner = hosted.get(entry.name)
-            if owner is not None:
-                found = read_partition_metadata(path)
-                if found is None or found == owner or owner.int == 0:
+        renamed: set[Path] = set()
+        self._located.clear()
+        seen: set[str] = set()
+        for log_dir in self.log_dirs:
+            for entry in self._scan(log_dir):
+                path = Path(entry.path)
+                if _DELETE_DIR.match(entry.name) or _FUTURE_DIR.match(entry.name):
+                    doomed.append(path)
                     continue
-                why = f"topic id {found}, not its topic's {owner}"
-            else:
-                why = "no topic owns it"
-            target = delete_dir_name(path)
-            try:
-                path.rename(target)
-            except OSError as e:
-                log.error("cannot remove stray partition directory %s: %s", path, e.strerror)
-                continue
-            log.warning("removing stray partition directory %s (%s)", path, why)
-            renamed += 1
-            doomed.append(target)
-        if renamed:
-            self._fsync_data_dir()
+                m = _PARTITION_DIR.match(entry.name)
+                if m is None or not is_partition_dir(path):
+                    continue
+                owner = hosted.get(entry.name)
+                if entry.name in seen:
+                    why = "a copy of a replica found in an earlier log dir"
+                elif owner is not None:
+                    found = read_partition_metadata(path)
+                    if found is None or found == owner or owner.int == 0:
+                        seen.add(entry.name)
+                        if log_dir != self.data_dir:
+                            self._located[TopicPartition(m.group(1), int(m.group(2)))] = \
+                                log_dir
+                        continue
+                    why = f"topic id {found}, not its topic's {owner}"
+                else:
+                    why = "no topic owns it"
+                target = delete_dir_name(path)
+                try:
+                    path.rename(target)
+                except OSError as e:
+                    log.error("cannot remove stray partition directory %s: %s", path,
+                              e.strerror)
+                    continue
+                log.warning("removing stray partition directory %s (%s)", path, why)
+                renamed.add(log_dir)
+                doomed.append(target)
+        for log_dir in renamed:
+            self._fsync_dir(log_dir)
         if doomed:
             log.info("removing %d deleted partition director%s in the background",
                      len(doomed), "y" if len(doomed) == 1 else "ies")
@@ -412,10 +446,13 @@ class ReplicaManager:
             t.join(timeout_s)
 
     def _fsync_data_dir(self) -> None:
+        self._fsync_dir(self.data_dir)
+
+    def _fsync_dir(self, d: Path) -> None:
         try:
-            fsync_dir(self.data_dir)
+            fsync_dir(d)
         except OSError as e:
-            log.error("fsync of data dir %s failed: %s", self.data_dir, e.strerror)
+            log.error("fsync of log dir %s failed: %s", d, e.strerror)
 
     def open_logs(
         self, topic: TopicState, indexes: Iterable[int]
@@ -432,8 +469,8 @@ class ReplicaManager:
                 if self.node_id not in state.replicas:
                     continue
                 tp = TopicPartition(topic.name, i)
-                logs[tp] = PartitionLog.open(partition_dir(self.data_dir, tp), cfg, self.clock,
-                                             topic_id=topic.topic_id)
+                logs[tp] = PartitionLog.open(partition_dir(self.dir_for(tp), tp), cfg,
+                                             self.clock, topic_id=topic.topic_id)
         except BaseException:
             for plog in logs.values():
                 try:
@@ -494,11 +531,9 @@ class ReplicaManager:
                 log.warning("closing log %s before deleting it failed: %s", tp, e)
             self.wake(tp)
         # and directories of partitions not open here (e.g. left by a crash mid-delete)
-        try:
-            entries = [Path(e.path) for e in os.scandir(self.data_dir)]
-        except OSError as e:
-            log.error("cannot list data dir %s: %s", self.data_dir, e.strerror)
-            entries = []
+        entries = [Path(e.path) for log_dir in self.log_dirs for e in self._scan(log_dir)]
+        for tp in [tp for tp in self._located if tp.topic == name]:
+            del self._located[tp]
         for d in entries:
             m = _PARTITION_DIR.match(d.name)
             if m is None or m.group(1) != name:
@@ -513,7 +548,8 @@ class ReplicaManager:
             if len(doomed) == 3:
                 failpoint("delete-renaming")
         if doomed:
-            self._fsync_data_dir()
+            for parent in {d.parent for d in doomed}:
+                self._fsync_dir(parent)
             log.info("deleting %d partition director%s of topic %s", len(doomed),
                      "y" if len(doomed) == 1 else "ies", name)
             self._remove_later(doomed)
@@ -534,8 +570,92 @@ class ReplicaManager:
                 continue
             doomed.append(target)
         if doomed:
-            self._fsync_data_dir()
+            for parent in {d.parent for d in doomed}:
+                self._fsync_dir(parent)
             self._remove_later(doomed)
+
+    # ---------------------------------------------------------------- log dir moves
+    async def move_replica(self, tp: TopicPartition, dest: Path) -> ErrorCode:
+        """Move ``tp``'s replica to log dir ``dest`` (AlterReplicaLogDirs): NONE once its
+        log is open there, or at once if it is there already; REPLICA_NOT_AVAILABLE if
+        this broker hosts no such replica; KAFKA_STORAGE_ERROR if its log is offline or
+        the copy failed (the replica then stays where it was).
+
+        Unlike Kafka, which copies into a future replica in the background while the
+        current one keeps serving, the move is done here and now on the event loop: the
+        log is closed (flushed, producer snapshot and epochs written), its directory
+        copied to ``dest/<topic>-<p>.<uuid>-future`` and fsynced, renamed to
+        ``dest/<topic>-<p>`` (fsynced), the old directory renamed to a ``-delete`` name and
+        removed in the background, and the log reopened in ``dest`` — nothing is appended
+        or read in between. A crash leaves a ``-future`` directory (removed at start; the
+        replica is where it was) or, after the rename, two identical copies (the start
+        keeps the one in the earlier dir of ``log.dirs``). Compaction waits meanwhile."""
+        async with self._maintenance:
+            p = self.partitions.get(tp)
+            if p is None:
+                return ErrorCode.replica_not_available
+            if p.log.offline is not None:
+                return ErrorCode.kafka_storage_error
+            if os.path.abspath(p.log.dir.parent) == os.path.abspath(dest):
+                return ErrorCode.none
+            return self._move_now(p, dest)
+
+    def _move_now(self, p: Partition, dest: Path) -> ErrorCode:
+        old = p.log
+        src, tp = old.dir, p.tp
+        cfg, topic_id, hw = old.config, old.topic_id, old.high_watermark
+        future = dest / f"{src.name}.{uuid.uuid4().hex}-future"
+        final = dest / src.name
+        started = time.monotonic()
+        old.close()
+        with self._epochs_pending_lock:  # written by close: not again to the old path
+            self._epochs_pending.pop(id(old), None)
+        moved = src
+        try:
+            failpoint("move-copy")
+            shutil.copytree(src, future)
+            for f in future.iterdir():
+                fsync_file(f)
+            fsync_dir(future)
+            future.rename(final)
+            fsync_dir(dest)
+            failpoint("move-renamed")
+            moved = final
+            target = delete_dir_name(src)
+            src.rename(target)
+            self._fsync_dir(src.parent)
+        except OSError as e:
+            log.error("moving replica %s from %s to %s failed: %s; it stays in %s", tp,
+                      src.parent, dest, e.strerror or e, src.parent)
+            doomed = [future] + ([final] if moved == final else [])
+            moved = src
+            for d in doomed:
+                shutil.rmtree(d, ignore_errors=True)
+            error = ErrorCode.kafka_storage_error
+        else:
+            self._remove_later([target])
+            error = ErrorCode.none
+        try:
+            plog = PartitionLog.open(moved, cfg, self.clock, topic_id=topic_id)
+        except (OSError, LogError, ValueError) as e:
+            reason = f"{type(e).__name__}: {e}"
+            log.error("partition %s is offline: its log %s cannot be opened (%s)", tp,
+                      moved, reason)
+            plog = OfflineLog(moved, cfg, self.clock, reason)
+            error = ErrorCode.kafka_storage_error
+        plog.high_watermark = max(plog.log_start_offset, min(hw, plog.log_end_offset))
+        plog.defer_epochs = self._epochs_changed
+        p.log = plog
+        if os.path.abspath(moved.parent) == os.path.abspath(self.data_dir):
+            self._located.pop(tp, None)
+        else:
+            self._located[tp] = moved.parent
+        self._track_flush(tp, p)
+        self.wake(tp)
+        if error is ErrorCode.none:
+            log.info("moved replica %s from %s to %s (%d bytes) in %.2f s", tp, src.parent,
+                     dest, plog.size_in_bytes, time.monotonic() - started)
+        return error
 
     def update_topic_config(self, topic: TopicState) -> None:
         cfg = log_config(self.config, topic_overrides(topic))
@@ -636,6 +756,11 @@ class ReplicaManager:
         return deleted
 
     async def _compact(self, p: Partition) -> None:
+        async with self._maintenance:
+            if self.partitions.get(p.tp) is p:
+                await self._compact_now(p)
+
+    async def _compact_now(self, p: Partition) -> None:
         try:
             job = p.log.prepare_compaction(self.clock.wall_ms())
         except Exception:
@@ -743,17 +868,29 @@ def _write_epochs(items: list[tuple[PartitionLog, int, bytes]]) -> None:
         plog.write_epochs(version, content)  # skipped if closed or newer on disk
 
 
+# (topic, config, value) of the deprecated topic configs already warned about: once each
+_WARNED_DEPRECATED: set[tuple[str, str, str]] = set()
+
+
 def topic_overrides(topic: TopicState) -> dict[str, object]:
     """The topic's overrides its logs run with. An internal topic's logs are always
     compacted only: a stored ``cleanup.policy`` other than ``compact`` (stored before the
     admin APIs refused it, or written to ZooKeeper by another tool) is ignored with a
     warning, so that retention never removes committed offsets or transaction states."""
     from headrace.broker.topics import INTERNAL_TOPICS
-    from headrace.config import TOPIC_CONFIGS, parse_overrides
-
-    overrides = parse_overrides(
-        {k: v for k, v in topic.configs.items() if k in TOPIC_CONFIGS}, TOPIC_CONFIGS
+    from headrace.config import (
+        TOPIC_CONFIGS,
+        deprecated_topic_warning,
+        fold_deprecated_topic_configs,
+        parse_overrides,
     )
+
+    for name, value in topic.configs.items():  # Kafka's LogManager / ConfigHandler warning
+        warning = deprecated_topic_warning(topic.name, name, value)
+        if warning is not None and (topic.name, name, value) not in _WARNED_DEPRECATED:
+            _WARNED_DEPRECATED.add((topic.name, name, value))
+            log.warning("%s", warning)
+    overrides = parse_overrides(fold_deprecated_topic_configs(topic.configs), TOPIC_CONFIGS)
     if topic.name in INTERNAL_TOPICS and overrides.get("cleanup.policy") != "compact":
         if "cleanup.policy" in overrides:
             log.warning("internal topic %s: stored cleanup.policy=%s ignored, its logs stay "

@@ -73,7 +73,9 @@ from headrace.protocol.codec import (
     decode_request,
     encode_api_versions_fallback,
     encode_response_chunks,
+    response_class,
 )
+from headrace.protocol.entities import error_response
 from headrace.protocol.errors import ProtocolError, UnknownApiError
 from headrace.protocol.framing import Frame, FrameDecoder
 from headrace.security.listeners import Listener, map_principal
@@ -479,6 +481,23 @@ class Connection(asyncio.Protocol):
             self._unsent = n
 
     # ------------------------------------------------------------ request loop
+    def _not_served(self, header: Any) -> list[bytes | memoryview] | None:
+        """A request of an API Kafka defines and headrace does not serve (not advertised
+        in ApiVersions) is answered in the API's own words with UNSUPPORTED_VERSION, as
+        Kafka's ``KafkaApis`` refuses an API its broker cannot serve in its mode (an
+        ``UnsupportedVersionException`` → ``getErrorResponse``): the client reads an
+        error and keeps its connection. None when the response has no top-level error
+        code: then the connection is closed, as for an unknown API key."""
+        cls = response_class(header.api_key, header.api_version)
+        body = error_response(cls, ErrorCode.unsupported_version,
+                              f"API key {header.api_key} is not served by this broker")
+        if body is None:
+            return None
+        log.debug("refused API key %d v%d from %s: not served", header.api_key,
+                  header.api_version, self.peer)
+        return encode_response_chunks(header.api_key, header.api_version,
+                                      header.correlation_id, body)
+
     def _protocol_error(self, e: Exception) -> None:
         log.warning("closing connection from %s: %s", self.peer, e)
         self.close()
@@ -686,6 +705,10 @@ class Connection(asyncio.Protocol):
         if h is None or not h.min_version <= header.api_version <= h.max_version:
             if header.api_key == API_VERSIONS:
                 return self._api_versions_fallback(header.correlation_id)
+            if h is None:  # an API headrace does not serve (kio decoded it: Kafka's)
+                refused = self._not_served(header)
+                if refused is not None:
+                    return refused
             self._protocol_error(
                 ProtocolError(
                     f"unsupported API key {header.api_key} version {header.api_version}"

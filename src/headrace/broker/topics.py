@@ -30,7 +30,14 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.replica_manager import ReplicaManager, TopicPartition, partition_dir
-from headrace.config import TOPIC_CONFIGS, BrokerConfig, ConfigDef, ConfigError, parse_overrides
+from headrace.config import (
+    ACCEPTED_TOPIC_CONFIGS,
+    TOPIC_CONFIGS,
+    BrokerConfig,
+    ConfigDef,
+    ConfigError,
+    parse_overrides,
+)
 from headrace.log.partition_log import PartitionLog
 from headrace.metadata.store import MetadataError, MetadataStore, PartitionState, TopicState
 
@@ -93,13 +100,27 @@ def assign_replicas(
     ]
 
 
-def validate_configs(raw: Mapping[str, Any]) -> dict[str, str]:
-    """Topic config overrides as canonical strings; TopicError(INVALID_CONFIG) if bad."""
+def validate_configs(raw: Mapping[str, Any], topic: str | None = None) -> dict[str, str]:
+    """Topic config overrides as canonical strings; TopicError(INVALID_CONFIG) if bad,
+    in Kafka's words (``LogConfig.validateNames``, ``ConfigDef``'s ``ConfigException``;
+    for AlterConfigs on ``topic``, ZooKeeper-mode Kafka's prefix naming the resource).
+    Kafka 3.9's deprecated topic configs are accepted (``DEPRECATED_TOPIC_CONFIGS``)."""
+    for name in raw:
+        if name not in ACCEPTED_TOPIC_CONFIGS:
+            raise TopicError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
+    nulls = [name for name, value in raw.items() if value is None]
+    if nulls:
+        raise TopicError(ErrorCode.invalid_config,
+                         "Null value not supported for topic configs: " + ",".join(nulls))
     try:
-        parsed = parse_overrides(raw, TOPIC_CONFIGS)
+        parsed = parse_overrides(raw, ACCEPTED_TOPIC_CONFIGS)
     except ConfigError as e:
-        raise TopicError(ErrorCode.invalid_config, f"Invalid config {e}") from None
-    return {k: TOPIC_CONFIGS[k].to_string(v) for k, v in parsed.items()}
+        message = e.kafka_message
+        if topic is not None:
+            message = (f"Invalid config value for resource ConfigResource(type=TOPIC, "
+                       f"name='{topic}'): {message}")
+        raise TopicError(ErrorCode.invalid_config, message) from None
+    return {k: ACCEPTED_TOPIC_CONFIGS[k].to_string(v) for k, v in parsed.items()}
 
 
 def check_internal_configs(name: str, overrides: Mapping[str, str],

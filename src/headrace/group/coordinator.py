@@ -409,6 +409,11 @@ class GroupCoordinator:
                         else ErrorCode.illegal_generation)
             g = self._new_classic(group_id)
             self.groups[group_id] = g
+        if (isinstance(g, ConsumerGroup) and api_version < 9 and generation_or_epoch >= 0
+                and member_id in g.members):
+            # Kafka's ConsumerGroup.validateOffsetCommit: a KIP-848 member commits with v9+
+            # (STALE_MEMBER_EPOCH came with v9; an older client would not know it)
+            return ErrorCode.unsupported_version
         err = g.validate_offset_commit(member_id, generation_or_epoch, group_instance_id,
                                        now_ms)
         if isinstance(g, ClassicGroup):

@@ -12,6 +12,7 @@ fields, ``int`` for error codes.
 from __future__ import annotations
 
 import datetime
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, fields
 from functools import cache
@@ -21,8 +22,10 @@ from kio.schema.errors import ErrorCode
 from kio.serial._introspect import (
     EntityField,
     EntityTupleField,
+    PrimitiveTupleField,
     classify_field,
     get_schema_field_type,
+    is_optional,
 )
 from kio.static.primitive import i32Timedelta, i64Timedelta
 
@@ -124,3 +127,51 @@ def build(cls: type, data: Mapping[str, Any]) -> Any:
 
 def has_field(cls: type, name: str) -> bool:
     return any(n == name for n, _, _ in _plan(cls))
+
+
+def _zero(f: Any) -> Any:
+    """A required field's empty value: no items, no nested entity (or an empty one), zero,
+    empty text, false, the nil UUID, the epoch."""
+    kind = classify_field(f)
+    if isinstance(kind, (EntityTupleField, PrimitiveTupleField)):
+        return ()
+    if is_optional(f):
+        return None
+    if isinstance(kind, EntityField):
+        return _zeroes(kind.type_)
+    kafka_type = get_schema_field_type(f)
+    if kafka_type == "string":
+        return ""
+    if kafka_type == "bool":
+        return False
+    if kafka_type == "uuid":
+        return uuid.UUID(int=0)
+    if kafka_type in ("bytes", "records"):
+        return b""
+    if kafka_type == "float64":
+        return 0.0
+    if kafka_type == "datetime_i64":
+        return datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
+    return 0
+
+
+def _zeroes(cls: type) -> Any:
+    required = {f.name: _zero(f) for f in fields(cls)
+                if f.default is MISSING and f.default_factory is MISSING}
+    return build(cls, required)
+
+
+def error_response(cls: type, code: ErrorCode, message: str | None = None) -> Any | None:
+    """Response ``cls`` refusing its request as a whole, as Kafka's ``getErrorResponse``
+    does: the top-level ``error_code`` (and ``error_message``, when the version has one)
+    set, every list empty. None when the response has no top-level error code (the
+    request cannot be refused in its own words)."""
+    if not has_field(cls, "error_code"):
+        return None
+    data: dict[str, Any] = {
+        f.name: _zero(f) for f in fields(cls)
+        if f.default is MISSING and f.default_factory is MISSING}
+    data["error_code"] = code
+    if has_field(cls, "error_message"):
+        data["error_message"] = message
+    return build(cls, data)

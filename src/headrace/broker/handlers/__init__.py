@@ -6,6 +6,7 @@ from headrace.broker.handlers import (  # noqa: F401
     alter_client_quotas,
     alter_configs,
     alter_partition_reassignments,
+    alter_replica_log_dirs,
     alter_user_scram_credentials,
     api_versions,
     consumer_group_describe,

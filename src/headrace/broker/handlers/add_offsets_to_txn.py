@@ -37,4 +37,7 @@ async def handle_add_offsets_to_txn(broker: Broker, ctx: RequestContext, req: An
                 written = await broker.txns.write(coordinator, out.write)
                 if err is ErrorCode.none:
                     err = written
+    # Kafka (KIP-588): v0-v1 clients know INVALID_PRODUCER_EPOCH, not PRODUCER_FENCED
+    if err is ErrorCode.producer_fenced and ctx.api_version < 2:
+        err = ErrorCode.invalid_producer_epoch
     return ctx.response({"throttle_time": 0, "error_code": err})

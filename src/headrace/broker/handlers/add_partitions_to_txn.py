@@ -4,8 +4,10 @@ a partition leader verifies that they did (v4+, KIP-890; issue 23).
 The client form (v0-3): as Kafka, a partition of an unknown topic is
 UNKNOWN_TOPIC_OR_PARTITION and then every other partition OPERATION_NOT_ATTEMPTED;
 otherwise the coordinator's answer (NOT_COORDINATOR, CONCURRENT_TRANSACTIONS,
-PRODUCER_FENCED, ...) goes to every partition. The new state is written to
-``__transaction_state`` before the answer.
+PRODUCER_FENCED, ...) goes to every partition; v0-v1 hear INVALID_PRODUCER_EPOCH for
+PRODUCER_FENCED, which they do not know (KIP-588, Kafka's
+``handleAddPartitionToTxnRequest``). The new state is written to ``__transaction_state``
+before the answer.
 
 The broker form (v4+, Kafka's ``handleAddPartitionsToTxnRequest``): a batch of
 transactions, from another broker only (CLUSTER_ACTION on the cluster, else the top-level
@@ -57,6 +59,9 @@ async def handle_add_partitions_to_txn(broker: Broker, ctx: RequestContext, req:
             return ctx.response({"throttle_time": 0, "results_by_topic_v3_and_below":
                                  _answer(req.v3_and_below_topics, codes)})
     codes = await _add(broker, tid, pid, epoch, wanted)
+    if ctx.api_version < 2:  # Kafka (KIP-588): v0-v1 clients know INVALID_PRODUCER_EPOCH
+        codes = {tp: (ErrorCode.invalid_producer_epoch if code is ErrorCode.producer_fenced
+                      else code) for tp, code in codes.items()}
     return ctx.response({"throttle_time": 0,
                          "results_by_topic_v3_and_below": _answer(req.v3_and_below_topics,
                                                                   codes)})

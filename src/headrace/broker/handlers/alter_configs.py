@@ -47,10 +47,10 @@ def preprocess(configs: Any) -> None:
                          "Null value not supported for : " + ", ".join(nulls))
 
 
-def new_overrides(configs: Any) -> dict[str, str]:
+def new_overrides(configs: Any, topic: str) -> dict[str, str]:
     """The overrides an AlterConfigs resource asks for, validated; TopicError if not."""
     check_known(c.name for c in configs)
-    return validate_configs({c.name: c.value for c in configs})
+    return validate_configs({c.name: c.value for c in configs}, topic)
 
 
 @handler(33, "AlterConfigs", 0, 2)
@@ -77,7 +77,7 @@ async def handle_alter_configs(broker: Broker, ctx: RequestContext, req: Any) ->
             entry["error_code"], entry["error_message"] = topic
             continue
         try:
-            new = new_overrides(r.configs)
+            new = new_overrides(r.configs, str(r.resource_name))
             check_internal_configs(r.resource_name, new, broker.config)
         except TopicError as e:
             entry["error_code"], entry["error_message"] = e.error_code, e.message

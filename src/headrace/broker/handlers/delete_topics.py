@@ -63,6 +63,8 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, req: Any) ->
         except TopicError as e:
             entry["error_code"] = e.error_code
             entry["error_message"] = e.message
+            if e.error_code == ErrorCode.topic_deletion_disabled and ctx.api_version < 3:
+                entry["error_code"] = ErrorCode.invalid_request  # Kafka: 73 came with v3
         else:  # its series leave /metrics (a cluster: every broker, as it forgets it)
             broker.metrics.topic_deleted(name)
     return ctx.response({"throttle_time": 0, "responses": results})

@@ -16,6 +16,7 @@ from headrace.broker.security import TOPIC as ACL_TOPIC
 from headrace.config import (
     BROKER_ALIASES,
     BROKER_CONFIGS,
+    DEPRECATED_TOPIC_CONFIGS,
     DYNAMIC_BROKER_CONFIGS,
     DYNAMIC_NO_EFFECT_CONFIGS,
     GROUP_CONFIGS,
@@ -38,7 +39,7 @@ GROUP = 32
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, GROUP_CONFIG = 2, 3, 8
 # Kafka's ConfigType
-CONFIG_TYPE = {"bool": 1, "string": 2, "int": 3, "long": 5, "list": 7}
+CONFIG_TYPE = {"bool": 1, "string": 2, "int": 3, "long": 5, "list": 7, "version": 2}
 UNKNOWN_TYPE, INT_TYPE, STRING_TYPE = 0, 3, 2
 
 
@@ -73,6 +74,15 @@ def topic_config_entries(
             syn.append({"name": d.broker_name, "value": d.to_string(default),
                         "source": broker_source})
         out.append(_entry(d, value, source, syn, read_only=False))
+    for name, d in DEPRECATED_TOPIC_CONFIGS.items():  # Kafka 3.9 lists them too
+        if keys is not None and name not in keys:
+            continue
+        stored = state.configs.get(name)
+        syn = ([{"name": name, "value": stored, "source": DYNAMIC_TOPIC_CONFIG}]
+               if synonyms and stored is not None else [])
+        out.append(_entry(d, d.default if stored is None else d.parse(stored),
+                          DEFAULT_CONFIG if stored is None else DYNAMIC_TOPIC_CONFIG, syn,
+                          read_only=False))
     return out
 
 

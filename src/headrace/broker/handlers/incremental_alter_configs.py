@@ -22,7 +22,7 @@ from headrace.broker.handlers.describe_configs import BROKER, TOPIC
 from headrace.broker.security import ALTER_CONFIGS
 from headrace.broker.security import TOPIC as ACL_TOPIC
 from headrace.broker.topics import TopicError, check_internal_configs, validate_configs
-from headrace.config import TOPIC_CONFIGS
+from headrace.config import ACCEPTED_TOPIC_CONFIGS
 from headrace.metadata.store import TopicState
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def resource_error(broker: Broker, r: Any, duplicates: set[tuple[int, str]],
 def check_known(names: Any) -> None:
     """TopicError(INVALID_CONFIG) for a name that is not a topic config."""
     for name in names:
-        if name not in TOPIC_CONFIGS:
+        if name not in ACCEPTED_TOPIC_CONFIGS:
             raise TopicError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
 
 
@@ -78,13 +78,13 @@ async def store_topic_configs(broker: Broker, name: str, overrides: dict[str, st
     await broker.topics.set_configs_async(name, overrides)
 
 
-def _apply(current: dict[str, str], ops: Any) -> dict[str, str]:
+def _apply(current: dict[str, str], ops: Any, topic: str) -> dict[str, str]:
     new = dict(current)
     names = [c.name for c in ops]
     if len(set(names)) != len(names):
         raise TopicError(ErrorCode.invalid_request, "A config name appears twice")
     for c in ops:
-        d = TOPIC_CONFIGS.get(c.name)
+        d = ACCEPTED_TOPIC_CONFIGS.get(c.name)
         if d is None:
             raise TopicError(ErrorCode.invalid_config, f"Unknown topic config name: {c.name}")
         op = int(c.config_operation)
@@ -108,7 +108,7 @@ def _apply(current: dict[str, str], ops: Any) -> dict[str, str]:
             new[c.name] = ",".join(items)
         else:
             raise TopicError(ErrorCode.invalid_request, f"Unknown config operation {op}")
-    return validate_configs(new)
+    return validate_configs(new, topic)
 
 
 @handler(44, "IncrementalAlterConfigs", 0, 1)
@@ -130,7 +130,7 @@ async def handle_incremental_alter_configs(broker: Broker, ctx: RequestContext, 
             entry["error_code"], entry["error_message"] = topic
             continue
         try:
-            new = _apply(topic.configs, r.configs)
+            new = _apply(topic.configs, r.configs, str(r.resource_name))
             check_internal_configs(r.resource_name, new, broker.config)
         except TopicError as e:
             entry["error_code"] = e.error_code

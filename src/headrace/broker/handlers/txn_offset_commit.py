@@ -6,7 +6,11 @@ generation (v3+: KIP-447 fencing by generation, member and instance id), then ap
 the offsets as a transactional batch of the producer to the group's
 ``__consumer_offsets`` partition (acks=all). They stay pending, invisible to OffsetFetch,
 until the transaction's marker reaches that partition: COMMIT makes them the group's
-offsets, ABORT drops them. A fenced producer epoch is PRODUCER_FENCED.
+offsets, ABORT drops them. A fenced producer epoch is INVALID_PRODUCER_EPOCH at every
+version, as Kafka passes on the log's error (its clients and librdkafka take it as fatal;
+librdkafka would take PRODUCER_FENCED as abortable). v0-v1 hear COORDINATOR_NOT_AVAILABLE
+for COORDINATOR_LOAD_IN_PROGRESS, which clients before Kafka 2.0 crash on (KAFKA-7296,
+Kafka's ``handleTxnOffsetCommitRequest``).
 """
 
 from __future__ import annotations
@@ -56,10 +60,12 @@ async def handle_txn_offset_commit(broker: Broker, ctx: RequestContext, req: Any
         write_err = await groups.write(write) if write.records else ErrorCode.none
         if write_err in (ErrorCode.not_enough_replicas, ErrorCode.not_leader_or_follower):
             write_err = ErrorCode.coordinator_not_available
-        if write_err is ErrorCode.producer_fenced and ctx.api_version < 2:
-            write_err = ErrorCode.invalid_producer_epoch
         for e, code in zip(entries, entry_errors, strict=True):
             errors[(e.topic, e.partition)] = code if code is not ErrorCode.none else write_err
+    if ctx.api_version < 2:
+        errors = {tp: (ErrorCode.coordinator_not_available
+                       if code is ErrorCode.coordinator_load_in_progress else code)
+                  for tp, code in errors.items()}
     return ctx.response({"throttle_time": 0, "topics": [
         {"name": t.name, "partitions": [
             {"partition_index": p.partition_index,
