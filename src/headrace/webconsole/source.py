@@ -214,8 +214,13 @@ class ClusterSource:
             })
         highs = {tp: h for tp, (_, h) in offsets.items() if h >= 0}
         groups, groups_total = self._groups(highs)
+        per_topic: dict[str, dict[int, int]] = {}
+        for (name, p), h in highs.items():
+            per_topic.setdefault(name, {})[p] = h
         return {"time_ms": now_ms, "cluster": self._cluster(md, brokers), "topics": topics,
-                "groups": groups, "groups_total": groups_total}
+                "groups": groups, "groups_total": groups_total,
+                "high_watermarks": {t["name"]: per_topic.get(t["name"], {})
+                                    for t in topics if not t["internal"]}}
 
     def _cluster(self, md: Any, brokers: list[Any]) -> dict[str, Any]:
         return {"cluster_id": md.cluster_id, "controller_id": md.controller_id,

@@ -78,7 +78,14 @@ function banner(text) {
 
 function showStatus(doc) {
   if (doc && doc.sampled_at_ms) $("sampled-at").textContent = `sampled ${timeText(doc.sampled_at_ms)}`;
-  banner(doc && doc.error ? `The cluster does not answer: ${doc.error} (showing the last sample)` : "");
+  if (doc && doc.error) {
+    banner(`The cluster does not answer: ${doc.error} (showing the last sample)`);
+  } else if (doc && doc.stale) {
+    const age = Math.round((Date.now() - doc.sampled_at_ms) / 1000);
+    banner(`Counts are ${age} s old: the cluster answers slowly (showing the last sample)`);
+  } else {
+    banner("");
+  }
 }
 
 // ------------------------------------------------------------------ charts
