@@ -474,7 +474,7 @@ TWINS: dict[str, tuple[str, ...]] = {
         WEB + "test_created_topic_and_its_records_are_shown",
         WEB + "test_a_broker_outage_is_shown_and_survived",
         U + "test_webconsole_model.py::test_lag",
-        U + "test_webconsole_model.py::test_rates_from_counter_samples",
+        U + "test_webconsole_model.py::test_append_rate_from_high_watermark_samples",
         U + "test_webconsole_model.py::test_samples_follow_topics_and_groups_and_stay_bounded",
         U + "test_webconsole_model.py::test_sampler_keeps_the_last_snapshot_and_dies_on_a_bug"),
     # issue 12: ACLs and SCRAM credentials in Kafka's znodes with change notifications

@@ -225,3 +225,34 @@ async def test_sampler_keeps_the_last_snapshot_and_dies_on_a_bug(
     assert lines == ["sampling failed: no broker answered",
                      "the cluster answers again (127.0.0.1:9)"]
     console.pool.shutdown()
+
+
+# ------------------------------------------------------------------ groups by coordinator
+
+
+def test_an_outage_shows_on_the_groups_it_concerns_only() -> None:
+    """Issue 26: one group coordinator that did not answer stalled every page. A sample is
+    each broker's answer about the groups it coordinates; a silent one marks its groups
+    only, keeps their last doc and the outage's start; another coordinator taking a group
+    over (a new leader of its __consumer_offsets partition) ends its outage."""
+    from headrace.webconsole.model import merge_group_answers
+
+    def doc(g: str, lag: int) -> dict[str, Any]:
+        return {"group": g, "state": "STABLE", "members": 1, "lag": lag}
+
+    first = merge_group_answers({1: [doc("a", 5)], 2: [doc("b", 7), doc("c", 1)]}, {}, 1000)
+    assert [(g["group"], g["coordinator"], g["lag"], g["error"]) for g in first.values()] \
+        == [("a", 1, 5, None), ("b", 2, 7, None), ("c", 2, 1, None)]
+    second = merge_group_answers({1: [doc("a", 6)], 2: "timed out"}, first, 2000)
+    assert second["a"]["lag"] == 6 and second["a"]["error"] is None
+    assert second["b"]["lag"] is None and second["b"]["members"] == 1
+    assert second["b"]["error"] == "its coordinator (broker 2) does not answer: timed out"
+    assert second["b"]["error_since_ms"] == 2000
+    third = merge_group_answers({1: [doc("a", 6), doc("c", 0)]}, second, 3000)  # 2 is gone
+    assert third["b"]["error"] == "its coordinator (broker 2) is not in the cluster"
+    assert third["b"]["error_since_ms"] == 2000  # since the outage began
+    assert third["c"]["coordinator"] == 1 and third["c"]["error"] is None  # taken over
+    fourth = merge_group_answers({1: [doc("a", 6)], 2: [doc("b", 3)]}, third, 4000)
+    assert set(fourth) == {"a", "b"}  # c: its coordinator answered without it (deleted)
+    assert fourth["b"] == {**doc("b", 3), "coordinator": 2, "error": None,
+                           "error_since_ms": None}

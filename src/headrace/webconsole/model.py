@@ -345,3 +345,39 @@ def _bounded(names: Iterable[str], existing: Mapping[str, object], limit: int) -
         out += sorted(n for n in names if n not in existing)[:room]
     return out
 
+
+
+# ------------------------------------------------------------------ groups by coordinator
+
+
+def merge_group_answers(answers: Mapping[int, list[dict[str, Any]] | str],
+                        known: Mapping[str, dict[str, Any]], now_ms: int
+                        ) -> dict[str, dict[str, Any]]:
+    """This sample's groups, from each broker's answer about the groups it coordinates.
+
+    ``answers``: per live broker id, its groups' docs (each with ``group`` and ``lag``) or,
+    when it did not answer in time, why not. ``known``: the previous result. A group its
+    coordinator listed is fresh; a known group whose coordinator did not answer (or is no
+    longer in the cluster) and that no other broker lists keeps its last doc with ``lag``
+    None, ``error`` saying why and ``error_since_ms``: the outage shows on the groups it
+    concerns only. A known group its coordinator answered without is gone (deleted)."""
+    out: dict[str, dict[str, Any]] = {}
+    for broker_id, answer in answers.items():
+        if isinstance(answer, str):
+            continue
+        for doc in answer:
+            out[doc["group"]] = {"error": None, "error_since_ms": None, **doc,
+                                 "coordinator": broker_id}
+    for group, doc in known.items():
+        if group in out:
+            continue
+        coordinator = doc.get("coordinator")
+        said = answers.get(coordinator) if isinstance(coordinator, int) else None
+        if isinstance(said, list):
+            continue  # its coordinator answered without it: deleted
+        why = (f"its coordinator (broker {coordinator}) does not answer: {said}"
+               if isinstance(said, str)
+               else f"its coordinator (broker {coordinator}) is not in the cluster")
+        out[group] = {**doc, "lag": None, "error": why,
+                      "error_since_ms": doc.get("error_since_ms") or now_ms}
+    return dict(sorted(out.items()))

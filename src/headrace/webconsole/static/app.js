@@ -247,11 +247,15 @@ async function refreshGroups() {
   const doc = await api("/api/groups");
   showStatus(doc);
   fillBody("groups-table", doc.groups.map((g) =>
-    el("tr", { dataset: { group: g.group }, class: state.arg === g.group ? "selected" : null },
+    el("tr", { dataset: { group: g.group },
+               class: [state.arg === g.group ? "selected" : "", g.error ? "outage" : ""].join(" ").trim() || null },
        el("td", { dataset: { col: "group" } },
           el("a", { href: `#groups/${encodeURIComponent(g.group)}` }, g.group)),
-       td("state", g.state), td("members", g.members, "num"), td("topics", g.topics.join(", ")),
-       td("lag", g.lag, "num"))));
+       td("state", g.error ? `${g.state} (last known)` : g.state), td("members", g.members, "num"),
+       td("topics", g.topics.join(", ")),
+       g.error ? el("td", { dataset: { col: "lag" }, class: "error", title: g.error },
+                    `unknown: ${g.error} since ${timeText(g.error_since_ms)}`)
+               : td("lag", g.lag, "num"))));
   const note = $("groups-note");
   note.hidden = doc.groups_total <= doc.groups.length;
   note.textContent = `Showing the first ${doc.groups.length} of ${doc.groups_total} groups (by id).`;
