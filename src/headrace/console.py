@@ -375,11 +375,11 @@ def _compile_format(template: str) -> str:
     try:
         for _, field, _spec, _conv in string.Formatter().parse(tpl):
             if field is not None and field not in _FIELDS:
-                raise _Bad(f"--format: unknown placeholder {{{field}}} (known: "
+                raise _Bad(f"--template: unknown placeholder {{{field}}} (known: "
                            + ", ".join("{" + f + "}" for f in _FIELDS) + ")")
         tpl.format(**{f: "" for f in _FIELDS})
     except (ValueError, IndexError, KeyError) as e:
-        raise _Bad(f"--format: {e}") from None
+        raise _Bad(f"--template: {e}") from None
     return tpl if tpl.endswith("\n") else tpl + "\n"
 
 
@@ -467,10 +467,13 @@ def _formatter(template: str | None, as_json: bool) -> Callable[[Any], bytes]:
               help="Exit at the end of every partition read (as kcat -e).")
 @click.option("--isolation-level", default="read_uncommitted", show_default=True,
               type=click.Choice(["read_committed", "read_uncommitted"]))
-@click.option("-F", "--format", "template", default=None, metavar="TEMPLATE",
+@click.option("-F", "--template", "template", default=None, metavar="TEMPLATE",
               help="How to print each record: a template with {key}, {value}, {topic}, "
                    "{partition}, {offset}, {timestamp}, {headers} (k1:v1,k2:v2) and \\t, "
                    "\\n escapes; default '{value}'.")
+@click.option("--format", "fmt", default=None, metavar="[text|json]",
+              help="text: each record as --template says (the default); json: as --json. "
+                   "(A template given here, the old spelling, still works, with a note.)")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per record: topic, partition, offset, timestamp, key, "
                    "value, headers (bytes that are not UTF-8 in base64, with "
@@ -481,19 +484,20 @@ def _formatter(template: str | None, as_json: bool) -> Callable[[Any], bytes]:
 def consume_command(topic: str, bootstrap: str, group: str | None, from_beginning: bool,
                     offset: str | None, partitions: tuple[int, ...], max_messages: int | None,
                     timeout_ms: int | None, exit_at_end: bool, isolation_level: str,
-                    template: str | None, as_json: bool, props: tuple[str, ...],
-                    verbose: bool) -> None:
-    """Print TOPIC's records on stdout, one per line (the value, or --format / --json).
+                    template: str | None, fmt: str | None, as_json: bool,
+                    props: tuple[str, ...], verbose: bool) -> None:
+    """Print TOPIC's records on stdout, one per line (the value, or --template / --json).
 
     Runs until Ctrl-C, --max-messages, --timeout-ms or --exit-at-end."""
     _interruptible()
     try:
+        template, as_json = _format_choice(fmt, template, as_json)
         if template is not None and as_json:
-            raise _Bad("use either --format or --json, not both")
+            raise _Bad("use either --template or --json, not both")
         kind, value = _parse_offset(offset, from_beginning)
         if any(p < 0 for p in partitions):
             raise _Bad("--partition must be >= 0")
-        fmt = _formatter(template, as_json)
+        render = _formatter(template, as_json)
         conf = _client_config(bootstrap, verbose, ())
         conf.update({
             "group.id": group or f"headrace-console-{os.getpid()}",
@@ -511,7 +515,26 @@ def consume_command(topic: str, bootstrap: str, group: str | None, from_beginnin
     except _Bad as e:
         _die(str(e), EXIT_USAGE)
     _consume(topic, bootstrap, conf, group, kind, value, partitions, max_messages,
-             timeout_ms, exit_at_end, fmt)
+             timeout_ms, exit_at_end, render)
+
+
+def _format_choice(fmt: str | None, template: str | None, as_json: bool
+                   ) -> tuple[str | None, bool]:
+    """``--format`` means text or json for ``consume`` as for every listing (issue 26);
+    a record template given there (the old spelling) is taken as ``--template`` with a
+    one-line note, anything else is a usage error."""
+    if fmt is None or fmt == "text":
+        return template, as_json
+    if fmt == "json":
+        return template, True
+    if "{" in fmt or "\\" in fmt:
+        if template is not None:
+            raise _Bad("give the template once, with --template")
+        click.echo("headrace: note: a record template is now given with -F/--template "
+                   "(--format is text or json)", err=True)
+        return fmt, as_json
+    raise _Bad(f"--format: expected text or json, got {fmt!r} (a record template is "
+               "-F/--template)")
 
 
 def _start_offsets(consumer: Any, topic: str, parts: list[int], kind: str,

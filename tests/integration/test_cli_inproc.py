@@ -283,6 +283,25 @@ def test_produce_and_consume_keys_headers_and_template(broker: InProcessBroker) 
     assert rows[0]["headers"] == [{"key": "src", "value": "test"}, {"key": "n", "value": "1"}]
 
 
+def test_consume_format_means_text_or_json(broker: InProcessBroker) -> None:
+    """Issue 26 defect 6: ``consume --format json`` printed the word "json" per record
+    (--format was the template for consume, the text/json switch everywhere else). Now
+    one meaning per flag: --format text|json, the template is -F/--template; a template
+    given as --format (the old spelling) still works, with a one-line note."""
+    t = f"console-{uuid.uuid4().hex[:6]}"
+    ok("produce", t, "-b", broker.bootstrap, stdin=b"hello\n")
+    base = ("consume", t, "-b", broker.bootstrap, "--from-beginning", "-e")
+    (row,) = ok(*base, "--format", "json").stdout.splitlines()
+    assert json.loads(row)["value"] == "hello"
+    assert ok(*base, "--format", "text").stdout.splitlines() == ["hello"]
+    assert ok(*base, "--template", "{offset}:{value}").stdout.splitlines() == ["0:hello"]
+    old = ok(*base, "--format", "{offset}:{value}")
+    assert old.stdout.splitlines() == ["0:hello"]
+    assert "now given with -F/--template" in old.stderr
+    bad = run(*base, "--format", "yaml")
+    assert bad.exit_code == 2 and "--format: expected text or json" in bad.stderr
+
+
 @pytest.mark.parametrize("codec", ["gzip", "zstd"])
 def test_produce_compressed_and_consume_a_count(broker: InProcessBroker, codec: str) -> None:
     t = f"console-{codec}-{uuid.uuid4().hex[:6]}"

@@ -303,9 +303,10 @@ def test_failed_delivery_exits_1(broker: BrokerProcess, topic_name: str) -> None
 
 @pytest.mark.parametrize(("args", "message"), [
     (["consume", "T", "--offset", "yesterday"], "--offset expects"),
-    (["consume", "T", "--format", "{nope}"], "unknown placeholder {nope}"),
-    (["consume", "T", "--format", "{value"], "--format"),
-    (["consume", "T", "--format", "{value}", "--json"], "either --format or --json"),
+    (["consume", "T", "--template", "{nope}"], "unknown placeholder {nope}"),
+    (["consume", "T", "--template", "{value"], "--template"),
+    (["consume", "T", "--template", "{value}", "--json"], "either --template or --json"),
+    (["consume", "T", "--format", "yaml"], "--format: expected text or json"),
     (["consume", "T", "--from-beginning", "--offset", "3"], "either --from-beginning"),
     (["consume", "T", "-X", "no.such.setting=1"], "No such configuration property"),
     (["consume", "T", "-X", "novalue"], "expects KEY=VALUE"),
