@@ -152,12 +152,77 @@ def check_reachable(bootstrap: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Non
         left = max(0.2, deadline - time.monotonic())
         try:
             socket.create_connection((host, port), timeout=left).close()
-            return
         except OSError as e:
             reasons.append(f"{host}:{port} ({e.strerror or e or 'timed out'})")
+            continue
+        check_kafka(host, port, max(1.0, deadline - time.monotonic()))
+        return
     where = ", ".join(f"{h}:{p}" for h, p in addresses)
     detail = f": {'; '.join(reasons)}" if verbose() else ""
     fail(f"cannot reach a broker at {where}{detail}", EXIT_UNREACHABLE)
+
+
+def check_kafka(host: str, port: int, timeout_s: float) -> None:
+    """Fail at once, with one line, when ``host:port`` accepts connections but not this
+    client as ``--command-config`` sets it up (issue 26): TLS or SASL refused (a wrong
+    password, a certificate) or a TLS/SASL listener reached without its settings: exit 4;
+    no Kafka broker there at all: exit 3. The client libraries would only retry for 15 s
+    and report a transport error.
+
+    The probe is headrace's wire client: the TLS handshake and SASL exchange, then
+    ApiVersions and Metadata (a SASL listener closes a connection that skipped SASL)."""
+    from headrace.admin_cli import CLIENT_CONFIG
+    from headrace.admin_wire import AdminConnection, SecurityError
+
+    protocol = CLIENT_CONFIG.get("security.protocol", "PLAINTEXT").upper()
+
+    class Probe(AdminConnection):
+        MAX_RESPONSE_BYTES = 1 << 20
+
+    where = f"{host}:{port}"
+
+    def not_kafka(e: BaseException) -> NoReturn:
+        if protocol in ("PLAINTEXT", "SASL_PLAINTEXT") and _speaks_tls(host, port, timeout_s):
+            fail(f"{where} is a TLS listener: give its settings with --command-config "
+                 "(security.protocol=SSL or SASL_SSL)", EXIT_AUTH)
+        fail(f"{where} does not answer as a Kafka broker over {protocol}"
+             + (f" ({type(e).__name__}: {e})" if verbose() else ""), EXIT_UNREACHABLE)
+
+    try:
+        conn = Probe(host, port, timeout_s, CLIENT_CONFIG)
+    except SecurityError as e:
+        fail(str(e), EXIT_AUTH)
+    except (OSError, ConnectionError, ValueError, EOFError) as e:
+        not_kafka(e)
+    try:
+        conn.request(18, 0, {})
+    except Exception as e:  # refused, closed, timed out, or bytes that are not Kafka's
+        conn.close()
+        not_kafka(e)
+    try:
+        conn.request(3, 1, {"topics": []})
+    except (OSError, ConnectionError, ValueError, EOFError):
+        if not protocol.startswith("SASL_"):
+            fail(f"{where} closed the connection before authentication: a SASL listener? "
+                 "Give its settings with --command-config (security.protocol=SASL_PLAINTEXT "
+                 "or SASL_SSL, sasl.mechanism, sasl.jaas.config)", EXIT_AUTH)
+    finally:
+        conn.close()
+
+
+def _speaks_tls(host: str, port: int, timeout_s: float) -> bool:
+    """Whether ``host:port`` completes a TLS handshake (its certificate not checked)."""
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as raw, \
+                ctx.wrap_socket(raw, server_hostname=host):
+            return True
+    except (OSError, ssl.SSLError):
+        return False
 
 
 # ---------------------------------------------------------------- the command group

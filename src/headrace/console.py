@@ -30,6 +30,8 @@ from typing import Any, BinaryIO, NoReturn
 
 import click
 
+from headrace.cli_support import check_reachable
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 REACH_TIMEOUT_S = 5.0  # how long to wait for a first answer from the bootstrap broker
 EXIT_FAILED = 1
@@ -254,6 +256,7 @@ def produce_command(topic: str, bootstrap: str, file: Path | None, key_separator
             src = sys.stdin.buffer
     except _Bad as e:
         _die(str(e), EXIT_USAGE)
+    check_reachable(bootstrap)  # unreachable, not Kafka, TLS/SASL refused: one line at once
     try:
         _produce(topic, bootstrap, conf, src, sep, fixed, syntax, partition)
     except KeyboardInterrupt:  # before the first record (e.g. waiting for the broker)
@@ -514,6 +517,7 @@ def consume_command(topic: str, bootstrap: str, group: str | None, from_beginnin
         conf.update(dict(_pairs(props, "-X/--property")))
     except _Bad as e:
         _die(str(e), EXIT_USAGE)
+    check_reachable(bootstrap)  # unreachable, not Kafka, TLS/SASL refused: one line at once
     _consume(topic, bootstrap, conf, group, kind, value, partitions, max_messages,
              timeout_ms, exit_at_end, render)
 
