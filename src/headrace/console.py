@@ -49,6 +49,11 @@ class _Bad(Exception):
     """Bad input: one line on stderr, exit 2."""
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 record``, ``2 records``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _die(msg: str, code: int) -> NoReturn:
     click.echo(f"headrace: {msg}", err=True)
     sys.exit(code)
@@ -335,7 +340,7 @@ def _produce(topic: str, bootstrap: str, conf: dict[str, Any], src: BinaryIO,
             first_error.append("interrupted before delivery")
     elapsed = time.monotonic() - started
     rate = records / elapsed if elapsed > 0 else 0.0
-    summary = (f"headrace: produced {records} records ({nbytes} bytes) to {topic} in "
+    summary = (f"headrace: produced {_count(records, 'record')} ({nbytes} bytes) to {topic} in "
                f"{elapsed:.1f} s ({rate:,.0f}/s): {records - failures} delivered, "
                f"{failures} failed")
     if first_error:
@@ -666,5 +671,5 @@ def _consume(topic: str, bootstrap: str, conf: dict[str, Any], group: str | None
         with contextlib.suppress(KafkaException, RuntimeError, KeyboardInterrupt):
             consumer.close()  # commits the group's stored offsets
     if not quiet:
-        click.echo(f"headrace: consumed {count} records", err=True)
+        click.echo(f"headrace: consumed {_count(count, 'record')}", err=True)
     sys.exit(rc)

@@ -385,3 +385,12 @@ def test_groups_describe_lag_and_reset_offsets(broker: InProcessBroker) -> None:
     assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1
     ok("groups", "delete", group, *bs)
     assert group not in ok("groups", "list", *bs).stdout.split()
+
+
+def test_one_record_is_singular(broker: InProcessBroker) -> None:
+    """Issue 26 defect 7: "produced 1 records"."""
+    t = f"console-{uuid.uuid4().hex[:6]}"
+    err = ok("produce", t, "-b", broker.bootstrap, stdin=b"one\n").stderr
+    assert "produced 1 record (" in err
+    err = ok("consume", t, "-b", broker.bootstrap, "--from-beginning", "-e").stderr
+    assert err.strip() == "headrace: consumed 1 record"
