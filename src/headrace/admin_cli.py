@@ -480,7 +480,7 @@ def state_name(state: Any) -> str:
 def _describe_group(admin: Any, group: str) -> Any:
     desc = _result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group])
     if state_name(desc.state) == "DEAD" and not desc.members:
-        _fail(f"consumer group '{group}' does not exist.")
+        _fail(f"consumer group '{group}' does not exist")
     return desc
 
 
@@ -904,7 +904,7 @@ def transactions_find_hanging(bootstrap: str, broker_id: int | None, max_timeout
     for name in names:
         t = md.topics.get(name)
         if t is None or t.error is not None:
-            _fail(f"unknown topic {name!r}")
+            _fail(f"topic '{name}' does not exist")
         for pid, pinfo in sorted(t.partitions.items()):
             if partition is not None and pid != partition:
                 continue

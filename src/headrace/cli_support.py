@@ -228,6 +228,20 @@ def _speaks_tls(host: str, port: int, timeout_s: float) -> bool:
 # ---------------------------------------------------------------- the command group
 
 
+def reader_gone() -> NoReturn:
+    """stdout's reader went away (``headrace groups describe | head``): exit 0 quietly, as
+    Unix tools do, instead of a BrokenPipeError. stdout is pointed at /dev/null first so
+    the interpreter's final flush of what is still buffered cannot fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real stdout (a test's runner)
+        pass
+    sys.exit(EXIT_OK)
+
+
 class HeadraceGroup(click.Group):
     """A group whose commands never end in a traceback: an unexpected error is one line and
     exit 1 (the traceback too with ``--verbose``); Ctrl-C is one line and exit 130."""
@@ -256,6 +270,8 @@ class HeadraceGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("headrace: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            reader_gone()
         sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -267,6 +283,8 @@ class HeadraceGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("headrace: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            reader_gone()
         except Exception as e:
             if verbose():
                 traceback.print_exc()

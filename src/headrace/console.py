@@ -121,7 +121,7 @@ def _topic_metadata(client: Any, bootstrap: str, topic: str) -> Any:
             return t
         code = t.error.code() if t is not None and t.error is not None else None
         if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            _die(f"topic {topic!r} does not exist", EXIT_FAILED)
+            _die(f"topic '{topic}' does not exist", EXIT_FAILED)
         if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.TOPIC_EXCEPTION):
             _die(f"topic {topic!r}: {t.error.str()}", EXIT_FAILED)
         if time.monotonic() > deadline:  # e.g. just auto-created, no leader yet
@@ -134,7 +134,7 @@ def _check_partitions(md: Any, topic: str, partitions: tuple[int, ...]) -> None:
         return
     for p in partitions:
         if p not in md.partitions:
-            _die(f"topic {topic!r} has no partition {p} (it has {len(md.partitions)})",
+            _die(f"topic '{topic}' has no partition {p} (it has {len(md.partitions)})",
                  EXIT_FAILED)
 
 
@@ -275,17 +275,21 @@ def _produce(topic: str, bootstrap: str, conf: dict[str, Any], src: BinaryIO,
              sep: bytes | None, fixed: list[tuple[str, str | bytes | None]],
              syntax: _HeaderSyntax | None,
              partition: int | None) -> None:
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import KafkaError, KafkaException, Producer
 
+    INVALID_RECORD = KafkaError.INVALID_RECORD
     failures = 0
     first_error: list[str] = []
+    keyless_refused = False
 
-    def on_delivery(err: Any, _msg: Any) -> None:
-        nonlocal failures
+    def on_delivery(err: Any, msg: Any) -> None:
+        nonlocal failures, keyless_refused
         if err is not None:
             failures += 1
             if not first_error:
                 first_error.append(err.str())
+            if msg is not None and msg.key() is None and err.code() == INVALID_RECORD:
+                keyless_refused = True  # Kafka's answer to a keyless record when compacted
 
     conf["on_delivery"] = on_delivery
     try:
@@ -348,6 +352,10 @@ def _produce(topic: str, bootstrap: str, conf: dict[str, Any], src: BinaryIO,
     if interrupted:
         summary += " [interrupted]"
     click.echo(summary, err=True)
+    if keyless_refused:
+        click.echo(f"headrace: hint: {topic} is a compacted topic (cleanup.policy=compact): "
+                   "it takes only records with a key; give each line a key and name the "
+                   "separator, e.g. 'user-1:hello' with -K :", err=True)
     sys.exit(EXIT_FAILED if failures else 0)
 
 
