@@ -107,6 +107,13 @@ TWINS: dict[str, tuple[str, ...]] = {
         U + "test_cluster_control.py::test_restart_and_stop_reach_the_running_cluster",
         U + "test_cluster_control.py::test_no_running_cluster_is_one_line",
         U + "test_cluster_control.py::test_cluster_refuses_ports_in_use_naming_them"),
+    # issue 26: the console through a coordinator's kill and restart: the outage on the
+    # affected group only, no phantom throughput, back within one sample
+    "tests/cluster/test_web_console_cluster.py::test_console_through_a_coordinator_kill_and_restart": (
+        INT + "test_web_console_outage.py::test_groups_are_sampled_from_their_coordinator",
+        INT + "test_web_console_outage.py::test_a_silent_broker_costs_only_its_own_groups",
+        U + "test_webconsole_model.py::test_no_phantom_throughput_across_a_leader_change",
+        U + "test_webconsole_model.py::test_an_outage_shows_on_the_groups_it_concerns_only"),
     # R-SPARK-3/4 on a cluster: the source follows leader changes, nothing lost or doubled
     "tests/cluster/test_demo_cluster.py": (
         U + "test_spark_list_offsets.py::test_first_offsets_wait_for_a_partition_without_a_leader",

@@ -276,6 +276,13 @@ async function refreshGroupDetail(group) {
   }
   $("group-state").textContent = doc.state;
   $("group-total-lag").textContent = doc.total_lag;
+  // one total per group on the page (issue 26): the table's sampled total and the chart's
+  // last point become this newer one, asked just now
+  const row = document.querySelector(`#groups-table tr[data-group="${CSS.escape(group)}"]`);
+  const cell = row && row.querySelector('td[data-col="lag"]');
+  if (cell && !cell.classList.contains("error")) cell.textContent = doc.total_lag;
+  series.series.t.push(Date.now());
+  series.series.v.push(doc.total_lag);
   fillBody("members-table", doc.members.length ? doc.members.map((m) =>
     el("tr", { dataset: { member: m.member_id } },
        td("member_id", m.member_id), td("client_id", m.client_id), td("host", m.host),
