@@ -108,7 +108,8 @@ TWINS: dict[str, tuple[str, ...]] = {
         U + "test_cluster_control.py::test_no_running_cluster_is_one_line",
         U + "test_cluster_control.py::test_cluster_refuses_ports_in_use_naming_them",
         U + "test_controlled_shutdown.py::test_nothing_to_move_when_every_other_replica_is_shutting_down_too",
-        U + "test_controlled_shutdown.py::test_a_request_that_times_out_says_so"),
+        U + "test_controlled_shutdown.py::test_a_request_that_times_out_says_so",
+        U + "test_controlled_shutdown.py::test_no_zookeeper_no_retries"),
     # issue 26: the console through a coordinator's kill and restart: the outage on the
     # affected group only, no phantom throughput, back within one sample
     "tests/cluster/test_web_console_cluster.py::test_console_through_a_coordinator_kill_and_restart": (

@@ -29,13 +29,13 @@ class Controller:
             await asyncio.sleep(10)  # never answers within the request timeout
 
 
-def _node(shutting_down: list[int], controller: Controller) -> Any:
+def _node(shutting_down: list[int], controller: Controller, connected: bool = True) -> Any:
     partition = NS(leading=True, state=NS(isr=[1, 2, 3]))
     node = NS(
         node_id=1, fenced=False,
         config={"controlled.shutdown.enable": True, "controlled.shutdown.max.retries": 1,
                 "request.timeout.ms": 1000, "controlled.shutdown.retry.backoff.ms": 500},
-        store=NS(live_brokers=lambda: [NS(node_id=i) for i in (1, 2, 3)],
+        store=NS(connected=connected, live_brokers=lambda: [NS(node_id=i) for i in (1, 2, 3)],
                  controlled_shutdown_requests=lambda: list(shutting_down),
                  request_controlled_shutdown=lambda broker_id: None),
         replicas=NS(partitions={("t", 0): partition}),
@@ -66,3 +66,15 @@ def test_a_request_that_times_out_says_so(caplog: pytest.LogCaptureFixture) -> N
     failed = [r.getMessage() for r in caplog.records if "request failed" in r.getMessage()]
     assert failed == ["controlled shutdown request failed: no answer from the controller "
                       "within 1 s"] * 2
+
+
+def test_no_zookeeper_no_retries(caplog: pytest.LogCaptureFixture) -> None:
+    """ZooKeeper stopped first (a broker started by hand beside ``headrace cluster``): one
+    line and a stop at once, not four requests that each time out."""
+    controller = Controller(answer=False)
+    with caplog.at_level(logging.INFO, logger="headrace.cluster"):
+        asyncio.run(ClusterNode.controlled_shutdown(_node([], controller, connected=False)))
+    assert controller.asked == 0
+    assert [r.getMessage() for r in caplog.records] == [
+        "controlled shutdown skipped: no ZooKeeper connection, so no controller to move the "
+        "leadership of 1 partition(s); stopping"]

@@ -244,6 +244,12 @@ class ClusterNode:
         n = leading()
         if not n:
             return
+        if not getattr(self.store, "connected", True):
+            # ZooKeeper is gone (stopped before this broker, say): no controller can be
+            # asked, and each attempt would only time out (issue 26: a minute of retries)
+            log.warning("controlled shutdown skipped: no ZooKeeper connection, so no "
+                        "controller to move the leadership of %d partition(s); stopping", n)
+            return
         log.info("controlled shutdown: moving the leadership of %d partition(s) away", n)
         # Kafka's bounds: max.retries attempts, each a request bounded by the request
         # timeout, then retry.backoff.ms for the leadership change to arrive
