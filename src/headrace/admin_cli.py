@@ -239,9 +239,10 @@ def describe(bootstrap: str, names: tuple[str, ...], fmt: str) -> None:
     from headrace.topic_describe import DescribeError
     from headrace.topic_describe import describe as wire_describe
 
-    check_reachable(bootstrap)
+    first = check_reachable(bootstrap)  # the address that answered is asked first
+    addresses = [first, *(a for a in parse_bootstrap(bootstrap) if a != first)]
     try:
-        docs, notes = wire_describe(parse_bootstrap(bootstrap),
+        docs, notes = wire_describe(addresses,
                                     sorted(set(names)) if names else None, CLIENT_CONFIG)
     except DescribeError as e:
         _fail(str(e), e.code)

@@ -94,3 +94,23 @@ def test_describe_unknown_topic_is_one_line(broker: InProcessBroker, tmp_path: P
     r = CliRunner().invoke(main, ["topics", "describe", "-b", broker.bootstrap, "--topic",
                                   "never-there"], env={"HEADRACE_BOOTSTRAP": None})
     assert r.exit_code == 1 and r.stderr.strip() == "headrace: topic 'never-there' does not exist"
+
+
+def test_describe_skips_a_silent_bootstrap_address(broker: InProcessBroker) -> None:
+    """A first address that accepts connections and never answers (a SIGSTOPped broker)
+    is passed over for the next one: exit 0 within a few seconds, not exit 3 (issue 26:
+    "once exited 3 with two brokers up")."""
+    t = f"ds-{uuid.uuid4().hex[:6]}"
+    assert CliRunner().invoke(main, ["topics", "create", "-b", broker.bootstrap, "--topic",
+                                     t]).exit_code == 0
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        bootstrap = f"127.0.0.1:{silent.getsockname()[1]},{broker.bootstrap}"
+        start = time.monotonic()
+        r = CliRunner().invoke(main, ["topics", "describe", "-b", bootstrap, "--topic", t],
+                               env={"HEADRACE_BOOTSTRAP": None})
+        took = time.monotonic() - start
+    assert r.exit_code == 0, (r.stdout, r.stderr)
+    assert f"Topic: {t}\tPartition: 0\tLeader: 0\t" in r.stdout
+    assert took < 5.0, took
