@@ -7,6 +7,15 @@ extras="${1:-}"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
+# Nothing to do when this venv already has headrace installed from this pyproject.toml with
+# these extras (the install is editable: source changes need no reinstall). run.sh calls
+# this before every `broker`/`cluster`/demo start, which would otherwise re-run pip (10-16 s).
+stamp=".venv/.headrace-setup-${extras:-base}"
+want="$( { cat pyproject.toml; echo "extras=$extras"; .venv/bin/python --version; } \
+  | sha256sum | cut -d' ' -f1)"
+if [ -x .venv/bin/headrace ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
 echo "setup: installing headrace${extras:+[$extras]} into .venv (the first time takes a" \
   "minute or so${extras:+; the spark extra downloads pyspark, ~300 MB}) ..." >&2
 t0=$SECONDS
@@ -16,4 +25,5 @@ if [ -n "$extras" ]; then
 else
   .venv/bin/python -m pip install -q -e .
 fi
+echo "$want" > "$stamp"
 echo "setup: done in $((SECONDS - t0)) s" >&2

@@ -195,23 +195,6 @@ def _describe_topics(admin: Any, names: list[str]) -> list[Any]:
     return out
 
 
-def _offsets(admin: Any, tps: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
-    """(log start offset, log end offset) per partition (ListOffsets)."""
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
-
-    if not tps:
-        return {}
-    out: dict[tuple[str, int], list[int]] = {tp: [-1, -1] for tp in tps}
-    specs: Any = OffsetSpec  # untyped in its stubs
-    for i, spec in enumerate((specs.earliest(), specs.latest())):
-        futs = admin.list_offsets({TopicPartition(t, p): spec for t, p in tps},
-                                  request_timeout=TIMEOUT_S)
-        for tp, fut in futs.items():
-            out[(tp.topic, tp.partition)][i] = _result(fut).offset
-    return {tp: (v[0], v[1]) for tp, v in out.items()}
-
-
 def log_dir_sizes(nodes: list[Any], wanted: dict[str, list[int]],
                   timeout_s: float = TIMEOUT_S, config: dict[str, str] | None = None
                   ) -> dict[tuple[str, int, int], int]:
@@ -241,10 +224,6 @@ def log_dir_sizes(nodes: list[Any], wanted: dict[str, list[int]],
     return out
 
 
-def _topic_names(admin: Any) -> list[str]:
-    return sorted(admin.list_topics(timeout=TIMEOUT_S).topics)
-
-
 @topics.command("describe")
 @bootstrap_option
 @click.option("--topic", "names", multiple=True,
@@ -253,54 +232,29 @@ def _topic_names(admin: Any) -> list[str]:
 def describe(bootstrap: str, names: tuple[str, ...], fmt: str) -> None:
     """Partitions, leaders, replicas and in-sync replicas, log start and end offsets and
     size on disk per partition, and config overrides. Creates nothing (an unknown topic is
-    an error, whatever auto.create.topics.enable says)."""
-    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
+    an error, whatever auto.create.topics.enable says). Answers from the brokers that are
+    up within seconds: a partition without a leader shows "Leader: none (offline)", what a
+    broker that does not answer would have said is "-" (a note on stderr names it)."""
+    from headrace.cli_support import parse_bootstrap
+    from headrace.topic_describe import DescribeError
+    from headrace.topic_describe import describe as wire_describe
 
-    admin = _admin(bootstrap)
-    wanted = sorted(set(names)) if names else _topic_names(admin)
-    descs = _describe_topics(admin, wanted)
-    tps = [(d.name, p.id) for d in descs for p in d.partitions]
-    offsets = _offsets(admin, tps)
-    nodes: dict[int, Any] = {}
-    for d in descs:
-        for p in d.partitions:
-            for n in [p.leader, *p.replicas]:
-                if n is not None:
-                    nodes[n.id] = n
-    sizes = log_dir_sizes(sorted(nodes.values(), key=lambda n: n.id),
-                   {d.name: [p.id for p in d.partitions] for d in descs})
-    doc: list[dict[str, Any]] = []
-    for d in descs:
-        res = ConfigResource(ConfigResource.Type.TOPIC, d.name)
-        cfg = _result(admin.describe_configs([res])[res])
-        overrides = {k: v.value for k, v in sorted(cfg.items()) if not v.is_default}
-        parts: list[dict[str, Any]] = []
-        for p in sorted(d.partitions, key=lambda p: p.id):
-            leader = p.leader.id if p.leader is not None else -1
-            start, end = offsets.get((d.name, p.id), (-1, -1))
-            parts.append({"partition": p.id, "leader": leader,
-                          "replicas": [n.id for n in p.replicas],
-                          "isr": [n.id for n in p.isr],
-                          "log_start_offset": start, "log_end_offset": end,
-                          "size_bytes": sizes.get((d.name, p.id, leader))})
-        rf = len(parts[0]["replicas"]) if parts else 0
-        doc.append({"name": d.name, "internal": d.is_internal, "partition_count": len(parts),
-                    "replication_factor": rf, "configs": overrides, "partitions": parts})
+    first = check_reachable(bootstrap)  # the address that answered is asked first
+    addresses = [first, *(a for a in parse_bootstrap(bootstrap) if a != first)]
+    try:
+        docs, notes = wire_describe(addresses,
+                                    sorted(set(names)) if names else None, CLIENT_CONFIG)
+    except DescribeError as e:
+        _fail(str(e), e.code)
+    for note in notes:
+        click.echo(f"headrace: {note}", err=True)
     if fmt == "json":
-        emit_json(doc)
+        emit_json(docs)
         return
-    for t in doc:
-        configs = ",".join(f"{k}={v}" for k, v in t["configs"].items())
-        click.echo(f"Topic: {t['name']}\tPartitionCount: {t['partition_count']}\t"
-                   f"ReplicationFactor: {t['replication_factor']}\tConfigs: {configs}")
-        for p in t["partitions"]:
-            size = "-" if p["size_bytes"] is None else p["size_bytes"]
-            click.echo(f"\tTopic: {t['name']}\tPartition: {p['partition']}\t"
-                       f"Leader: {p['leader']}\t"
-                       f"Replicas: {','.join(map(str, p['replicas']))}\t"
-                       f"Isr: {','.join(map(str, p['isr']))}\t"
-                       f"LogStartOffset: {p['log_start_offset']}\t"
-                       f"LogEndOffset: {p['log_end_offset']}\tSize: {size}")
+    from headrace.topic_describe import describe_lines
+
+    for line in describe_lines(docs):
+        click.echo(line)
 
 
 @topics.command("add-partitions")
@@ -528,7 +482,7 @@ def state_name(state: Any) -> str:
 def _describe_group(admin: Any, group: str) -> Any:
     desc = _result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group])
     if state_name(desc.state) == "DEAD" and not desc.members:
-        _fail(f"consumer group '{group}' does not exist.")
+        _fail(f"consumer group '{group}' does not exist")
     return desc
 
 
@@ -952,7 +906,7 @@ def transactions_find_hanging(bootstrap: str, broker_id: int | None, max_timeout
     for name in names:
         t = md.topics.get(name)
         if t is None or t.error is not None:
-            _fail(f"unknown topic {name!r}")
+            _fail(f"topic '{name}' does not exist")
         for pid, pinfo in sorted(t.partitions.items()):
             if partition is not None and pid != partition:
                 continue

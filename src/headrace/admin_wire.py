@@ -111,3 +111,23 @@ class AdminConnection(Connection):
             raise SecurityError(f"authentication to {host}:{port} failed: "
                                 f"{resp.error_message or resp.error_code}")
         return bytes(resp.auth_bytes)
+
+
+def list_offsets(conn: Any, tps: list[tuple[str, int]]
+                 ) -> dict[tuple[str, int], tuple[int, int]]:
+    """ListOffsets v4 twice (earliest, latest) for partitions this broker leads; a
+    partition it refuses (no longer its leader) is left out."""
+    by_topic: dict[str, list[int]] = {}
+    for t, p in tps:
+        by_topic.setdefault(t, []).append(p)
+    found: dict[tuple[str, int], list[int]] = {}
+    for i, timestamp in enumerate((-2, -1)):
+        resp = conn.request(2, 4, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": t, "partitions": [{"partition_index": p, "current_leader_epoch": -1,
+                                        "timestamp": timestamp} for p in ps]}
+            for t, ps in by_topic.items()]})
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code == 0:
+                    found.setdefault((t.name, p.partition_index), [-1, -1])[i] = int(p.offset)
+    return {tp: (v[0], v[1]) for tp, v in found.items() if v[1] >= 0}

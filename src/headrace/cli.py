@@ -187,14 +187,60 @@ async def _cancel_leftover_tasks(timeout_s: float) -> None:
 @click.pass_context
 def cluster(ctx: click.Context, brokers: int, data_dir: Path, port: int, zookeeper_port: int,
             overrides: tuple[str, ...], log_level: str) -> None:
-    """Run a local cluster: a ZooKeeper and BROKERS brokers on 127.0.0.1 (Ctrl-C stops).
-    "headrace cluster info" describes a running cluster instead."""
+    """Run a local cluster: a ZooKeeper and BROKERS brokers on 127.0.0.1 (Ctrl-C stops
+    everything it runs). "headrace cluster info" describes a running cluster,
+    "headrace cluster stop-broker N" and "restart-broker N" stop and restart one of its
+    brokers."""
     if ctx.invoked_subcommand is not None:
         return
     from headrace.cluster.local import run_local_cluster
 
     sys.exit(run_local_cluster(brokers, data_dir, port, zookeeper_port, list(overrides),
                                log_level.upper()))
+
+
+def _control_options(fn: Any) -> Any:
+    fn = click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+                      help="The running cluster's --data-dir (default: the one given to "
+                           "'headrace cluster', else $HEADRACE_DATA_DIR, else cluster-data).")(fn)
+    return click.argument("broker_id", metavar="N", type=click.IntRange(min=1))(fn)
+
+
+def _control(ctx: click.Context, data_dir: Path | None, action: str, broker_id: int) -> None:
+    from headrace.cli_support import fail
+    from headrace.cluster.local import ControlError, send_request
+
+    if data_dir is None:
+        data_dir = ctx.parent.params["data_dir"] if ctx.parent is not None else Path(
+            "cluster-data")
+    try:
+        done, message = send_request(data_dir, action, broker_id)
+    except ControlError as e:
+        fail(str(e))
+    if not done:
+        fail(message)
+    click.echo(message)
+
+
+@cluster.command("restart-broker")
+@_control_options
+@click.pass_context
+def restart_broker(ctx: click.Context, broker_id: int, data_dir: Path | None) -> None:
+    """Restart broker N of the running "headrace cluster" (start it if it is not running):
+    a clean stop, then the same command line, data dir and port; waits until it listens."""
+    _control(ctx, data_dir, "restart", broker_id)
+
+
+@cluster.command("stop-broker")
+@_control_options
+@click.option("--kill", is_flag=True,
+              help="kill -9 instead of a clean stop (a crash, for trying failover).")
+@click.pass_context
+def stop_broker(ctx: click.Context, broker_id: int, data_dir: Path | None, kill: bool) -> None:
+    """Stop broker N of the running "headrace cluster" (SIGTERM: it moves its leadership
+    away first; --kill: kill -9). The cluster keeps running; "headrace cluster
+    restart-broker N" brings it back."""
+    _control(ctx, data_dir, "kill" if kill else "stop", broker_id)
 
 
 @main.command("dev-certs")

@@ -139,28 +139,136 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
-def check_reachable(bootstrap: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+def check_reachable(bootstrap: str, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[str, int]:
     """Fail at once (exit 3, one line) when no bootstrap address accepts a TCP connection,
-    instead of the client libraries' retries and logs."""
+    instead of the client libraries' retries and logs; else the address that answered."""
     try:
         addresses = parse_bootstrap(bootstrap)
     except ValueError as e:
         fail(f"--bootstrap-server: {e}", EXIT_USAGE)
     deadline = time.monotonic() + timeout_s
     reasons = []
-    for host, port in addresses:
+    for i, (host, port) in enumerate(addresses):
         left = max(0.2, deadline - time.monotonic())
         try:
             socket.create_connection((host, port), timeout=left).close()
-            return
         except OSError as e:
             reasons.append(f"{host}:{port} ({e.strerror or e or 'timed out'})")
+            continue
+        try:
+            _probe_kafka(host, port, max(1.0, deadline - time.monotonic()))
+        except _ProbeFailed as e:
+            if e.code == EXIT_UNREACHABLE and i + 1 < len(addresses):
+                # accepted but silent (a paused broker, say): the next address may answer
+                reasons.append(f"{host}:{port} ({e})")
+                deadline = max(deadline, time.monotonic() + 1.0)
+                continue
+            fail(str(e), e.code)
+        return host, port
     where = ", ".join(f"{h}:{p}" for h, p in addresses)
     detail = f": {'; '.join(reasons)}" if verbose() else ""
     fail(f"cannot reach a broker at {where}{detail}", EXIT_UNREACHABLE)
 
 
+class _ProbeFailed(Exception):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def check_kafka(host: str, port: int, timeout_s: float) -> None:
+    """:func:`_probe_kafka`, failing (one line, its exit code) when the probe does."""
+    try:
+        _probe_kafka(host, port, timeout_s)
+    except _ProbeFailed as e:
+        fail(str(e), e.code)
+
+
+def _probe(message: str, code: int) -> NoReturn:
+    raise _ProbeFailed(message, code)
+
+
+def _probe_kafka(host: str, port: int, timeout_s: float) -> None:
+    """Fail at once, with one line, when ``host:port`` accepts connections but not this
+    client as ``--command-config`` sets it up (issue 26): TLS or SASL refused (a wrong
+    password, a certificate) or a TLS/SASL listener reached without its settings: exit 4;
+    no Kafka broker there at all: exit 3. The client libraries would only retry for 15 s
+    and report a transport error.
+
+    The probe is headrace's wire client: the TLS handshake and SASL exchange, then
+    ApiVersions and Metadata (a SASL listener closes a connection that skipped SASL)."""
+    from headrace.admin_cli import CLIENT_CONFIG
+    from headrace.admin_wire import AdminConnection, SecurityError
+
+    protocol = CLIENT_CONFIG.get("security.protocol", "PLAINTEXT").upper()
+
+    class Probe(AdminConnection):
+        MAX_RESPONSE_BYTES = 1 << 20
+
+    where = f"{host}:{port}"
+
+    def not_kafka(e: BaseException) -> NoReturn:
+        # a TLS listener refuses a plaintext request at once (it is no TLS record); a
+        # silent one (a paused broker) would make this check wait its timeout again
+        if (protocol in ("PLAINTEXT", "SASL_PLAINTEXT") and not isinstance(e, TimeoutError)
+                and _speaks_tls(host, port, timeout_s)):
+            _probe(f"{where} is a TLS listener: give its settings with --command-config "
+                 "(security.protocol=SSL or SASL_SSL)", EXIT_AUTH)
+        _probe(f"{where} does not answer as a Kafka broker over {protocol}"
+             + (f" ({type(e).__name__}: {e})" if verbose() else ""), EXIT_UNREACHABLE)
+
+    try:
+        conn = Probe(host, port, timeout_s, CLIENT_CONFIG)
+    except SecurityError as e:
+        _probe(str(e), EXIT_AUTH)
+    except (OSError, ConnectionError, ValueError, EOFError) as e:
+        not_kafka(e)
+    try:
+        conn.request(18, 0, {})
+    except Exception as e:  # refused, closed, timed out, or bytes that are not Kafka's
+        conn.close()
+        not_kafka(e)
+    try:
+        conn.request(3, 1, {"topics": []})
+    except (OSError, ConnectionError, ValueError, EOFError):
+        if not protocol.startswith("SASL_"):
+            _probe(f"{where} closed the connection before authentication: a SASL listener? "
+                 "Give its settings with --command-config (security.protocol=SASL_PLAINTEXT "
+                 "or SASL_SSL, sasl.mechanism, sasl.jaas.config)", EXIT_AUTH)
+    finally:
+        conn.close()
+
+
+def _speaks_tls(host: str, port: int, timeout_s: float) -> bool:
+    """Whether ``host:port`` completes a TLS handshake (its certificate not checked)."""
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as raw, \
+                ctx.wrap_socket(raw, server_hostname=host):
+            return True
+    except (OSError, ssl.SSLError):
+        return False
+
+
 # ---------------------------------------------------------------- the command group
+
+
+def reader_gone() -> NoReturn:
+    """stdout's reader went away (``headrace groups describe | head``): exit 0 quietly, as
+    Unix tools do, instead of a BrokenPipeError. stdout is pointed at /dev/null first so
+    the interpreter's final flush of what is still buffered cannot fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real stdout (a test's runner)
+        pass
+    sys.exit(EXIT_OK)
 
 
 class HeadraceGroup(click.Group):
@@ -191,6 +299,8 @@ class HeadraceGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("headrace: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            reader_gone()
         sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -202,6 +312,8 @@ class HeadraceGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("headrace: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            reader_gone()
         except Exception as e:
             if verbose():
                 traceback.print_exc()

@@ -30,6 +30,8 @@ from typing import Any, BinaryIO, NoReturn
 
 import click
 
+from headrace.cli_support import check_reachable
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 REACH_TIMEOUT_S = 5.0  # how long to wait for a first answer from the bootstrap broker
 EXIT_FAILED = 1
@@ -45,6 +47,11 @@ _FIELDS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers
 
 class _Bad(Exception):
     """Bad input: one line on stderr, exit 2."""
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 record``, ``2 records``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _die(msg: str, code: int) -> NoReturn:
@@ -114,7 +121,7 @@ def _topic_metadata(client: Any, bootstrap: str, topic: str) -> Any:
             return t
         code = t.error.code() if t is not None and t.error is not None else None
         if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            _die(f"topic {topic!r} does not exist", EXIT_FAILED)
+            _die(f"topic '{topic}' does not exist", EXIT_FAILED)
         if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.TOPIC_EXCEPTION):
             _die(f"topic {topic!r}: {t.error.str()}", EXIT_FAILED)
         if time.monotonic() > deadline:  # e.g. just auto-created, no leader yet
@@ -127,7 +134,7 @@ def _check_partitions(md: Any, topic: str, partitions: tuple[int, ...]) -> None:
         return
     for p in partitions:
         if p not in md.partitions:
-            _die(f"topic {topic!r} has no partition {p} (it has {len(md.partitions)})",
+            _die(f"topic '{topic}' has no partition {p} (it has {len(md.partitions)})",
                  EXIT_FAILED)
 
 
@@ -254,6 +261,7 @@ def produce_command(topic: str, bootstrap: str, file: Path | None, key_separator
             src = sys.stdin.buffer
     except _Bad as e:
         _die(str(e), EXIT_USAGE)
+    check_reachable(bootstrap)  # unreachable, not Kafka, TLS/SASL refused: one line at once
     try:
         _produce(topic, bootstrap, conf, src, sep, fixed, syntax, partition)
     except KeyboardInterrupt:  # before the first record (e.g. waiting for the broker)
@@ -267,17 +275,21 @@ def _produce(topic: str, bootstrap: str, conf: dict[str, Any], src: BinaryIO,
              sep: bytes | None, fixed: list[tuple[str, str | bytes | None]],
              syntax: _HeaderSyntax | None,
              partition: int | None) -> None:
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import KafkaError, KafkaException, Producer
 
+    INVALID_RECORD = KafkaError.INVALID_RECORD
     failures = 0
     first_error: list[str] = []
+    keyless_refused = False
 
-    def on_delivery(err: Any, _msg: Any) -> None:
-        nonlocal failures
+    def on_delivery(err: Any, msg: Any) -> None:
+        nonlocal failures, keyless_refused
         if err is not None:
             failures += 1
             if not first_error:
                 first_error.append(err.str())
+            if msg is not None and msg.key() is None and err.code() == INVALID_RECORD:
+                keyless_refused = True  # Kafka's answer to a keyless record when compacted
 
     conf["on_delivery"] = on_delivery
     try:
@@ -332,7 +344,7 @@ def _produce(topic: str, bootstrap: str, conf: dict[str, Any], src: BinaryIO,
             first_error.append("interrupted before delivery")
     elapsed = time.monotonic() - started
     rate = records / elapsed if elapsed > 0 else 0.0
-    summary = (f"headrace: produced {records} records ({nbytes} bytes) to {topic} in "
+    summary = (f"headrace: produced {_count(records, 'record')} ({nbytes} bytes) to {topic} in "
                f"{elapsed:.1f} s ({rate:,.0f}/s): {records - failures} delivered, "
                f"{failures} failed")
     if first_error:
@@ -340,6 +352,10 @@ def _produce(topic: str, bootstrap: str, conf: dict[str, Any], src: BinaryIO,
     if interrupted:
         summary += " [interrupted]"
     click.echo(summary, err=True)
+    if keyless_refused:
+        click.echo(f"headrace: hint: {topic} is a compacted topic (cleanup.policy=compact): "
+                   "it takes only records with a key; give each line a key and name the "
+                   "separator, e.g. 'user-1:hello' with -K :", err=True)
     sys.exit(EXIT_FAILED if failures else 0)
 
 
@@ -375,11 +391,11 @@ def _compile_format(template: str) -> str:
     try:
         for _, field, _spec, _conv in string.Formatter().parse(tpl):
             if field is not None and field not in _FIELDS:
-                raise _Bad(f"--format: unknown placeholder {{{field}}} (known: "
+                raise _Bad(f"--template: unknown placeholder {{{field}}} (known: "
                            + ", ".join("{" + f + "}" for f in _FIELDS) + ")")
         tpl.format(**{f: "" for f in _FIELDS})
     except (ValueError, IndexError, KeyError) as e:
-        raise _Bad(f"--format: {e}") from None
+        raise _Bad(f"--template: {e}") from None
     return tpl if tpl.endswith("\n") else tpl + "\n"
 
 
@@ -467,10 +483,13 @@ def _formatter(template: str | None, as_json: bool) -> Callable[[Any], bytes]:
               help="Exit at the end of every partition read (as kcat -e).")
 @click.option("--isolation-level", default="read_uncommitted", show_default=True,
               type=click.Choice(["read_committed", "read_uncommitted"]))
-@click.option("-F", "--format", "template", default=None, metavar="TEMPLATE",
+@click.option("-F", "--template", "template", default=None, metavar="TEMPLATE",
               help="How to print each record: a template with {key}, {value}, {topic}, "
                    "{partition}, {offset}, {timestamp}, {headers} (k1:v1,k2:v2) and \\t, "
                    "\\n escapes; default '{value}'.")
+@click.option("--format", "fmt", default=None, metavar="[text|json]",
+              help="text: each record as --template says (the default); json: as --json. "
+                   "(A template given here, the old spelling, still works, with a note.)")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per record: topic, partition, offset, timestamp, key, "
                    "value, headers (bytes that are not UTF-8 in base64, with "
@@ -481,19 +500,20 @@ def _formatter(template: str | None, as_json: bool) -> Callable[[Any], bytes]:
 def consume_command(topic: str, bootstrap: str, group: str | None, from_beginning: bool,
                     offset: str | None, partitions: tuple[int, ...], max_messages: int | None,
                     timeout_ms: int | None, exit_at_end: bool, isolation_level: str,
-                    template: str | None, as_json: bool, props: tuple[str, ...],
-                    verbose: bool) -> None:
-    """Print TOPIC's records on stdout, one per line (the value, or --format / --json).
+                    template: str | None, fmt: str | None, as_json: bool,
+                    props: tuple[str, ...], verbose: bool) -> None:
+    """Print TOPIC's records on stdout, one per line (the value, or --template / --json).
 
     Runs until Ctrl-C, --max-messages, --timeout-ms or --exit-at-end."""
     _interruptible()
     try:
+        template, as_json = _format_choice(fmt, template, as_json)
         if template is not None and as_json:
-            raise _Bad("use either --format or --json, not both")
+            raise _Bad("use either --template or --json, not both")
         kind, value = _parse_offset(offset, from_beginning)
         if any(p < 0 for p in partitions):
             raise _Bad("--partition must be >= 0")
-        fmt = _formatter(template, as_json)
+        render = _formatter(template, as_json)
         conf = _client_config(bootstrap, verbose, ())
         conf.update({
             "group.id": group or f"headrace-console-{os.getpid()}",
@@ -510,8 +530,28 @@ def consume_command(topic: str, bootstrap: str, group: str | None, from_beginnin
         conf.update(dict(_pairs(props, "-X/--property")))
     except _Bad as e:
         _die(str(e), EXIT_USAGE)
+    check_reachable(bootstrap)  # unreachable, not Kafka, TLS/SASL refused: one line at once
     _consume(topic, bootstrap, conf, group, kind, value, partitions, max_messages,
-             timeout_ms, exit_at_end, fmt)
+             timeout_ms, exit_at_end, render)
+
+
+def _format_choice(fmt: str | None, template: str | None, as_json: bool
+                   ) -> tuple[str | None, bool]:
+    """``--format`` means text or json for ``consume`` as for every listing (issue 26);
+    a record template given there (the old spelling) is taken as ``--template`` with a
+    one-line note, anything else is a usage error."""
+    if fmt is None or fmt == "text":
+        return template, as_json
+    if fmt == "json":
+        return template, True
+    if "{" in fmt or "\\" in fmt:
+        if template is not None:
+            raise _Bad("give the template once, with --template")
+        click.echo("headrace: note: a record template is now given with -F/--template "
+                   "(--format is text or json)", err=True)
+        return fmt, as_json
+    raise _Bad(f"--format: expected text or json, got {fmt!r} (a record template is "
+               "-F/--template)")
 
 
 def _start_offsets(consumer: Any, topic: str, parts: list[int], kind: str,
@@ -639,5 +679,5 @@ def _consume(topic: str, bootstrap: str, conf: dict[str, Any], group: str | None
         with contextlib.suppress(KafkaException, RuntimeError, KeyboardInterrupt):
             consumer.close()  # commits the group's stored offsets
     if not quiet:
-        click.echo(f"headrace: consumed {count} records", err=True)
+        click.echo(f"headrace: consumed {_count(count, 'record')}", err=True)
     sys.exit(rc)

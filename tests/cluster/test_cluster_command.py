@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -105,13 +106,52 @@ def test_cluster_command_runs_three_brokers_and_stops_on_ctrl_c(tmp_path: Path) 
                                       if m.error() is None) or len(got) >= 100, 30, 0)
         c.close()
         assert sorted(got) == sorted(f"x{i}".encode() for i in range(100))
+        _stop_and_restart_one_broker(env, bootstrap, base)
     finally:
         proc.send_signal(signal.SIGINT)
+        stopping = time.monotonic()
         rc = proc.wait(90)
+        took = time.monotonic() - stopping
     assert rc == 0
+    # issue 26 defect 5: Ctrl-C stops everything promptly, the restarted broker included,
+    # with no controlled-shutdown retries among brokers that all stop (nor an empty reason)
+    print(f"Ctrl-C to exit: {took:.1f} s", file=sys.stderr)
+    assert took < 20, took
+    logs = "".join((tmp_path / "c" / f"broker-{i}.log").read_text() for i in (1, 2, 3))
+    assert not re.search(r"request failed: *$", logs, re.M), logs[-3000:]
+    assert "still led; retrying" not in logs, logs[-3000:]
     # nothing left behind: no broker or ZooKeeper process of this cluster
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(tmp_path / "c") not in out
+
+
+def _stop_and_restart_one_broker(env: dict[str, str], bootstrap: str, base: int) -> None:
+    """``headrace cluster stop-broker N [--kill]`` and ``restart-broker N`` against the
+    running cluster (issue 26 defect 5): the broker goes, comes back on its port, and the
+    cluster knows it again; a broker it does not have is one line, exit 1."""
+    ctl = [sys.executable, "-m", "headrace.cli", "cluster"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*ctl, *args], capture_output=True, text=True, env=env,
+                              timeout=120, check=False)
+
+    r = run("stop-broker", "2", "--kill")
+    assert r.returncode == 0 and "broker 2 killed" in r.stdout, r
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", base + 1)) != 0  # nothing listens there now
+    r = run("restart-broker", "2")
+    assert r.returncode == 0, r
+    assert f"broker 2 listening on 127.0.0.1:{base + 1}" in r.stdout, r.stdout
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wait_until(lambda: set(admin.list_topics(timeout=10).brokers) == {1, 2, 3}, 60, 0.5,
+               "broker 2 back in the cluster")
+    r = run("stop-broker", "2")  # a clean stop, then back again for the Ctrl-C below
+    assert r.returncode == 0 and "broker 2 stopped in" in r.stdout, r
+    assert run("restart-broker", "2").returncode == 0
+    r = run("stop-broker", "9")
+    assert r.returncode == 1 and r.stderr.strip() == (
+        f"headrace: the cluster on {env['HEADRACE_DATA_DIR']} has no broker 9 "
+        "(its brokers: 1, 2, 3)"), r.stderr
 
 
 def test_readme_broker_on_three_machines_registers_as_written(

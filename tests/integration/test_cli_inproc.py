@@ -261,7 +261,9 @@ def test_port_taken_and_unusable_data_dir_are_refused_with_the_reason(tmp_path: 
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        with pytest.raises(StartupError, match=f"port {port}.*already in use"):
+        # issue 26 item 7: what to do, as the quickstart's 9092 meets `headrace cluster`'s
+        with pytest.raises(StartupError, match=f"port {port}.*already in use: stop what "
+                           r"listens there .*headrace cluster.* or give another --port"):
             EmbeddedBroker(tmp_path / "d", port).start()
     f = tmp_path / "a-file"
     f.write_text("not a directory")
@@ -315,6 +317,25 @@ def test_produce_and_consume_keys_headers_and_template(broker: InProcessBroker) 
     assert [(r["offset"], r["key"], r["value"]) for r in rows] == [
         (0, "k1", "hello"), (1, "k2", "world=2"), (2, None, "no-key")]
     assert rows[0]["headers"] == [{"key": "src", "value": "test"}, {"key": "n", "value": "1"}]
+
+
+def test_consume_format_means_text_or_json(broker: InProcessBroker) -> None:
+    """Issue 26 defect 6: ``consume --format json`` printed the word "json" per record
+    (--format was the template for consume, the text/json switch everywhere else). Now
+    one meaning per flag: --format text|json, the template is -F/--template; a template
+    given as --format (the old spelling) still works, with a one-line note."""
+    t = f"console-{uuid.uuid4().hex[:6]}"
+    ok("produce", t, "-b", broker.bootstrap, stdin=b"hello\n")
+    base = ("consume", t, "-b", broker.bootstrap, "--from-beginning", "-e")
+    (row,) = ok(*base, "--format", "json").stdout.splitlines()
+    assert json.loads(row)["value"] == "hello"
+    assert ok(*base, "--format", "text").stdout.splitlines() == ["hello"]
+    assert ok(*base, "--template", "{offset}:{value}").stdout.splitlines() == ["0:hello"]
+    old = ok(*base, "--format", "{offset}:{value}")
+    assert old.stdout.splitlines() == ["0:hello"]
+    assert "now given with -F/--template" in old.stderr
+    bad = run(*base, "--format", "yaml")
+    assert bad.exit_code == 2 and "--format: expected text or json" in bad.stderr
 
 
 @pytest.mark.parametrize("codec", ["gzip", "zstd"])
@@ -400,3 +421,12 @@ def test_groups_describe_lag_and_reset_offsets(broker: InProcessBroker) -> None:
     assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1
     ok("groups", "delete", group, *bs)
     assert group not in ok("groups", "list", *bs).stdout.split()
+
+
+def test_one_record_is_singular(broker: InProcessBroker) -> None:
+    """Issue 26 defect 7: "produced 1 records"."""
+    t = f"console-{uuid.uuid4().hex[:6]}"
+    err = ok("produce", t, "-b", broker.bootstrap, stdin=b"one\n").stderr
+    assert "produced 1 record (" in err
+    err = ok("consume", t, "-b", broker.bootstrap, "--from-beginning", "-e").stderr
+    assert err.strip() == "headrace: consumed 1 record"

@@ -274,7 +274,7 @@ def test_ctrl_c_is_clean(broker: BrokerProcess, topic_name: str) -> None:
     c.send_signal(signal.SIGINT)
     _, err = c.communicate(timeout=20)
     assert c.returncode == 0 and b"Traceback" not in err, err
-    assert err.decode().strip() == "headrace: consumed 1 records"
+    assert err.decode().strip() == "headrace: consumed 1 record"
 
     # the producer, its input still open: what it read is delivered, then the summary
     p = subprocess.Popen([*HEADRACE, "produce", topic_name, "-b", broker.bootstrap],
@@ -287,7 +287,7 @@ def test_ctrl_c_is_clean(broker: BrokerProcess, topic_name: str) -> None:
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=20)
     assert p.returncode == 0 and b"Traceback" not in err, err
-    assert b"produced 1 records" in err and b"[interrupted]" in err
+    assert b"produced 1 record " in err and b"[interrupted]" in err
 
 
 def test_failed_delivery_exits_1(broker: BrokerProcess, topic_name: str) -> None:
@@ -296,16 +296,17 @@ def test_failed_delivery_exits_1(broker: BrokerProcess, topic_name: str) -> None
     r = run("produce", topic_name, "-b", broker.bootstrap, stdin=b"x" * 5000 + b"\n")
     assert r.returncode == 1, r.stderr
     err = r.stderr.decode()
-    assert "produced 1 records" in err and "0 delivered, 1 failed" in err, err
+    assert "produced 1 record " in err and "0 delivered, 1 failed" in err, err
     assert "Message size too large" in err and "Traceback" not in err
     assert consume(broker, topic_name, "--from-beginning", "-e") == ["small"]
 
 
 @pytest.mark.parametrize(("args", "message"), [
     (["consume", "T", "--offset", "yesterday"], "--offset expects"),
-    (["consume", "T", "--format", "{nope}"], "unknown placeholder {nope}"),
-    (["consume", "T", "--format", "{value"], "--format"),
-    (["consume", "T", "--format", "{value}", "--json"], "either --format or --json"),
+    (["consume", "T", "--template", "{nope}"], "unknown placeholder {nope}"),
+    (["consume", "T", "--template", "{value"], "--template"),
+    (["consume", "T", "--template", "{value}", "--json"], "either --template or --json"),
+    (["consume", "T", "--format", "yaml"], "--format: expected text or json"),
     (["consume", "T", "--from-beginning", "--offset", "3"], "either --from-beginning"),
     (["consume", "T", "-X", "no.such.setting=1"], "No such configuration property"),
     (["consume", "T", "-X", "novalue"], "expects KEY=VALUE"),

@@ -67,3 +67,29 @@ def test_the_checks_catch_an_unnamed_block_and_a_loose_command(tmp_path: Path) -
     blocks = readme_blocks(readme)
     assert [(b.name, b.lang, b.text, b.line) for b in blocks] == [
         (None, "sh", "echo hi\n", 2), ("one", "python", "print(1)\n", 6)]
+
+
+def test_the_protocol_table_says_what_the_broker_serves() -> None:
+    """Issue 26 defect 7: the README's protocol table listed the client-quota APIs (48, 49)
+    as not served although they are. Every row's headrace column is the handler table's
+    range (what ApiVersions advertises), "—" for a key without a handler."""
+    import headrace.broker.server  # noqa: F401 - registers every handler
+    from headrace.broker.handlers import HANDLERS
+
+    rows = re.findall(r"^\| (\d+) \| (\w+) \| ([^|]+) \|", README.read_text(), re.M)
+    assert len(rows) > 50
+    for key, name, served in rows:
+        h = HANDLERS.get(int(key))
+        want = "—" if h is None else (
+            f"{h.min_version}" if h.min_version == h.max_version
+            else f"{h.min_version}\N{EN DASH}{h.max_version}")
+        assert served.strip() == want, (key, name, served, want)
+
+
+def test_gitignore_covers_what_the_commands_write() -> None:
+    """Issue 26 defect 7: ``headrace cluster``'s default data directory was not ignored."""
+    from headrace.cli import main
+
+    cluster = main.commands["cluster"]  # type: ignore[attr-defined]
+    default = next(p.default for p in cluster.params if p.name == "data_dir")
+    assert f"/{default}/" in (ROOT / ".gitignore").read_text().splitlines()

@@ -11,11 +11,12 @@ import pytest
 
 from headrace.webconsole import model
 from headrace.webconsole.model import (
+    AppendRate,
     BadRequest,
-    RateSeries,
     Samples,
     Series,
     Unavailable,
+    is_stale,
     message_query,
     new_topic_request,
     partition_lag,
@@ -121,31 +122,54 @@ def test_series_is_a_bounded_ring_moving_forward() -> None:
         Series(0)
 
 
-def test_rates_from_counter_samples() -> None:
-    r = RateSeries(10)
-    assert r.sample(1000, 100) is None  # the first sample: no rate yet
-    assert r.sample(3000, 500) == 200.0  # 400 offsets in 2 s
-    assert r.sample(3000, 900) is None  # the same time again: ignored
-    assert r.sample(2000, 0) is None  # a sample from the past changes nothing
-    assert r.sample(4000, 500) == 0.0
-    assert r.sample(5000, 10) is None  # the topic was created again: a restart
-    assert r.sample(5500, 60) == 100.0
-    assert r.series.doc() == {"t": [3000, 4000, 5500], "v": [200.0, 0.0, 100.0]}
+def test_append_rate_from_high_watermark_samples() -> None:
+    r = AppendRate(10)
+    assert r.sample(1000, {0: 100}) is None  # the first sample: no rate yet
+    assert r.sample(3000, {0: 500}) == 200.0  # 400 offsets in 2 s
+    assert r.sample(3000, {0: 900}) is None  # the same time again: ignored
+    assert r.sample(2000, {0: 0}) is None  # a sample from the past changes nothing
+    assert r.sample(4000, {0: 500}) == 0.0
+    assert r.sample(5000, {0: 500, 1: 40}) == 0.0  # a new partition: counted from now
+    assert r.sample(5500, {0: 550, 1: 40}) == 100.0
+    assert r.series.doc() == {"t": [3000, 4000, 5000, 5500], "v": [200.0, 0.0, 0.0, 100.0]}
+
+
+def test_no_phantom_throughput_across_a_leader_change() -> None:
+    """Issue 26: after a leader change the console plotted 512 records/s while nothing
+    was produced. Partitions without a leader drop out of a sample and come back; a new
+    leader's high watermark can be behind the old one's for a moment: neither is an
+    append."""
+    r = AppendRate(10)
+    r.sample(1000, {0: 256, 1: 256, 2: 100})
+    assert r.sample(2000, {2: 100}) == 0.0  # 0 and 1 have no leader (their broker died)
+    assert r.sample(3000, {0: 250, 1: 256, 2: 100}) == 0.0  # back; 0's new leader lags
+    assert r.sample(4000, {0: 256, 1: 256, 2: 100}) == 0.0  # 0's high watermark catches up
+    assert r.sample(5000, {0: 266, 1: 256, 2: 100}) == 10.0  # records really produced
+    assert max(r.series.doc()["v"]) == 10.0
+
+
+def test_stale_counts() -> None:
+    assert not is_stale(10_000, None, 2.0)  # nothing sampled yet: nothing shown
+    assert not is_stale(10_000, 5_000, 2.0)  # a sample in progress
+    assert is_stale(10_000, 4_999, 2.0)  # more than two intervals and a second
+    assert is_stale(40_000, 10_000, 2.0)  # the issue's 25-30 s
 
 
 def test_samples_follow_topics_and_groups_and_stay_bounded() -> None:
     s = Samples(capacity=5, max_series=2)
-    s.record(1000, {"a": 0, "b": 0, "c": 0}, {"g": 4})
-    s.record(2000, {"a": 10, "b": 20, "c": 30}, {"g": 6, "h": 1})
+    s.record(1000, {"a": {0: 0}, "b": {0: 0}, "c": {0: 0}}, {"g": 4})
+    s.record(2000, {"a": {0: 10}, "b": {0: 20}, "c": {0: 30}}, {"g": 6, "h": 1})
     assert set(s.throughput) == {"a", "b"}  # at most two series: the first by name
     assert s.throughput_doc()["b"] == {"t": [2000], "v": [20.0]}
     assert s.lag_doc("g") == {"t": [1000, 2000], "v": [4, 6]}
-    s.record(3000, {"b": 40, "c": 60}, {"h": 2})  # a and g are gone: their series too
+    s.record(3000, {"b": {0: 40}, "c": {0: 60}}, {"h": 2})  # a and g are gone: their series
     assert set(s.throughput) == {"b", "c"}
     assert s.throughput_doc()["c"] == {"t": [], "v": []}  # c's first sample
     assert s.lag_doc("g") is None
+    s.record(3500, {"b": {0: 40}, "c": {0: 60}}, {"h": None})  # h's lag unknown this time
+    assert s.lag_doc("h") == {"t": [2000, 3000], "v": [1, 2]}  # kept, no point added
     for i in range(10):
-        s.record(4000 + i * 1000, {"b": 40 + i}, {"h": 2})
+        s.record(4000 + i * 1000, {"b": {0: 40 + i}}, {"h": 2})
     assert len(s.throughput["b"].series) == 5
 
 
@@ -177,7 +201,7 @@ def _snap(t: int, offsets: int, lag: int) -> dict[str, Any]:
     return {"time_ms": t, "cluster": {}, "topics": [
         {"name": "t", "internal": False, "high_watermark_sum": offsets},
         {"name": "__consumer_offsets", "internal": True, "high_watermark_sum": 1}],
-        "groups": [{"group": "g", "lag": lag}]}
+        "groups": [{"group": "g", "lag": lag}], "high_watermarks": {"t": {0: offsets}}}
 
 
 async def test_sampler_keeps_the_last_snapshot_and_dies_on_a_bug(
@@ -201,3 +225,34 @@ async def test_sampler_keeps_the_last_snapshot_and_dies_on_a_bug(
     assert lines == ["sampling failed: no broker answered",
                      "the cluster answers again (127.0.0.1:9)"]
     console.pool.shutdown()
+
+
+# ------------------------------------------------------------------ groups by coordinator
+
+
+def test_an_outage_shows_on_the_groups_it_concerns_only() -> None:
+    """Issue 26: one group coordinator that did not answer stalled every page. A sample is
+    each broker's answer about the groups it coordinates; a silent one marks its groups
+    only, keeps their last doc and the outage's start; another coordinator taking a group
+    over (a new leader of its __consumer_offsets partition) ends its outage."""
+    from headrace.webconsole.model import merge_group_answers
+
+    def doc(g: str, lag: int) -> dict[str, Any]:
+        return {"group": g, "state": "STABLE", "members": 1, "lag": lag}
+
+    first = merge_group_answers({1: [doc("a", 5)], 2: [doc("b", 7), doc("c", 1)]}, {}, 1000)
+    assert [(g["group"], g["coordinator"], g["lag"], g["error"]) for g in first.values()] \
+        == [("a", 1, 5, None), ("b", 2, 7, None), ("c", 2, 1, None)]
+    second = merge_group_answers({1: [doc("a", 6)], 2: "timed out"}, first, 2000)
+    assert second["a"]["lag"] == 6 and second["a"]["error"] is None
+    assert second["b"]["lag"] is None and second["b"]["members"] == 1
+    assert second["b"]["error"] == "its coordinator (broker 2) does not answer: timed out"
+    assert second["b"]["error_since_ms"] == 2000
+    third = merge_group_answers({1: [doc("a", 6), doc("c", 0)]}, second, 3000)  # 2 is gone
+    assert third["b"]["error"] == "its coordinator (broker 2) is not in the cluster"
+    assert third["b"]["error_since_ms"] == 2000  # since the outage began
+    assert third["c"]["coordinator"] == 1 and third["c"]["error"] is None  # taken over
+    fourth = merge_group_answers({1: [doc("a", 6)], 2: [doc("b", 3)]}, third, 4000)
+    assert set(fourth) == {"a", "b"}  # c: its coordinator answered without it (deleted)
+    assert fourth["b"] == {**doc("b", 3), "coordinator": 2, "error": None,
+                           "error_since_ms": None}

@@ -231,14 +231,24 @@ class ClusterNode:
 
         def leading() -> int:
             # only what another live in-sync replica could take over counts: a partition
-            # whose other ISR members are dead stays with us (the controller cannot move it)
-            live = {b.node_id for b in self.store.live_brokers()}
+            # whose other ISR members are dead stays with us (the controller cannot move it),
+            # and so does one whose other ISR members are shutting down too (the controller
+            # elects none of them: Kafka's shuttingDownBrokerIds). Without this, brokers
+            # stopped together (Ctrl-C on "headrace cluster") retried for a minute each.
+            live = ({b.node_id for b in self.store.live_brokers()}
+                    - set(self.store.controlled_shutdown_requests()))
             return sum(1 for p in self.replicas.partitions.values()
                        if p.leading and any(r != self.node_id and r in live
                                             for r in p.state.isr))
 
         n = leading()
         if not n:
+            return
+        if not getattr(self.store, "connected", True):
+            # ZooKeeper is gone (stopped before this broker, say): no controller can be
+            # asked, and each attempt would only time out (issue 26: a minute of retries)
+            log.warning("controlled shutdown skipped: no ZooKeeper connection, so no "
+                        "controller to move the leadership of %d partition(s); stopping", n)
             return
         log.info("controlled shutdown: moving the leadership of %d partition(s) away", n)
         # Kafka's bounds: max.retries attempts, each a request bounded by the request
@@ -255,8 +265,12 @@ class ClusterNode:
                 else:
                     await asyncio.wait_for(asyncio.to_thread(
                         self.store.request_controlled_shutdown, self.node_id), request_s)
+            except TimeoutError:  # str() of a TimeoutError is empty
+                log.warning("controlled shutdown request failed: no answer from the "
+                            "controller within %.0f s", request_s)
             except Exception as e:
-                log.warning("controlled shutdown request failed: %s", e or type(e).__name__)
+                log.warning("controlled shutdown request failed: %s",
+                            str(e) or type(e).__name__)
             if await self.wait_for(lambda: leading() == 0, backoff_s):
                 log.info("controlled shutdown: leadership moved")
                 return

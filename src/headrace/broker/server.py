@@ -1342,7 +1342,10 @@ class Broker:
                 self._servers.clear()
                 where = f"{host or '*'}:{port} (listener {lst.name})"
                 if e.errno == errno.EADDRINUSE:
-                    raise StartupError(f"port {port} on {where} is already in use") from None
+                    raise StartupError(
+                        f"port {port} on {where} is already in use: stop what listens there "
+                        "(another headrace broker? `headrace cluster` listens on 9092-9094 by "
+                        "default) or give another --port") from None
                 raise StartupError(f"cannot listen on {where}: {e.strerror}") from None
             self.bound_ports[lst.name] = self._servers[lst.name].sockets[0].getsockname()[1]
         self.port = self.bound_ports[self.inter_broker.listener]

@@ -296,6 +296,12 @@ class ZkMetadataStore:
                 client.stop()
                 client.close()
 
+    @property
+    def connected(self) -> bool:
+        """Whether the ZooKeeper connection is up now (kazoo's CONNECTED state)."""
+        client = self.client
+        return client is not None and client.state == KazooState.CONNECTED
+
     def add_listener(self, listener: Any) -> None:
         self._listeners.append(listener)
 

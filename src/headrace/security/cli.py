@@ -402,6 +402,9 @@ def quotas_describe(bootstrap: str, user: str | None, user_default: bool,
                     "quotas": {v.key: v.value for v in entry.values}}
                    for entry in resp.entries or ()])
         return
+    if not resp.entries:  # said on stderr: stdout stays empty for scripts
+        click.echo("headrace: no client quotas" + (" match" if components else " are set"),
+                   err=True)
     for entry in resp.entries or ():
         values = ", ".join(f"{v.key}={v.value}" for v in entry.values)
         click.echo(f"Quota configs for {_describe_entity(entry.entity)} are {values}")

@@ -75,8 +75,12 @@ class Connection:
                                   f"expected {self.correlation_id}")
         return frame, n
 
+    MAX_RESPONSE_BYTES = 1 << 30  # a size past this is not a Kafka response
+
     def _recv_frame(self) -> memoryview:
         (size,) = _SIZE.unpack(self._recv_exactly(4))
+        if not 0 <= size <= self.MAX_RESPONSE_BYTES:
+            raise ConnectionError(f"not a Kafka response (a frame of {size} bytes)")
         return memoryview(self._recv_exactly(size)).toreadonly()
 
     def _recv_exactly(self, n: int) -> bytearray:

@@ -12,9 +12,16 @@ Rules:
 - Series are bounded rings (``capacity`` points each) and the number of series is bounded
   too (``max_series``): a cluster with many topics or groups cannot grow the console's
   memory without limit. A topic or group missing from a sample loses its series.
-- Throughput is the rate of the sum of a topic's high watermarks (offsets per second, i.e.
-  records appended, control records of transactions included). A sum that goes down (a
-  topic deleted and created again) restarts the rate instead of producing a negative one.
+- Throughput is records appended per second (offsets, control records of transactions
+  included), counted per partition: only what a partition's high watermark grew past the
+  highest value seen for it counts. A partition missing from a sample (no leader during a
+  failover) counts nothing, and coming back counts only its growth since it was last seen,
+  not its whole high watermark; a new leader's high watermark that is behind the old
+  leader's (until its followers fetch) counts nothing either. A topic missing from a sample
+  (deleted) loses its series, so a topic created again starts a new one.
+- Counts are stale when the last sample is older than two intervals and a second: the
+  sampler is waiting on the cluster; the pages say so rather than showing old counts as
+  current.
 """
 
 from __future__ import annotations
@@ -246,23 +253,35 @@ class Series:
         return {"t": [t for t, _ in self._points], "v": [v for _, v in self._points]}
 
 
-class RateSeries:
-    """A per-second rate from samples of a counter that only grows (until it restarts)."""
+class AppendRate:
+    """Records appended per second to one topic, from samples of its partitions' high
+    watermarks (see the module's rules: only growth past the highest value seen counts)."""
 
     def __init__(self, capacity: int) -> None:
         self.series = Series(capacity)
-        self._last: tuple[int, int] | None = None
+        self._last_ms: int | None = None
+        self._highest: dict[int, int] = {}
 
-    def sample(self, now_ms: int, counter: int) -> float | None:
-        """Record the counter's value at ``now_ms``; returns the rate since the previous
-        sample (None for the first one, a repeated time or a restart)."""
-        last = self._last
-        if last is not None and now_ms <= last[0]:
+    def sample(self, now_ms: int, high_watermarks: Mapping[int, int]) -> float | None:
+        """Record the high watermarks known at ``now_ms`` (partitions without a leader
+        left out); returns the rate since the previous sample (None for the first one or
+        a repeated time)."""
+        last_ms = self._last_ms
+        if last_ms is not None and now_ms <= last_ms:
             return None  # a repeated or late sample changes nothing
-        self._last = (now_ms, counter)
-        if last is None or counter < last[1]:
-            return None  # the first sample, or the counter restarted (topic created again)
-        rate = (counter - last[1]) * 1000.0 / (now_ms - last[0])
+        appended = 0
+        for partition, high in high_watermarks.items():
+            if high < 0:
+                continue  # not known this time
+            highest = self._highest.get(partition)
+            if highest is None or high > highest:
+                if highest is not None:
+                    appended += high - highest
+                self._highest[partition] = high
+        self._last_ms = now_ms
+        if last_ms is None:
+            return None
+        rate = appended * 1000.0 / (now_ms - last_ms)
         self.series.append(now_ms, round(rate, 3))
         return rate
 
@@ -273,22 +292,27 @@ class Samples:
     def __init__(self, capacity: int = 600, max_series: int = 500) -> None:
         self.capacity = capacity
         self.max_series = max_series
-        self.throughput: dict[str, RateSeries] = {}
+        self.throughput: dict[str, AppendRate] = {}
         self.lag: dict[str, Series] = {}
         self.last_sample_ms: int | None = None
 
-    def record(self, now_ms: int, topic_offsets: Mapping[str, int],
-               group_lags: Mapping[str, int]) -> None:
-        """One sample: each topic's sum of high watermarks and each group's total lag.
-        Topics and groups not in the sample lose their series."""
+    def record(self, now_ms: int, high_watermarks: Mapping[str, Mapping[int, int]],
+               group_lags: Mapping[str, int | None]) -> None:
+        """One sample: each topic's high watermark per partition (those with a leader)
+        and each group's total lag (None: not known this time, e.g. its coordinator
+        does not answer: the series keeps its points and gets none). Topics and groups
+        not in the sample lose their series."""
         self.last_sample_ms = now_ms
-        _keep(self.throughput, topic_offsets)
-        for topic in _bounded(topic_offsets, self.throughput, self.max_series):
-            rates = self.throughput.setdefault(topic, RateSeries(self.capacity))
-            rates.sample(now_ms, topic_offsets[topic])
+        _keep(self.throughput, high_watermarks)
+        for topic in _bounded(high_watermarks, self.throughput, self.max_series):
+            rates = self.throughput.setdefault(topic, AppendRate(self.capacity))
+            rates.sample(now_ms, high_watermarks[topic])
         _keep(self.lag, group_lags)
         for group in _bounded(group_lags, self.lag, self.max_series):
-            self.lag.setdefault(group, Series(self.capacity)).append(now_ms, group_lags[group])
+            series = self.lag.setdefault(group, Series(self.capacity))
+            lag = group_lags[group]
+            if lag is not None:
+                series.append(now_ms, lag)
 
     def throughput_doc(self) -> dict[str, dict[str, list[float] | list[int]]]:
         return {topic: r.series.doc() for topic, r in sorted(self.throughput.items())}
@@ -296,6 +320,14 @@ class Samples:
     def lag_doc(self, group: str) -> dict[str, list[float] | list[int]] | None:
         series = self.lag.get(group)
         return None if series is None else series.doc()
+
+
+def is_stale(now_ms: int, sampled_at_ms: int | None, interval_s: float) -> bool:
+    """Whether counts sampled at ``sampled_at_ms`` are too old to show as current at
+    ``now_ms``: older than two intervals and a second (a sample is overdue)."""
+    if sampled_at_ms is None:
+        return False
+    return now_ms - sampled_at_ms > 2 * interval_s * 1000 + 1000
 
 
 def _keep(series: MutableMapping[str, Any], present: Iterable[str]) -> None:
@@ -313,3 +345,39 @@ def _bounded(names: Iterable[str], existing: Mapping[str, object], limit: int) -
         out += sorted(n for n in names if n not in existing)[:room]
     return out
 
+
+
+# ------------------------------------------------------------------ groups by coordinator
+
+
+def merge_group_answers(answers: Mapping[int, list[dict[str, Any]] | str],
+                        known: Mapping[str, dict[str, Any]], now_ms: int
+                        ) -> dict[str, dict[str, Any]]:
+    """This sample's groups, from each broker's answer about the groups it coordinates.
+
+    ``answers``: per live broker id, its groups' docs (each with ``group`` and ``lag``) or,
+    when it did not answer in time, why not. ``known``: the previous result. A group its
+    coordinator listed is fresh; a known group whose coordinator did not answer (or is no
+    longer in the cluster) and that no other broker lists keeps its last doc with ``lag``
+    None, ``error`` saying why and ``error_since_ms``: the outage shows on the groups it
+    concerns only. A known group its coordinator answered without is gone (deleted)."""
+    out: dict[str, dict[str, Any]] = {}
+    for broker_id, answer in answers.items():
+        if isinstance(answer, str):
+            continue
+        for doc in answer:
+            out[doc["group"]] = {"error": None, "error_since_ms": None, **doc,
+                                 "coordinator": broker_id}
+    for group, doc in known.items():
+        if group in out:
+            continue
+        coordinator = doc.get("coordinator")
+        said = answers.get(coordinator) if isinstance(coordinator, int) else None
+        if isinstance(said, list):
+            continue  # its coordinator answered without it: deleted
+        why = (f"its coordinator (broker {coordinator}) does not answer: {said}"
+               if isinstance(said, str)
+               else f"its coordinator (broker {coordinator}) is not in the cluster")
+        out[group] = {**doc, "lag": None, "error": why,
+                      "error_since_ms": doc.get("error_since_ms") or now_ms}
+    return dict(sorted(out.items()))

@@ -49,6 +49,7 @@ from headrace.webconsole.model import (
     Samples,
     Unavailable,
     group_id,
+    is_stale,
     message_query,
     new_topic_request,
     topic_name,
@@ -106,10 +107,8 @@ class Console:
 
     def record(self, snap: dict[str, Any]) -> None:
         self.snapshot = snap
-        self.samples.record(
-            snap["time_ms"],
-            {t["name"]: t["high_watermark_sum"] for t in snap["topics"] if not t["internal"]},
-            {g["group"]: g["lag"] for g in snap["groups"]})
+        self.samples.record(snap["time_ms"], snap["high_watermarks"],
+                            {g["group"]: g["lag"] for g in snap["groups"]})
         if self.error is not None:
             log.info("the cluster answers again (%s)", self.source.bootstrap)
         self.error = self.error_since_ms = None
@@ -140,10 +139,12 @@ class Console:
         if self._wake is not None:
             self._wake.set()
 
-    def status(self) -> dict[str, Any]:
+    def status(self, now_ms: int | None = None) -> dict[str, Any]:
         snap = self.snapshot or {}
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         return {"sampled_at_ms": snap.get("time_ms"), "error": self.error,
-                "error_since_ms": self.error_since_ms}
+                "error_since_ms": self.error_since_ms,
+                "stale": is_stale(now_ms, snap.get("time_ms"), self.interval_s)}
 
 
 # ---------------------------------------------------------------- middleware

@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 from headrace.admin_cli import AUTH_CODES, UNREACHABLE_CODES, log_dir_sizes, state_name
+from headrace.admin_wire import SecurityError
+from headrace.admin_wire import list_offsets as _list_offsets
 from headrace.console import json_bytes
 from headrace.webconsole.model import (
     ApiError,
@@ -31,6 +36,7 @@ from headrace.webconsole.model import (
     NewTopicRequest,
     NotFound,
     Unavailable,
+    merge_group_answers,
     partition_lag,
     total_lag,
 )
@@ -100,6 +106,10 @@ class ClusterSource:
             **({"log_level": 0} if quiet else {})}
         self.client_config = client_config
         self.admin: Any = AdminClient(dict(self.config))
+        # a sample asks every broker at once, each bounded by broker_timeout_s
+        self.broker_timeout_s = min(timeout_s, 2.0)
+        self._broker_pool = ThreadPoolExecutor(16, thread_name_prefix="headrace-sample")
+        self._known_groups: dict[str, dict[str, Any]] = {}
 
     def check_connection(self) -> None:
         """Connect to the first bootstrap address with headrace's wire client, TLS and
@@ -183,14 +193,38 @@ class ClusterSource:
     @_kafka_errors
     def snapshot(self) -> dict[str, Any]:
         """The cluster, every topic with its offsets and size, every group with its total
-        lag: what the overview, topic and group tables show and the charts sample."""
+        lag: what the overview, topic and group tables show and the charts sample.
+
+        Metadata comes from librdkafka; everything else is asked of each broker at once
+        (one thread per broker, headrace's wire client, each bounded by
+        ``broker_timeout_s``): offsets of the partitions it leads, sizes on its disk, the
+        groups it coordinates. A broker that does not answer in time costs only what it
+        alone would have said: its partitions' offsets are unknown (-1) and its groups
+        show the outage (:func:`model.merge_group_answers`). No librdkafka request is
+        left in flight when a sample ends (issue 26: the admin client's group requests
+        waiting on a dead coordinator aborted the process when it came back)."""
         now_ms = int(time.time() * 1000)
         md = self.metadata()
         brokers = sorted(md.brokers.values(), key=lambda b: b.id)
         parts = {name: sorted(t.partitions) for name, t in md.topics.items() if t.error is None}
-        tps = [(name, p) for name, ps in parts.items() for p in ps]
-        offsets = self._offsets(tps)
-        sizes = self._sizes(brokers, parts)
+        led: dict[int, list[tuple[str, int]]] = {}
+        for name, ps in parts.items():
+            for p in ps:
+                leader = md.topics[name].partitions[p].leader
+                if leader >= 0:
+                    led.setdefault(leader, []).append((name, p))
+        answers = self._ask_brokers(brokers, led, parts)
+        offsets: dict[tuple[str, int], tuple[int, int]] = {}
+        sizes: dict[tuple[str, int, int], int] = {}
+        group_answers: dict[int, list[dict[str, Any]] | str] = {}
+        for b in brokers:
+            answer = answers[b.id]
+            if isinstance(answer, str):
+                group_answers[b.id] = answer
+                continue
+            offsets.update(answer.offsets)
+            sizes.update(answer.sizes)
+            group_answers[b.id] = answer.groups
         topics = []
         for name in sorted(parts):
             t = md.topics[name]
@@ -213,9 +247,19 @@ class ClusterSource:
                     s for s in size if s is not None),
             })
         highs = {tp: h for tp, (_, h) in offsets.items() if h >= 0}
-        groups, groups_total = self._groups(highs)
+        for docs in group_answers.values():  # lag against this sample's high watermarks
+            for doc in docs if isinstance(docs, list) else ():
+                doc["lag"] = total_lag(doc.pop("committed"), highs)
+        merged = merge_group_answers(group_answers, self._known_groups, now_ms)
+        self._known_groups = merged
+        per_topic: dict[str, dict[int, int]] = {}
+        for (name, p), h in highs.items():
+            per_topic.setdefault(name, {})[p] = h
         return {"time_ms": now_ms, "cluster": self._cluster(md, brokers), "topics": topics,
-                "groups": groups, "groups_total": groups_total}
+                "groups": list(merged.values())[:MAX_SAMPLED_GROUPS],
+                "groups_total": len(merged),
+                "high_watermarks": {t["name"]: per_topic.get(t["name"], {})
+                                    for t in topics if not t["internal"]}}
 
     def _cluster(self, md: Any, brokers: list[Any]) -> dict[str, Any]:
         return {"cluster_id": md.cluster_id, "controller_id": md.controller_id,
@@ -223,36 +267,53 @@ class ClusterSource:
                 "brokers": [{"id": b.id, "host": b.host, "port": b.port,
                              "controller": b.id == md.controller_id} for b in brokers]}
 
-    def _groups(self, highs: dict[tuple[str, int], int]) -> tuple[list[dict[str, Any]], int]:
-        """The first MAX_SAMPLED_GROUPS groups by id, with their lag; and how many there
-        are in all."""
-        from confluent_kafka import ConsumerGroupTopicPartitions
-
-        listing = self._wait(self.admin.list_consumer_groups(request_timeout=self.timeout_s),
-                             "list groups")
-        every = sorted(g.group_id for g in listing.valid)
-        ids = every[:MAX_SAMPLED_GROUPS]
-        if not ids:
-            return [], 0
-        descs = self.admin.describe_consumer_groups(ids, request_timeout=self.timeout_s)
-        committed_futs = {g: self.admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout_s)[g] for g in ids}
-        out = []
-        for g in ids:
+    def _ask_brokers(self, brokers: list[Any], led: dict[int, list[tuple[str, int]]],
+                     parts: dict[str, list[int]]) -> dict[int, BrokerAnswer | str]:
+        """Every broker's answer at once; a broker not done by the deadline is left
+        behind (its thread ends by its socket timeout) with a reason instead."""
+        futs = {b.id: self._broker_pool.submit(self.ask_broker, b, led.get(b.id, []), parts)
+                for b in brokers}
+        deadline = self.broker_timeout_s * BROKER_ROUND_TRIPS + 0.5
+        done, _ = wait_futures(futs.values(), timeout=deadline)
+        out: dict[int, BrokerAnswer | str] = {}
+        for broker_id, fut in futs.items():
+            if fut not in done:
+                out[broker_id] = f"no answer within {deadline:.0f} s"
+                continue
             try:
-                desc = self._wait(descs[g], f"group {g}")
-                res = self._wait(committed_futs[g], f"group {g} offsets")
-            except (NotFound, BrokerRefused):
-                continue  # deleted meanwhile, or not ours to see
-            committed = {(tp.topic, tp.partition): tp.offset
-                         for tp in res.topic_partitions or [] if tp.error is None}
-            out.append({"group": g, "state": state_name(desc.state),
-                        "members": len(desc.members),
-                        "protocol": desc.partition_assignor or None,
-                        "coordinator": desc.coordinator.id if desc.coordinator else None,
-                        "topics": sorted({t for t, _ in committed}),
-                        "lag": total_lag(committed, highs)})
-        return out, len(every)
+                out[broker_id] = fut.result()
+            except SecurityError as e:
+                out[broker_id] = f"authentication failed: {e}"
+            except Exception as e:  # refused, reset, timed out, or bytes we cannot read
+                out[broker_id] = (getattr(e, "strerror", None) or str(e)
+                                  or type(e).__name__)
+        return out
+
+    def ask_broker(self, node: Any, led: list[tuple[str, int]],
+                   parts: dict[str, list[int]]) -> BrokerAnswer:
+        """One broker's part of a sample, over one connection: the log start offset and
+        high watermark of the partitions it leads, its log sizes, and the groups it
+        coordinates (ListGroups answers only those) with their committed offsets."""
+        from headrace.admin_wire import AdminConnection
+
+        conn = AdminConnection(node.host, node.port, self.broker_timeout_s,
+                               self.client_config)
+        try:
+            answer = BrokerAnswer()
+            if led:
+                answer.offsets = _list_offsets(conn, led)
+            if parts:
+                resp = conn.request(35, 1, {"topics": [{"topic": n, "partitions": ps}
+                                                       for n, ps in parts.items()]})
+                for result in resp.results:
+                    for t in result.topics:
+                        for p in t.partitions:
+                            answer.sizes[(t.name, p.partition_index, node.id)] = int(
+                                p.partition_size)
+            answer.groups = _coordinated_groups(conn)
+            return answer
+        finally:
+            conn.close()
 
     # ------------------------------------------------------------ one topic, one group
 
@@ -440,3 +501,69 @@ def _record_doc(m: Any) -> dict[str, Any]:
     doc["headers"] = headers
     doc["_size"] = size
     return doc
+
+
+BROKER_ROUND_TRIPS = 6  # requests in one broker's part of a sample, at most
+
+
+@dataclass
+class BrokerAnswer:
+    """What one broker said in one sample."""
+
+    offsets: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    sizes: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    groups: list[dict[str, Any]] = field(default_factory=list)  # with "committed"
+
+
+def _state_name(kafka_state: str) -> str:
+    """Kafka's group state (``PreparingRebalance``) as the console shows states
+    (``PREPARING_REBALANCE``, as librdkafka names them)."""
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", kafka_state).upper()
+
+
+def _coordinated_groups(conn: Any) -> list[dict[str, Any]]:
+    """The groups this broker coordinates (ListGroups v4), described (DescribeGroups v5;
+    ConsumerGroupDescribe v0 for KIP-848 groups) with their committed offsets
+    (OffsetFetch v8), at most MAX_SAMPLED_GROUPS (the first by id)."""
+    listing = conn.request(16, 4, {"states_filter": []})
+    if listing.error_code != 0:
+        raise ConnectionError(f"ListGroups: error {listing.error_code} (e.g. its "
+                              "coordinator is still loading)")
+    ids = sorted(g.group_id for g in listing.groups)[:MAX_SAMPLED_GROUPS]
+    if not ids:
+        return []
+    described = conn.request(15, 5, {"groups": ids, "include_authorized_operations": False})
+    fetched = conn.request(9, 8, {"groups": [{"group_id": g, "topics": None} for g in ids],
+                                  "require_stable": False})
+    committed: dict[str, dict[tuple[str, int], int]] = {}
+    for g in fetched.groups:
+        committed[g.group_id] = {(t.name, p.partition_index): int(p.committed_offset)
+                                 for t in g.topics for p in t.partitions
+                                 if p.error_code == 0 and p.committed_offset >= 0}
+    out = []
+    modern = []
+    for d in described.groups:
+        if d.group_id not in ids:
+            continue
+        doc: dict[str, Any] = {
+            "group": d.group_id, "state": _state_name(d.group_state),
+            "members": len(d.members), "protocol": d.protocol_data or None,
+            "topics": sorted({t for t, _ in committed.get(d.group_id, {})}),
+            "committed": committed.get(d.group_id, {})}
+        if d.error_code != 0:
+            doc["error"] = f"DescribeGroups: error {d.error_code}"
+        elif (d.protocol_type == "consumer" and not d.members
+              and d.group_state not in ("Empty", "Dead")):
+            modern.append(d.group_id)
+        out.append(doc)
+    if modern:  # KIP-848 groups: their members only ConsumerGroupDescribe shows
+        with contextlib.suppress(Exception):  # a broker without it: member counts stay 0
+            resp = conn.request(69, 0, {"group_ids": modern,
+                                        "include_authorized_operations": False})
+            by_id = {g.group_id: g for g in resp.groups if g.error_code == 0}
+            for doc in out:
+                g = by_id.get(doc["group"])
+                if g is not None:
+                    doc.update(members=len(g.members), protocol=g.assignor_name or None,
+                               state=_state_name(g.group_state))
+    return out

@@ -78,7 +78,14 @@ function banner(text) {
 
 function showStatus(doc) {
   if (doc && doc.sampled_at_ms) $("sampled-at").textContent = `sampled ${timeText(doc.sampled_at_ms)}`;
-  banner(doc && doc.error ? `The cluster does not answer: ${doc.error} (showing the last sample)` : "");
+  if (doc && doc.error) {
+    banner(`The cluster does not answer: ${doc.error} (showing the last sample)`);
+  } else if (doc && doc.stale) {
+    const age = Math.round((Date.now() - doc.sampled_at_ms) / 1000);
+    banner(`Counts are ${age} s old: the cluster answers slowly (showing the last sample)`);
+  } else {
+    banner("");
+  }
 }
 
 // ------------------------------------------------------------------ charts
@@ -240,11 +247,15 @@ async function refreshGroups() {
   const doc = await api("/api/groups");
   showStatus(doc);
   fillBody("groups-table", doc.groups.map((g) =>
-    el("tr", { dataset: { group: g.group }, class: state.arg === g.group ? "selected" : null },
+    el("tr", { dataset: { group: g.group },
+               class: [state.arg === g.group ? "selected" : "", g.error ? "outage" : ""].join(" ").trim() || null },
        el("td", { dataset: { col: "group" } },
           el("a", { href: `#groups/${encodeURIComponent(g.group)}` }, g.group)),
-       td("state", g.state), td("members", g.members, "num"), td("topics", g.topics.join(", ")),
-       td("lag", g.lag, "num"))));
+       td("state", g.error ? `${g.state} (last known)` : g.state), td("members", g.members, "num"),
+       td("topics", g.topics.join(", ")),
+       g.error ? el("td", { dataset: { col: "lag" }, class: "error", title: g.error },
+                    `unknown: ${g.error} since ${timeText(g.error_since_ms)}`)
+               : td("lag", g.lag, "num"))));
   const note = $("groups-note");
   note.hidden = doc.groups_total <= doc.groups.length;
   note.textContent = `Showing the first ${doc.groups.length} of ${doc.groups_total} groups (by id).`;
@@ -265,6 +276,13 @@ async function refreshGroupDetail(group) {
   }
   $("group-state").textContent = doc.state;
   $("group-total-lag").textContent = doc.total_lag;
+  // one total per group on the page (issue 26): the table's sampled total and the chart's
+  // last point become this newer one, asked just now
+  const row = document.querySelector(`#groups-table tr[data-group="${CSS.escape(group)}"]`);
+  const cell = row && row.querySelector('td[data-col="lag"]');
+  if (cell && !cell.classList.contains("error")) cell.textContent = doc.total_lag;
+  series.series.t.push(Date.now());
+  series.series.v.push(doc.total_lag);
   fillBody("members-table", doc.members.length ? doc.members.map((m) =>
     el("tr", { dataset: { member: m.member_id } },
        td("member_id", m.member_id), td("client_id", m.client_id), td("host", m.host),
