@@ -131,3 +131,16 @@ def list_offsets(conn: Any, tps: list[tuple[str, int]]
                 if p.error_code == 0:
                     found.setdefault((t.name, p.partition_index), [-1, -1])[i] = int(p.offset)
     return {tp: (v[0], v[1]) for tp, v in found.items() if v[1] >= 0}
+
+
+def partition_sizes(conn: Any, parts: dict[str, list[int]]) -> dict[tuple[str, int], int]:
+    """DescribeLogDirs v1 for ``parts`` (topic -> partitions): each replica's size in bytes
+    on this broker (one entry per partition; with several log dirs, the dir holding it)."""
+    resp = conn.request(35, 1, {"topics": [{"topic": n, "partitions": ps}
+                                           for n, ps in parts.items()]})
+    sizes: dict[tuple[str, int], int] = {}
+    for result in resp.results:
+        for t in result.topics:
+            for p in t.partitions:
+                sizes[(str(t.name), int(p.partition_index))] = int(p.partition_size)
+    return sizes

@@ -23,7 +23,7 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any
 
-from headrace.admin_wire import AdminConnection, SecurityError, list_offsets
+from headrace.admin_wire import AdminConnection, SecurityError, list_offsets, partition_sizes
 
 BROKER_TIMEOUT_S = 2.0  # one broker's connect and each of its answers
 METADATA_VERSION = 12
@@ -82,12 +82,7 @@ def _ask_broker(host: str, port: int, broker_id: int, led: list[tuple[str, int]]
         if led:
             reply.offsets = list_offsets(conn, led)
         if parts:
-            resp = conn.request(35, 1, {"topics": [{"topic": n, "partitions": ps}
-                                                   for n, ps in parts.items()]})
-            for result in resp.results:
-                for t in result.topics:
-                    for p in t.partitions:
-                        reply.sizes[(t.name, int(p.partition_index))] = int(p.partition_size)
+            reply.sizes.update(partition_sizes(conn, parts))
     finally:
         conn.close()
     return reply

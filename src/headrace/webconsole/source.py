@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 from headrace.admin_cli import AUTH_CODES, UNREACHABLE_CODES, log_dir_sizes, state_name
-from headrace.admin_wire import SecurityError
+from headrace.admin_wire import SecurityError, partition_sizes
 from headrace.admin_wire import list_offsets as _list_offsets
 from headrace.console import json_bytes
 from headrace.webconsole.model import (
@@ -303,13 +303,8 @@ class ClusterSource:
             if led:
                 answer.offsets = _list_offsets(conn, led)
             if parts:
-                resp = conn.request(35, 1, {"topics": [{"topic": n, "partitions": ps}
-                                                       for n, ps in parts.items()]})
-                for result in resp.results:
-                    for t in result.topics:
-                        for p in t.partitions:
-                            answer.sizes[(t.name, p.partition_index, node.id)] = int(
-                                p.partition_size)
+                for (name, index), size in partition_sizes(conn, parts).items():
+                    answer.sizes[(name, index, node.id)] = size
             answer.groups = _coordinated_groups(conn)
             return answer
         finally:
