@@ -15,16 +15,16 @@ if [ "${1:-demo}" = "cluster" ]; then
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null 2>&1 \
       || echo "warning: could not install zookeeper" >&2
   fi
-  bash scripts/setup.sh
+  HEADRACE_SETUP_QUIET=1 bash scripts/setup.sh
   exec .venv/bin/headrace cluster "$@"
 fi
 if [ "${1:-demo}" = "broker" ]; then
   [ $# -gt 0 ] && shift
-  bash scripts/setup.sh
+  HEADRACE_SETUP_QUIET=1 bash scripts/setup.sh
   exec .venv/bin/headrace broker --data-dir "${HEADRACE_DATA_DIR:-./data}" \
     --port "${HEADRACE_PORT:-9092}" "$@"
 fi
 [ "${1:-}" = "demo" ] && shift
-bash scripts/setup.sh spark
+HEADRACE_SETUP_QUIET=1 bash scripts/setup.sh spark
 . scripts/spark-env.sh
 exec .venv/bin/headrace demo "$@"

@@ -14,6 +14,8 @@ stamp=".venv/.headrace-setup-${extras:-base}"
 want="$( { cat pyproject.toml; echo "extras=$extras"; .venv/bin/python --version; } \
   | sha256sum | cut -d' ' -f1)"
 if [ -x .venv/bin/headrace ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  [ -n "${HEADRACE_SETUP_QUIET:-}" ] \
+    || echo "setup: done (headrace${extras:+[$extras]} already installed in .venv)" >&2
   exit 0
 fi
 echo "setup: installing headrace${extras:+[$extras]} into .venv (the first time takes a" \
