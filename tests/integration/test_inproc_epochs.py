@@ -140,3 +140,51 @@ def test_a_replica_that_does_not_lead_checks_the_epoch_first_and_deletes_nothing
         assert _list_earliest(wc, "f").offset == 0  # the follower moved nothing
         assert _delete_records(wc, "f", 3).error_code == ErrorCode.none  # the leader does
         assert _list_earliest(wc, "f").offset == 3
+
+
+def _consumer_fetch(wc: WireClient, topic: str, offset: int, last_fetched_epoch: int) -> Any:
+    resp = wc.request(1, 12, {
+        "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+        "isolation_level": 0, "forgotten_topics_data": [],
+        "topics": [{"topic": topic, "partitions": [{
+            "partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
+            "last_fetched_epoch": last_fetched_epoch, "log_start_offset": -1,
+            "partition_max_bytes": 1 << 20}]}]})
+    (p,) = resp.responses[0].partitions
+    return p
+
+
+def test_a_consumer_whose_last_epoch_ended_before_its_position_gets_the_diverging_epoch(
+        broker: InProcessBroker) -> None:
+    """R-REP-7 / KIP-320 (Kafka's Partition.readRecords, for every fetch): a consumer read
+    records of epoch E that this leader does not have (an unclean election cut them off;
+    here E ends at 5 and E+1 starts there). Fetching at 7 with last fetched epoch E, it gets
+    the diverging epoch (E, 5) and no records, so it truncates to 5 instead of seeing
+    OFFSET_OUT_OF_RANGE and resetting (kafka-python then re-read from the earliest offset:
+    the CI failure of test_kafka_python_detects_truncation_after_an_unclean_election). A
+    consistent position, or one at the latest epoch, or none (-1), is read as before."""
+    import dataclasses
+
+    from headrace.broker.replica_manager import TopicPartition
+    from headrace.broker.server import Broker
+
+    create_topic("confluent", broker.bootstrap, "div", 1)
+    produce("confluent", broker.bootstrap, "div", [Rec(0, None, b"e-%d" % i) for i in range(5)])
+    tp = TopicPartition("div", 0)
+    with WireClient.to(broker.bootstrap) as wc:
+        epoch = _leader_epoch(wc)
+
+        def bump(b: Broker) -> None:  # a new leader epoch, as an election makes
+            part = b.replicas.partitions[tp]
+            part.state = dataclasses.replace(part.state, leader_epoch=epoch + 1)
+        broker.call(bump)
+        produce("confluent", broker.bootstrap, "div",
+                [Rec(0, None, b"n-%d" % i) for i in range(3)])
+        diverged = _consumer_fetch(wc, "div", 7, epoch)
+        assert diverged.error_code == ErrorCode.none
+        assert (diverged.diverging_epoch.epoch, diverged.diverging_epoch.end_offset) == (epoch, 5)
+        assert not diverged.records
+        for offset, last in ((5, epoch), (7, epoch + 1), (7, -1), (3, epoch)):
+            p = _consumer_fetch(wc, "div", offset, last)
+            assert p.error_code == ErrorCode.none and p.records, (offset, last)
+            assert p.diverging_epoch.epoch == -1

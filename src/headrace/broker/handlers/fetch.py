@@ -176,6 +176,21 @@ def _read_all(
                 follower = first  # counted once per request, not per long-poll pass
                 max_offset = plog.log_end_offset
             else:
+                # a consumer (Fetch v12+) names the epoch of the last record it read: one whose
+                # position lies past where that epoch ends here (an unclean election cut it
+                # off) gets the diverging epoch and no records, as Kafka's readRecords does
+                # for every fetch; it truncates to it (KIP-320) instead of seeing
+                # OFFSET_OUT_OF_RANGE and resetting. At the latest epoch nothing diverges.
+                last_fetched = int(getattr(p, "last_fetched_epoch", -1))
+                if last_fetched >= 0:
+                    epochs = plog.leader_epochs
+                    if not epochs or epochs[-1][0] != last_fetched:
+                        check = partition.check_follower_fetch(last_fetched, int(p.fetch_offset))
+                        div = check.diverging
+                        if div is not None and div[0] >= 0 and div[1] >= 0:
+                            entry.diverging_epoch = div
+                            any_error = True
+                            continue
                 max_offset = plog.last_stable_offset if read_committed else plog.high_watermark
             partition_max = int(p.partition_max_bytes)
             limit = min(partition_max, remaining)
