@@ -11,9 +11,21 @@ fi
 # these extras (the install is editable: source changes need no reinstall). run.sh calls
 # this before every `broker`/`cluster`/demo start, which would otherwise re-run pip (10-16 s).
 stamp=".venv/.headrace-setup-${extras:-base}"
-want="$( { cat pyproject.toml; echo "extras=$extras"; .venv/bin/python --version; } \
-  | sha256sum | cut -d' ' -f1)"
-if [ -x .venv/bin/headrace ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+digest() { { cat pyproject.toml; echo "extras=$1"; .venv/bin/python --version; } \
+  | sha256sum | cut -d' ' -f1; }
+want="$(digest "$extras")"
+# an install with more extras (the tests' test,spark) serves a call with fewer (run.sh's)
+covered=""
+for other in .venv/.headrace-setup-*; do
+  [ -f "$other" ] || continue
+  have="${other#.venv/.headrace-setup-}"; [ "$have" = base ] && have=""
+  missing=""
+  for e in ${extras//,/ }; do
+    case ",$have," in *",$e,"*) ;; *) missing=1 ;; esac
+  done
+  if [ -z "$missing" ] && [ "$(cat "$other")" = "$(digest "$have")" ]; then covered=1; fi
+done
+if [ -x .venv/bin/headrace ] && [ -n "$covered" ]; then
   [ -n "${HEADRACE_SETUP_QUIET:-}" ] \
     || echo "setup: done (headrace${extras:+[$extras]} already installed in .venv)" >&2
   exit 0

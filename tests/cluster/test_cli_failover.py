@@ -43,8 +43,12 @@ def test_topics_describe_answers_from_the_live_brokers(healthy: Cluster) -> None
     cluster.create_topic(single, 3, 1)
     cluster.create_topic(triple, 1, 3)
     produce_acked(cluster, triple, [b"v%d" % i for i in range(7)])
-    victim = cluster.leader(single, 0)
-    lost = [p for p in range(3) if cluster.leader(single, p) == victim]
+    # the victim leads a partition of `single` but not `triple`'s (whose offsets are then
+    # asserted at once: a dead leader's would be "-" until the controller moves it)
+    leaders = {p: cluster.leader(single, p) for p in range(3)}
+    victim = next((b for b in sorted(set(leaders.values()))
+                   if b != cluster.leader(triple, 0)), leaders[0])
+    lost = [p for p, b in leaders.items() if b == victim]
     dead_first = ",".join([cluster.brokers[victim].address,
                            *(b.address for i, b in cluster.brokers.items() if i != victim)])
     cluster.brokers[victim].kill()
@@ -58,7 +62,9 @@ def test_topics_describe_answers_from_the_live_brokers(healthy: Cluster) -> None
     assert took < ANSWER_S, took
     assert cpu < 2.0, cpu
     assert "-1001" not in out and "Traceback" not in err
-    assert re.search(rf"Topic: {triple}\tPartition: 0\tLeader: \d.*LogEndOffset: 7\t", out), out
+    if cluster.leader(triple, 0) != victim:  # (all three leaders on one broker: skipped)
+        assert re.search(rf"Topic: {triple}\tPartition: 0\tLeader: \d.*LogEndOffset: 7\t",
+                         out), out
 
     # once the controller has moved on: no leader, shown as such
     def offline() -> dict[str, object] | None:
