@@ -323,6 +323,7 @@ class SharePartition:
         if start_offset < 0:
             raise ValueError(f"start offset {start_offset} is negative")
         self._start_offset = self._next_new = start_offset
+        self._written_start_offset = start_offset  # the shell writes the initial state
         self.partition_state = SharePartitionState.ACTIVE
 
     @classmethod
@@ -365,7 +366,7 @@ class SharePartition:
                 sp._put(start_offset, first - 1, _InFlightState(RecordState.AVAILABLE, 0))
             sp._next_new = next_offset
             sp._maybe_advance_start()
-        sp._written_start_offset = sp._start_offset
+        sp._written_start_offset = start_offset
         return sp
 
     def _require_active(self) -> None:
