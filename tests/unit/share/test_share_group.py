@@ -52,6 +52,7 @@ from headrace.share.group import (
     describe_unknown_group,
     encode_key,
     encode_value,
+    metadata_hash,
     simple_assign,
 )
 
@@ -495,6 +496,20 @@ def test_replaying_the_records_rebuilds_the_group() -> None:
     assert hb(restored, "d", 9, now=100_002).records == ()
 
 
+def test_a_target_outside_the_subscription_is_filtered() -> None:
+    """ShareGroupAssignmentBuilder.filterAssignedPartitions: a member only ever gets
+    partitions of topics it subscribes to, even when the stored target says otherwise."""
+    snap = ShareGroupSnapshot(epoch=3, assignment_epoch=3, members={
+        "m": ShareGroupMemberMetadataValue(None, "", "", ("t1",))},
+        targets={"m": ((T1, (0, 1, 2)), (T2, (0,)))},
+        current={"m": ShareGroupCurrentMemberAssignmentValue(2, 1, 0, ((T1, (0, 1, 2)),))})
+    g = ShareGroup("g")
+    g.restore(snap, 0)
+    g.metadata_hash = metadata_hash({"t1": TOPICS["t1"]})  # as stored: no bump
+    r = hb(g, "m", 2)
+    assert r.member_epoch == 3 and g.members["m"].assigned == {T1: {0, 1, 2}}
+
+
 def test_a_failed_append_is_written_again() -> None:
     """The shell's append failed: forget_written makes the next call write those records."""
     g = ShareGroup("g")
@@ -615,6 +630,15 @@ def test_simple_assignor_is_sticky_when_a_member_joins() -> None:
     for m in "ABCD":
         assert after[m].get(T1, frozenset()) <= before[m][T1]
     assert sorted(len(a.get(T1, ())) for a in after.values()) == [1, 1, 2, 2, 2]
+
+
+def test_simple_assignor_takes_over_shared_partitions_from_over_filled_members_first() -> None:
+    """SimpleHomogeneousAssignmentBuilder.revokeOversharedPartitions: "prefer to revoke from
+    overfilled members first", so the member holding only its share keeps it."""
+    subs = {"A": frozenset({T1}), "B": frozenset({T1})}
+    out = simple_assign(subs, {T1: [0, 1]}, {"A": {T1: frozenset({0, 1})},
+                                              "B": {T1: frozenset({0})}})
+    assert out == {"A": {T1: {1}}, "B": {T1: {0}}}
 
 
 # ---------------------------------------------------------------------- property
