@@ -920,7 +920,7 @@ class ShareGroup:
                 now_ms: int, rack_id: str | None, names: Sequence[str] | None,
                 client_id: str, client_host: str) -> HeartbeatResult:
         before_assigned = dict(member.assigned)
-        pending = self._initialized_assignment_pending()
+        pending = self._initialized_assignment_pending(topics)
         old_names = member.subscribed_topic_names
         if rack_id is not None:
             member.rack_id = rack_id
@@ -952,10 +952,13 @@ class ShareGroup:
     def _subscribed_metadata(self, topics: Mapping[str, TopicInfo]) -> dict[str, TopicInfo]:
         return {n: topics[n] for n in self.subscribed_topic_names() if n in topics}
 
-    def _initialized_assignment_pending(self) -> bool:
+    def _initialized_assignment_pending(self, topics: Mapping[str, TopicInfo]) -> bool:
         """Kafka's ``initializedAssignmentPending``: some initialized partition of a
         subscribed topic is not in the target assignment (or the target holds partitions
-        of it that are not initialized)."""
+        of it that are not initialized). Unlike Kafka, a topic missing from ``topics``
+        (deleted) or partitions beyond its count are left out, so that they do not bump
+        the epoch on every heartbeat (Kafka clears them through its topic-deletion path,
+        which is not modelled here)."""
         names = self.subscribed_topic_names()
         if not self.members or not self.initialized or not names:
             return False
@@ -963,8 +966,13 @@ class ShareGroup:
         for parts in self.target.values():
             for t, ps in parts.items():
                 assigned.setdefault(t, set()).update(ps)
-        return any(e.name in names and assigned.get(t) != set(e.partitions)
-                   for t, e in self.initialized.items())
+        for t, e in self.initialized.items():
+            info = topics.get(e.name)
+            if e.name not in names or info is None or info.topic_id != t:
+                continue
+            if assigned.get(t, set()) != {p for p in e.partitions if p < info.num_partitions}:
+                return True
+        return False
 
     def _compute_target(self, topics: Mapping[str, TopicInfo]) -> None:
         subscriptions = {mid: frozenset(topics[n].topic_id for n in m.subscribed_topic_names

@@ -226,6 +226,18 @@ def test_topic_metadata_change_bumps_the_epoch_and_initializes_new_partitions() 
     assert parts(r) == {T1: {0, 1, 2, 3}}
 
 
+def test_a_deleted_topic_bumps_the_epoch_once() -> None:
+    """KIP-932: deleting a subscribed topic changes the metadata (one epoch bump, its
+    partitions leave the assignment); its initialized state does not bump it again."""
+    g = ShareGroup("g")
+    r = join_ready(g, "m", ["t1", "t3"])
+    without_t3 = {n: i for n, i in TOPICS.items() if n != "t3"}
+    r = hb(g, "m", r.member_epoch, topics=without_t3)
+    assert r.member_epoch == 3 and parts(r) == {T1: {0, 1, 2}}
+    r = hb(g, "m", 3, topics=without_t3)
+    assert (r.member_epoch, r.records, g.group_epoch) == (3, (), 3)
+
+
 def test_member_epochs_unknown_member_and_fencing() -> None:
     """GroupMetadataManager.throwIfShareGroupMemberEpochIsInvalid and ShareGroup.
     getOrMaybeCreateMember (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH)."""
