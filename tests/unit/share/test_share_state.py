@@ -347,6 +347,11 @@ def test_combine_kafka_examples() -> None:
         batch(0, 19, 2, 3),)
     # start offset drops a batch below it and cuts one across it
     assert combine_state_batches([batch(0, 9), batch(10, 19, 2)], [], 15) == (batch(15, 19, 2),)
+    # Kafka's combiner leaves these two contiguous same-state batches apart (the first
+    # was final before the split that produced the second)
+    assert combine_state_batches([batch(20, 28, 1, 0), batch(21, 29, 0, 0)],
+                                 [batch(29, 29, 1, 0)], -1) == (
+        batch(20, 28, 1, 0), batch(29, 29, 1, 0))
     # the non-sequential scenario of ShareCoordinatorShardTest.testNonSequentialBatchUpdates
     so_far = [batch(100, 109, 2, 1), batch(110, 119, 1, 2), batch(120, 129, 1, 0)]
     assert combine_state_batches(so_far, [batch(120, 129, 2, 1)], 110) == (
@@ -366,8 +371,8 @@ def test_combine_each_offset_keeps_its_highest_delivery_info(
     out = combine_state_batches(batches[:3], batches[3:], start)
     for a, b in itertools.pairwise(out):
         assert a.last_offset < b.first_offset
-        if a.last_offset + 1 == b.first_offset:
-            assert (a.delivery_count, a.delivery_state) != (b.delivery_count, b.delivery_state)
+        # (contiguous same-state batches are usually but not always merged: Kafka's
+        # combiner moves a batch to its final list before a later split can join it)
     got = {o: (b.delivery_count, b.delivery_state) for b in out
            for o in range(b.first_offset, b.last_offset + 1)}
     want: dict[int, tuple[int, int]] = {}
