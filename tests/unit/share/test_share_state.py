@@ -640,3 +640,16 @@ def test_replay_of_bad_bytes_changes_nothing() -> None:
     with pytest.raises(ShareStateRecordError):
         s.replay_bytes(b"\x00\x01\x00", b"\x00")
     assert s.snapshot() == before
+
+
+def test_reinitializing_keeps_the_highest_leader_epoch_for_fencing() -> None:
+    """R10: a replayed ShareSnapshot only raises the recorded leader epoch
+    (ShareCoordinatorShard.maybeUpdateLeaderEpochMap): re-initializing writes leader epoch -1,
+    yet a stale leader is still fenced afterwards."""
+    s = initialized()
+    apply(s, s.read_state_and_maybe_update_leader_epoch(read(3), NOW).records)
+    apply(s, s.initialize_state(init(state_epoch=1, start_offset=7), NOW).records)
+    state = s.key_state(GROUP, TOPIC, 0)
+    assert state is not None and state.offset.leader_epoch == -1 and state.leader_epoch == 3
+    res = s.read_state_and_maybe_update_leader_epoch(read(2), NOW)
+    assert part_error(res.response)[0] == ErrorCode.fenced_leader_epoch
