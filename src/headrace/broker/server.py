@@ -63,6 +63,7 @@ from headrace.broker.memory_pool import (
 )
 from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.replica_manager import ReplicaManager
+from headrace.broker.share_persister import ShareGroupListener, SharePersister
 from headrace.broker.topics import TopicAdmin
 from headrace.broker.txn_service import TxnService
 from headrace.clock import SYSTEM_CLOCK, Clock
@@ -994,6 +995,9 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(self.metadata)
         self.groups = GroupService(self)
         self.txns = TxnService(self)
+        # share groups (KIP-932): the seams in share_persister.py; None until served
+        self.share_persister: SharePersister | None = None
+        self.share_listener: ShareGroupListener | None = None
         # authorization and SCRAM credentials (issue 12): ACLs from the metadata store
         from headrace.broker.security import Security
 
