@@ -13,6 +13,7 @@ Tests that kill, pause or restart a broker use ``tests.brokerproc.BrokerProcess`
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,13 @@ class InProcessBroker:
         """``fn(broker)`` on the broker's event loop; its result."""
         assert self._embedded is not None, "not started"
         return self._embedded.call(fn, timeout_s)
+
+    def acall(self, fn: Any, timeout_s: float = 10.0) -> Any:
+        """``await fn(broker)`` on the broker's event loop; its result."""
+        embedded = self._embedded
+        assert embedded is not None and embedded._loop is not None, "not started"
+        return asyncio.run_coroutine_threadsafe(fn(embedded.broker), embedded._loop).result(
+            timeout_s)
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """The graceful path (every log flushed and closed), as SIGTERM to a process."""

@@ -63,6 +63,7 @@ from headrace.broker.memory_pool import (
 )
 from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.replica_manager import ReplicaManager
+from headrace.broker.share_partitions import SharePartitionManager
 from headrace.broker.share_persister import ShareGroupListener, SharePersister
 from headrace.broker.topics import TopicAdmin
 from headrace.broker.txn_service import TxnService
@@ -635,6 +636,7 @@ class Connection(asyncio.Protocol):
             self.close()
         finally:
             self.broker.connections.discard(self)
+            self.broker.share_partitions.connection_closed(self.peer)
             for task, frame in pipeline:  # cancelled at shutdown: its appends are done
                 task.cancel()
                 self._finished(frame)
@@ -997,7 +999,8 @@ class Broker:
         self.txns = TxnService(self)
         # share groups (KIP-932): the seams in share_persister.py; None until served
         self.share_persister: SharePersister | None = None
-        self.share_listener: ShareGroupListener | None = None
+        self.share_partitions = SharePartitionManager(self)
+        self.share_listener: ShareGroupListener | None = self.share_partitions
         # authorization and SCRAM credentials (issue 12): ACLs from the metadata store
         from headrace.broker.security import Security
 
@@ -1404,6 +1407,7 @@ class Broker:
         self._spawn(self.replicas.write_epochs_loop(self._stopped))
         self._spawn(self._idle_loop())
         self._spawn(self.groups.run(self._stopped))
+        self._spawn(self.share_partitions.run(self._stopped))
         self._spawn(self.txns.run(self._stopped))
         if self.cluster is not None:
             self._spawn(self.cluster.run(self._stopped))

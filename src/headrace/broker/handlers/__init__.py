@@ -47,6 +47,8 @@ from headrace.broker.handlers import (  # noqa: F401
     offset_for_leader_epoch,
     produce,
     sasl,
+    share_acknowledge,
+    share_fetch,
     sync_group,
     txn_offset_commit,
     write_txn_markers,
