@@ -182,6 +182,10 @@ def test_two_members_share_a_partition_and_acknowledgements_move_it_on(
         assert acquired(fetch(wb, "g1", b, 1, tid)) == [(3, 5, 2)]
         r = fetch(wb, "g1", b, 2, tid, acks=[(3, 5, [ACCEPT])])
         assert partition(r).acknowledge_error_code == ErrorCode.none
+    snap = broker.call(lambda b: b.metrics.snapshot())  # Kafka's share metrics
+    assert snap.share_fetches[topic_name] == 4 and snap.share_acks[topic_name] == 2
+    assert snap.record_acks["accept"] >= 6 and snap.record_acks["release"] >= 3
+    assert snap.bytes_out[topic_name] > 0
     state = PERSISTER.state.get(StateKey("g1", tid, 0))
     if state is not None:  # the in-memory persister: everything done, start offset 6
         assert state[1] == 6

@@ -36,7 +36,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -115,6 +115,12 @@ class Snapshot:
     purgatory: dict[str, int]
     ready: bool
     not_ready_why: str = ""
+    # share groups (KIP-932): per topic, and acknowledged records per type
+    share_fetches: dict[str, int] = field(default_factory=dict)
+    share_fetches_failed: dict[str, int] = field(default_factory=dict)
+    share_acks: dict[str, int] = field(default_factory=dict)
+    share_acks_failed: dict[str, int] = field(default_factory=dict)
+    record_acks: dict[str, int] = field(default_factory=dict)
 
 
 class BrokerMetrics:
@@ -130,6 +136,11 @@ class BrokerMetrics:
         self.latency: dict[str, _Latency] = {}
         self.isr_shrinks = 0
         self.isr_expands = 0
+        self.share_fetches: dict[str, int] = collections.defaultdict(int)
+        self.share_fetches_failed: dict[str, int] = collections.defaultdict(int)
+        self.share_acks: dict[str, int] = collections.defaultdict(int)
+        self.share_acks_failed: dict[str, int] = collections.defaultdict(int)
+        self.record_acks: dict[str, int] = collections.defaultdict(int)
         self.delayed_produce = 0  # acks=all Produce requests waiting for replication
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_BrokerCollector(self))
@@ -157,12 +168,30 @@ class BrokerMetrics:
         self.bytes_out[topic] += size_bytes
         self.messages_out[topic] += records
 
+    def share_fetched(self, topic: str, failed: bool) -> None:
+        """A ShareFetch read ``topic`` (Kafka counts one per topic per request)."""
+        self.share_fetches[topic] += 1
+        if failed:
+            self.share_fetches_failed[topic] += 1
+
+    def share_acknowledged(self, topic: str, failed: bool,
+                           records: dict[str, int] | None = None) -> None:
+        """Acknowledgements of ``topic`` (ShareAcknowledge or within a ShareFetch), and
+        the records acknowledged per type (accept, release, reject)."""
+        self.share_acks[topic] += 1
+        if failed:
+            self.share_acks_failed[topic] += 1
+        for kind, n in (records or {}).items():
+            self.record_acks[kind] += n
+
     def topic_deleted(self, topic: str) -> None:
         """Forget a deleted topic's counters, as Kafka removes its BrokerTopicMetrics: its
         series leave /metrics (topic churn must not grow it without bound) and a topic
         created again under the name starts from zero. Its per-partition gauges go with
         its partitions (they are read from the hosted logs at each scrape)."""
-        for counters in (self.bytes_in, self.messages_in, self.bytes_out, self.messages_out):
+        for counters in (self.bytes_in, self.messages_in, self.bytes_out, self.messages_out,
+                         self.share_fetches, self.share_fetches_failed, self.share_acks,
+                         self.share_acks_failed):
             counters.pop(topic, None)
 
     def counted_topics(self) -> set[str]:
@@ -222,7 +251,11 @@ class BrokerMetrics:
             active_controller=self._active_controller(), group_offsets=groups,
             connections=dict(connections),
             purgatory={"Produce": self.delayed_produce, "Fetch": len(parked)},
-            ready=ready, not_ready_why=why)
+            ready=ready, not_ready_why=why,
+            share_fetches=dict(self.share_fetches),
+            share_fetches_failed=dict(self.share_fetches_failed),
+            share_acks=dict(self.share_acks), share_acks_failed=dict(self.share_acks_failed),
+            record_acks=dict(self.record_acks))
 
     def _active_controller(self) -> int:
         b = self.broker
@@ -384,6 +417,13 @@ class _BrokerCollector(Collector):
             hist.add_metric([name], cumulative, sum_ms)
         yield hist
         yield from _replica_gauges(s)
+        acks = CounterMetricFamily("kafka_server_sharegroupmetrics_recordacknowledgements",
+                                   "Share-group records acknowledged, per type (Kafka's "
+                                   "ShareGroupMetrics RecordAcknowledgementsPerSec).",
+                                   labels=["ackType"])
+        for kind, n in sorted(s.record_acks.items()):
+            acks.add_metric([kind], n)
+        yield acks
         yield _gauge("kafka_controller_kafkacontroller_activecontrollercount",
                      "1 on the active controller, else 0.", s.active_controller)
         yield _gauge("kafka_controller_kafkacontroller_offlinepartitionscount",
@@ -422,6 +462,17 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
 
 def _topic_counters(s: Snapshot) -> Iterator[Metric]:
     for name, doc, values in (
+        ("kafka_server_brokertopicmetrics_totalsharefetchrequests", "ShareFetch requests "
+         "reading the topic (Kafka's TotalShareFetchRequestsPerSec).", s.share_fetches),
+        ("kafka_server_brokertopicmetrics_failedsharefetchrequests", "ShareFetch requests "
+         "with an error for a partition of the topic (Kafka's "
+         "FailedShareFetchRequestsPerSec).", s.share_fetches_failed),
+        ("kafka_server_brokertopicmetrics_totalshareacknowledgementrequests",
+         "Acknowledgements of the topic's records (Kafka's "
+         "TotalShareAcknowledgementRequestsPerSec).", s.share_acks),
+        ("kafka_server_brokertopicmetrics_failedshareacknowledgementrequests",
+         "Acknowledgements of the topic's records that failed (Kafka's "
+         "FailedShareAcknowledgementRequestsPerSec).", s.share_acks_failed),
         ("kafka_server_brokertopicmetrics_bytesin", "Record bytes appended by clients' "
          "Produce requests (Kafka's BytesInPerSec).", s.bytes_in),
         ("kafka_server_brokertopicmetrics_messagesin", "Records appended by clients' "

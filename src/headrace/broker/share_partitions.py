@@ -335,7 +335,25 @@ class SharePartitionManager:
                             del self._waiters[key]
             if got:  # acquired less than min_bytes: answer what is held after the wait
                 break
+        self._count_fetch(parts, out)
         return out
+
+    def _count_fetch(self, parts: list[tuple[uuid.UUID, int]],
+                     out: dict[tuple[uuid.UUID, int], PartitionFetch]) -> None:
+        """BrokerTopicMetrics' share fetch counters: once per topic per request."""
+        metrics = self.broker.metrics
+        failed: dict[str, bool] = {}
+        for part in parts:
+            topic = self.broker.metadata.topic_by_id(part[0])
+            if topic is None:
+                continue
+            r = out.get(part)
+            failed[topic.name] = failed.get(topic.name, False) or (
+                r is not None and r.error is not ErrorCode.none)
+            if r is not None and r.records:
+                metrics.fetched(topic.name, len(r.records), 0)
+        for name, bad in failed.items():
+            metrics.share_fetched(name, bad)
 
     def _acquire(self, member_id: str, entries: list[tuple[tuple[uuid.UUID, int], _Entry]],
                  max_records: int, max_bytes: int,
@@ -432,6 +450,9 @@ class SharePartitionManager:
                 code = await self.write(entry)
             out[part] = code
             self._wake(key)
+            self.broker.metrics.share_acknowledged(
+                entry.tp.topic, code is not ErrorCode.none,
+                _ack_counts(batches) if code is ErrorCode.none else None)
         return out
 
     async def release(self, group_id: str, member_id: str,
@@ -534,6 +555,23 @@ class SharePartitionManager:
     def _spawn(self, coro: object) -> None:
         task = asyncio.ensure_future(coro)  # type: ignore[call-overload]
         task.add_done_callback(_log_failure)
+
+
+_ACK_NAMES = {0: "gap", 1: "accept", 2: "release", 3: "reject", 4: "renew"}
+
+
+def _ack_counts(batches: list[AcknowledgementBatch]) -> dict[str, int]:
+    """Records acknowledged per type (Kafka's ShareGroupMetrics ackType tag)."""
+    counts: dict[str, int] = {}
+    for b in batches:
+        if len(b.acknowledge_types) == 1:
+            name = _ACK_NAMES.get(b.acknowledge_types[0], "unknown")
+            counts[name] = counts.get(name, 0) + b.last_offset - b.first_offset + 1
+        else:
+            for t in b.acknowledge_types:
+                name = _ACK_NAMES.get(t, "unknown")
+                counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 def _log_failure(task: asyncio.Future[Any]) -> None:
