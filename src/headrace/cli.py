@@ -268,6 +268,9 @@ def _register_subcommands() -> None:
     main.add_command(topics)
     main.add_command(groups)
     main.add_command(transactions)
+    from headrace.share_cli import share_groups
+
+    main.add_command(share_groups)
     from headrace.security.cli import acls, quotas, users
 
     main.add_command(acls)
