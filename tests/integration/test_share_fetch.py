@@ -2,10 +2,10 @@
 (KIP-932; Kafka's KafkaApis.handleShareFetchRequest / handleShareAcknowledgeRequest,
 SharePartitionManager, DelayedShareFetch).
 
-The share-partitions' state goes through ``broker.share_persister``; the share groups' own
-tests (heartbeat, initialization) are in test_share_groups_api.py, and real
-``ShareConsumer``s in test_share_consumers.py. Here the state is initialized through the
-persister directly, as the group coordinator does before it assigns a partition.
+The share-partitions' state goes through ``broker.share_persister`` to the share
+coordinator (``__share_group_state``). Here the state is initialized through the persister
+directly, as the group coordinator does before it assigns a partition; real
+``ShareConsumer``s are in test_share_consumers.py.
 """
 
 from __future__ import annotations
@@ -25,11 +25,7 @@ from headrace.broker.share_persister import (
     ReadStateResult,
     Results,
     StateKey,
-    StateSummary,
-    WriteEntry,
 )
-from headrace.share.partition import PersisterStateBatch
-from headrace.share.state import StateBatch, combine_state_batches
 from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
 
@@ -37,68 +33,17 @@ ACCEPT, RELEASE, REJECT = 1, 2, 3
 LOCK_MS = 1500
 
 
-class MemoryPersister:
-    """The share coordinator's rules for what tests here need, in memory: initialize, read,
-    write merging batches as Kafka's PersisterStateBatchCombiner (the real coordinator is
-    tested in test_share_coordinator.py)."""
-
-    def __init__(self) -> None:
-        self.state: dict[StateKey, tuple[int, int, tuple[StateBatch, ...]]] = {}
-        self.writes = 0
-
-    async def initialize_state(self, entries: list[InitializeEntry]) -> Results:
-        for e in entries:
-            self.state[e.key] = (e.state_epoch, e.start_offset, ())
-        return Results()
-
-    async def read_state(self, keys: list[StateKey], leader_epoch: int
-                         ) -> dict[StateKey, ReadStateResult]:
-        out = {}
-        for k in keys:
-            if k not in self.state:
-                out[k] = ReadStateResult(ErrorCode.invalid_request)
-                continue
-            epoch, start, batches = self.state[k]
-            out[k] = ReadStateResult(ErrorCode.none, epoch, start, tuple(
-                PersisterStateBatch(b.first_offset, b.last_offset, b.delivery_state,
-                                    b.delivery_count) for b in batches))
-        return out
-
-    async def write_state(self, entries: list[WriteEntry]) -> Results:
-        self.writes += 1
-        for e in entries:
-            epoch, _, batches = self.state[e.key]
-            new = [StateBatch(b.first_offset, b.last_offset, b.delivery_count, b.delivery_state)
-                   for b in e.write.state_batches]
-            self.state[e.key] = (epoch, e.write.start_offset, combine_state_batches(
-                batches, new, e.write.start_offset))
-        return Results()
-
-    async def delete_state(self, keys: list[StateKey]) -> Results:
-        for k in keys:
-            self.state.pop(k, None)
-        return Results()
-
-    async def read_state_summary(self, keys: list[StateKey], leader_epoch: int = -1
-                                 ) -> dict[StateKey, StateSummary]:
-        return {k: StateSummary(ErrorCode.none, self.state[k][0], leader_epoch,
-                                self.state[k][1]) for k in keys if k in self.state}
-
-
-PERSISTER = MemoryPersister()
-
-
-def _install(b: Any) -> None:
-    if b.share_persister is None:
-        b.share_persister = PERSISTER
-
-
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
     with InProcessBroker(tmp_path_factory.mktemp("share"), {
             "group.share.record.lock.duration.ms": str(LOCK_MS)}) as b:
-        b.call(_install)
         yield b
+
+
+def read_state(broker: InProcessBroker, key: StateKey) -> ReadStateResult:
+    async def read(b: Any) -> dict[StateKey, ReadStateResult]:
+        return await b.share_persister.read_state([key], -1)
+    return broker.acall(read)[key]
 
 
 def member_id() -> str:
@@ -186,9 +131,9 @@ def test_two_members_share_a_partition_and_acknowledgements_move_it_on(
     assert snap.share_fetches[topic_name] == 4 and snap.share_acks[topic_name] == 2
     assert snap.record_acks["accept"] >= 6 and snap.record_acks["release"] >= 3
     assert snap.bytes_out[topic_name] > 0
-    state = PERSISTER.state.get(StateKey("g1", tid, 0))
-    if state is not None:  # the in-memory persister: everything done, start offset 6
-        assert state[1] == 6
+    # the share coordinator holds it: everything done, the start offset past the last
+    state = read_state(broker, StateKey("g1", tid, 0))
+    assert state.error == ErrorCode.none and state.start_offset == 6
 
 
 def test_per_offset_types_reject_and_records_of_another_member(
@@ -307,7 +252,6 @@ def test_state_survives_a_restart(broker: InProcessBroker, topic_name: str) -> N
         r = acknowledge(wc, "g8", a, 1, tid, [(0, 1, [ACCEPT])])
         assert partition(r).error_code == ErrorCode.none
     broker.restart()
-    broker.call(_install)
     with WireClient.to(broker.bootstrap) as wc:
         got = acquired(fetch(wc, "g8", member_id(), 0, tid))
         assert [(f, la) for f, la, _ in got] == [(2, 3)]

@@ -321,6 +321,7 @@ class ClusterNode:
             self.fetchers.remove(tp)
             self.broker.groups.partition_unloaded(tp)
             self.broker.txns.partition_unloaded(tp)
+            self.broker.share_coordinator.partition_unloaded(tp)
         self.replicas.delete_topic(name)
         self._configs.pop(name, None)
         log.info("deleted the local replicas of topic %s", name)
@@ -367,6 +368,7 @@ class ClusterNode:
         p.become_follower()
         self.broker.groups.partition_unloaded(tp)
         self.broker.txns.partition_unloaded(tp)
+        self.broker.share_coordinator.partition_unloaded(tp)
         try:
             p.log.close()
         except Exception as e:
@@ -427,6 +429,7 @@ class ClusterNode:
                 self._became_leader.append(str(p.tp))
                 self.broker.groups.partition_led(p.tp)
                 self.broker.txns.partition_led(p.tp)
+                self.broker.share_coordinator.partition_led(p.tp)
                 self.replicas.wake(p.tp)
             else:
                 p.update_state(fresh_state, now)  # the ISR or the replicas may have changed
@@ -437,6 +440,7 @@ class ClusterNode:
             p.become_follower()
             self.broker.groups.partition_unloaded(p.tp)
             self.broker.txns.partition_unloaded(p.tp)
+            self.broker.share_coordinator.partition_unloaded(p.tp)
             log.debug("%s: broker %d leads now (epoch %d); following", p.tp, state.leader,
                       state.leader_epoch)
             self._became_follower.append(str(p.tp))

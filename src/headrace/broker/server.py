@@ -63,6 +63,7 @@ from headrace.broker.memory_pool import (
 )
 from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.replica_manager import ReplicaManager
+from headrace.broker.share_coordinator import CoordinatorPersister, ShareCoordinatorService
 from headrace.broker.share_partitions import SharePartitionManager
 from headrace.broker.share_persister import ShareGroupListener, SharePersister
 from headrace.broker.topics import TopicAdmin
@@ -998,7 +999,9 @@ class Broker:
         self.groups = GroupService(self)
         self.txns = TxnService(self)
         # share groups (KIP-932): the seams in share_persister.py; None until served
-        self.share_persister: SharePersister | None = None
+        self.share_coordinator = ShareCoordinatorService(self)
+        self.share_persister: SharePersister | None = CoordinatorPersister(
+            self, self.share_coordinator)
         self.share_partitions = SharePartitionManager(self)
         self.share_listener: ShareGroupListener | None = self.share_partitions
         # authorization and SCRAM credentials (issue 12): ACLs from the metadata store
@@ -1389,6 +1392,7 @@ class Broker:
             self.replicas.load()
         self.groups.start()
         self.txns.start()
+        self.share_coordinator.start()
         try:
             if not self._servers:
                 await self._bind_listeners(start_serving=True)
@@ -1521,6 +1525,9 @@ class Broker:
         # wake every parked long poll and group request so it answers now
         self.groups.close()
         self.txns.close()
+        self.share_coordinator.close()
+        if isinstance(self.share_persister, CoordinatorPersister):
+            self.share_persister.close()
         for tp in list(self.replicas._watchers):
             self.replicas.wake(tp)
         conns = list(self.connections)

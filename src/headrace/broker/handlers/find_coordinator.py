@@ -3,7 +3,10 @@
 A group's coordinator is the leader of partition ``abs(hashCode(group_id)) % n`` of
 ``__consumer_offsets``, a transactional id's (key type 1) the leader of its partition of
 ``__transaction_state`` (each topic created here on first use). v0-3 ask for one key,
-v4+ for a batch (``coordinator_keys``); any other key type is INVALID_REQUEST.
+v4+ for a batch (``coordinator_keys``). Key type 2 (v6+, KIP-932) asks for a share
+coordinator: the key is ``groupId:topicId:partition`` (a malformed one is INVALID_REQUEST),
+its coordinator the leader of the key's partition of ``__share_group_state``; brokers ask it,
+so it needs CLUSTER_ACTION, as Kafka's. Any other key type is INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -20,11 +23,41 @@ if TYPE_CHECKING:
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
+KEY_TYPE_SHARE = 2
+
+
+def _share_node(broker: Broker, key: str) -> int | None:
+    """The share coordinator of ``groupId:topicId:partition`` (ValueError: malformed)."""
+    import base64
+    import uuid
+
+    from headrace.share.state import partition_for
+
+    group_id, topic, index = key.rsplit(":", 2)
+    raw = base64.urlsafe_b64decode(topic + "=" * (-len(topic) % 4))
+    if not group_id or len(raw) != 16 or int(index) < 0:
+        raise ValueError(key)
+    service = broker.share_coordinator
+    return service.coordinator_node(partition_for(group_id, uuid.UUID(bytes=raw), int(index),
+                                                  service.num_partitions()))
 
 
 def _lookup(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1,
                              "error_code": ErrorCode.none, "error_message": None}
+    if key_type == KEY_TYPE_SHARE and ctx.api_version >= 6:
+        from headrace.broker.security import CLUSTER_ACTION
+
+        if not broker.security.cluster_allowed(ctx, CLUSTER_ACTION):
+            entry["error_code"] = ErrorCode.cluster_authorization_failed
+            return entry
+        try:
+            node = _share_node(broker, key)
+        except ValueError:
+            entry["error_code"] = ErrorCode.invalid_request
+            entry["error_message"] = f"invalid share coordinator key {key!r}"
+            return entry
+        return _located(broker, ctx, entry, node)
     if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         entry["error_code"] = ErrorCode.invalid_request
         entry["error_message"] = f"unknown key type {key_type}"
@@ -45,6 +78,11 @@ def _lookup(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> dic
         node = broker.txns.coordinator_node(key)
     else:
         node = broker.groups.coordinator_node(key)
+    return _located(broker, ctx, entry, node)
+
+
+def _located(broker: Broker, ctx: RequestContext, entry: dict[str, Any],
+             node: int | None) -> dict[str, Any]:
     for b in broker.advertised_brokers(ctx.listener):
         if b.node_id == node:
             entry.update(node_id=b.node_id, host=b.host, port=b.port)
