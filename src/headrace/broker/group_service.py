@@ -63,6 +63,7 @@ from headrace.protocol.records import (
     decode_records,
     iter_batches,
 )
+from headrace.share.group import ShareGroup
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -90,6 +91,7 @@ class GroupService:
             max_size=int(self.config["group.max.size"]),
         ))
         self.coordinator.consumer_group_factory = self.new_consumer_group
+        self.coordinator.share_group_factory = self.new_share_group
         self.loading: set[int] = set()
         self._create_failed_log = LogPacer(10.0)  # clients retry FindCoordinator often
         self._waiters: dict[tuple[str, int], asyncio.Future[Completion]] = {}
@@ -126,6 +128,32 @@ class GroupService:
             session_timeout_ms=session_ms,
             heartbeat_interval_ms=heartbeat_ms,
         )
+
+    def new_share_group(self, group_id: str) -> ShareGroup:
+        """An empty share group (KIP-932) with its ``share.*`` group configs over the
+        broker's ``group.share.*``."""
+        values = self.config.values
+        session_ms = int(values.get("group.share.session.timeout.ms", 45_000))
+        heartbeat_ms = int(values.get("group.share.heartbeat.interval.ms", 5_000))
+        dynamic = getattr(self.broker, "dynamic", None)
+        if dynamic is not None:
+            group_values = dynamic.group_values(group_id)
+            session_ms = int(group_values["share.session.timeout.ms"])
+            heartbeat_ms = int(group_values["share.heartbeat.interval.ms"])
+        return ShareGroup(group_id, session_timeout_ms=session_ms,
+                          heartbeat_interval_ms=heartbeat_ms,
+                          max_size=int(values.get("group.share.max.size", 200)))
+
+    def share_members_left(self) -> None:
+        """Tell the share-partition manager about members a tick fenced."""
+        expired = self.coordinator.share_members_expired
+        if not expired:
+            return
+        self.coordinator.share_members_expired = []
+        listener = self.broker.share_listener
+        for group_id, member_id in expired:
+            if listener is not None:
+                listener.on_member_leave(group_id, member_id)
 
     # ------------------------------------------------------------------ placement
     def now_ms(self) -> int:
@@ -433,6 +461,7 @@ class GroupService:
                     break
                 self.coordinator.tick(self.now_ms())
                 self.flush()
+                self.share_members_left()
         finally:
             self.close()
 

@@ -94,14 +94,12 @@ class ShareGroupSettings:
 
 
 def group_settings(broker: Broker, group_id: str) -> ShareGroupSettings:
-    """The effective share settings of ``group_id``: its group configs
-    (``headrace.broker.share_config`` when present), else the broker's."""
+    """The effective share settings of ``group_id``: its group configs (issue 27's
+    ``share.*`` group configs over the broker's ``group.share.*``), else the broker's."""
     values: dict[str, str] = {}
-    try:
-        from headrace.broker import share_config  # type: ignore[attr-defined]
-        values = {k: str(v) for k, v in share_config.share_group_config(broker, group_id).items()}
-    except (ImportError, AttributeError):
-        pass
+    dynamic = getattr(broker, "dynamic", None)
+    if dynamic is not None:
+        values = {k: str(v) for k, v in dynamic.group_values(group_id).items()}
 
     def get(group_key: str, broker_key: str, default: str) -> str:
         if group_key in values:

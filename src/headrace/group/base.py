@@ -70,6 +70,7 @@ class Group(Protocol):
         epoch; older versions pass ``None`` and -1, which is always allowed)."""
         ...
 
-    def tick(self, now_ms: int) -> bool:
-        """Expire sessions and timeouts up to ``now_ms``; True if anything changed."""
+    def tick(self, now_ms: int) -> object:
+        """Expire sessions and timeouts up to ``now_ms``: True if anything changed (a share
+        group returns its ``TickResult``; the coordinator handles it apart)."""
         ...

@@ -67,6 +67,8 @@ from headrace.group.records import (
     encode_key,
     encode_value,
 )
+from headrace.share import group as share_records
+from headrace.share.group import ShareGroup, ShareGroupSnapshot
 
 TopicPartitionKey = tuple[str, int]
 KeyValue = tuple[bytes, bytes | None]
@@ -133,6 +135,11 @@ class GroupCoordinator:
     member_id_factory: Callable[[str], str] | None = None
     # makes an empty KIP-848 group with the broker's group.consumer.* configs (loading)
     consumer_group_factory: Callable[[str], ConsumerGroup] = ConsumerGroup
+    # makes an empty share group with the broker's group.share.* configs (KIP-932)
+    share_group_factory: Callable[[str], ShareGroup] = ShareGroup
+    # (group, member) of share-group members fenced by a tick: the shell tells the
+    # share-partition manager (their acquired records are released)
+    share_members_expired: list[tuple[str, str]] = field(default_factory=list)
     groups: dict[str, Group] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartitionKey, OffsetCommitValue]] = field(default_factory=dict)
     _group_records: list[tuple[str, KeyValue]] = field(default_factory=list)
@@ -152,6 +159,8 @@ class GroupCoordinator:
         metadata: dict[str, GroupMetadataValue | None] = {}
         snapshots: dict[str, ConsumerGroupSnapshot] = {}
         deleted: set[str] = set()  # consumer groups whose epoch record was tombstoned
+        shares: dict[str, ShareGroupSnapshot] = {}
+        shares_deleted: set[str] = set()
         for item in records:
             if isinstance(item, TxnMarkerEvent):
                 self.complete_txn(item.producer_id, item.commit)
@@ -170,6 +179,23 @@ class GroupCoordinator:
                     pid = item[2]
                     self.pending_txn.setdefault(pid, {}).setdefault(tkey.group, {})[
                         (tkey.topic, tkey.partition)] = tvalue
+                continue
+            if len(raw_key) >= 2 and raw_key[0] == 0 and 10 <= raw_key[1] <= 15:
+                # a share group's record (KIP-932, types 10-15)
+                try:
+                    skey = share_records.decode_key(raw_key)
+                    if skey is None:
+                        continue
+                    svalue = share_records.decode_value(skey, raw_value)
+                except share_records.ShareGroupRecordError:
+                    self.corrupt_records += 1
+                    continue
+                if isinstance(skey, share_records.ShareGroupMetadataKey) and svalue is None:
+                    shares.pop(skey.group, None)
+                    shares_deleted.add(skey.group)
+                    continue
+                shares.setdefault(skey.group, ShareGroupSnapshot()).replay(skey, svalue)
+                shares_deleted.discard(skey.group)
                 continue
             try:
                 key = decode_key(raw_key)
@@ -219,6 +245,15 @@ class GroupCoordinator:
             cg = self.consumer_group_factory(group_id)
             cg.restore(snapshot, now_ms)
             self.groups[group_id] = cg
+        for group_id in shares_deleted:
+            if isinstance(self.groups.get(group_id), ShareGroup):
+                del self.groups[group_id]
+        for group_id, share_snapshot in shares.items():
+            if share_snapshot.is_empty():
+                continue
+            sg = self.share_group_factory(group_id)
+            sg.restore(share_snapshot, now_ms)
+            self.groups[group_id] = sg
         for group_id in self.offsets:
             if group_id not in self.groups:
                 self.groups[group_id] = self._new_classic(group_id)
@@ -291,6 +326,14 @@ class GroupCoordinator:
     def tick(self, now_ms: int) -> bool:
         changed = False
         for group in list(self.groups.values()):
+            if isinstance(group, ShareGroup):
+                result = group.tick(now_ms)
+                if result.expired:
+                    changed = True
+                    self.share_members_expired += [(group.group_id, m)
+                                                   for m in result.expired]
+                self.queue_records(group.group_id, result.records)
+                continue
             if group.tick(now_ms):
                 changed = True
             if isinstance(group, ClassicGroup):
@@ -315,12 +358,28 @@ class GroupCoordinator:
         self.groups[group.group_id] = group
         self.collect_consumer_group(group)
 
+    def add_share_group(self, group: ShareGroup) -> None:
+        """Register a share group just made by a join; an empty group of another type
+        under its id goes, its records tombstoned first (its committed offsets stay)."""
+        old = self.groups.get(group.group_id)
+        if isinstance(old, ClassicGroup):
+            self._group_records.append(
+                (group.group_id, (encode_key(GroupMetadataKey(group.group_id)), None)))
+        elif isinstance(old, ConsumerGroup):
+            self.queue_records(group.group_id, old.tombstone_records())
+        self.groups[group.group_id] = group
+
+    def queue_records(self, group_id: str, records: Iterable[KeyValue]) -> None:
+        """Queue records a share group returned (heartbeat, initialization, tick)."""
+        for kv in records:
+            self._group_records.append((group_id, kv))
+
     def records_failed(self, group_id: str) -> None:
         """Appending ``group_id``'s queued records failed: a consumer group rewrites its
         whole state with its next records (a classic group's next metadata record is
         complete anyway)."""
         g = self.groups.get(group_id)
-        if isinstance(g, ConsumerGroup):
+        if isinstance(g, (ConsumerGroup, ShareGroup)):
             g.forget_written()
 
     # ------------------------------------------------------------------ classic protocol
@@ -336,7 +395,7 @@ class GroupCoordinator:
             return JoinResult(0, ErrorCode.invalid_session_timeout, req.member_id)
         existing = self.groups.get(group_id)
         if existing is not None and not isinstance(existing, ClassicGroup):
-            if not existing.is_empty():
+            if not existing.is_empty() or isinstance(existing, ShareGroup):
                 return JoinResult(0, ErrorCode.inconsistent_group_protocol, req.member_id)
             # an empty KIP-848 group turns classic, as Kafka converts it: tombstones first
             if isinstance(existing, ConsumerGroup):
@@ -563,7 +622,7 @@ class GroupCoordinator:
             (encode_key(OffsetCommitKey(group_id, t, p)), None)
             for t, p in sorted(self.offsets.get(group_id, {}))
         ]
-        if isinstance(g, ConsumerGroup):
+        if isinstance(g, (ConsumerGroup, ShareGroup)):
             records += g.tombstone_records()
         else:
             records.append((encode_key(GroupMetadataKey(group_id)), None))

@@ -824,6 +824,24 @@ class ShareGroup:
     def protocol_type(self) -> str:
         return PROTOCOL_TYPE
 
+    # -- what the group coordinator's registry asks of every group (group.base.Group) --
+    @property
+    def group_type(self) -> str:
+        return "share"
+
+    @property
+    def state_name(self) -> str:
+        return self.state.value
+
+    def validate_offset_commit(self, member_id: str, generation_or_epoch: int,
+                               group_instance_id: str | None, now_ms: int) -> ErrorCode:
+        """A share group has no committed offsets (Kafka: the group is not a consumer
+        group)."""
+        return ErrorCode.group_id_not_found
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode:
+        return ErrorCode.group_id_not_found
+
     def is_empty(self) -> bool:
         return not self.members
 

@@ -53,6 +53,8 @@ from headrace.broker.handlers import (  # noqa: F401
     sasl,
     share_acknowledge,
     share_fetch,
+    share_group_describe,
+    share_group_heartbeat,
     sync_group,
     txn_offset_commit,
     write_share_group_state,
