@@ -144,17 +144,6 @@ class GroupService:
                           heartbeat_interval_ms=heartbeat_ms,
                           max_size=int(values.get("group.share.max.size", 200)))
 
-    def share_members_left(self) -> None:
-        """Tell the share-partition manager about members a tick fenced."""
-        expired = self.coordinator.share_members_expired
-        if not expired:
-            return
-        self.coordinator.share_members_expired = []
-        listener = self.broker.share_listener
-        for group_id, member_id in expired:
-            if listener is not None:
-                listener.on_member_leave(group_id, member_id)
-
     # ------------------------------------------------------------------ placement
     def now_ms(self) -> int:
         return self.broker.clock.wall_ms()
@@ -461,7 +450,6 @@ class GroupService:
                     break
                 self.coordinator.tick(self.now_ms())
                 self.flush()
-                self.share_members_left()
         finally:
             self.close()
 

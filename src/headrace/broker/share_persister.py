@@ -14,8 +14,9 @@ Three shells meet here, each behind one small interface so that none reaches int
 - the **group coordinator**'s share groups (``group_service.py``): ShareGroupHeartbeat (76),
   ShareGroupDescribe (77) and the admin APIs (90-92). It initializes a share-partition's
   state with the persister before assigning it, and tells the share-partition manager when a
-  member leaves or a group is deleted (``ShareGroupListener``, Kafka's
-  ``ShareGroupListener``), so that the member's acquired records are released at once.
+  group is deleted (``ShareGroupListener.on_group_delete``). ``on_member_leave`` is Kafka's
+  ``ShareGroupListener.onMemberLeave``, called when a member's share session goes with its
+  connection (as Kafka's ``ShareSessionCache`` calls it), not by the group coordinator.
 
 The broker holds one of each: ``broker.share_persister`` and ``broker.share_listener``
 (None until the shell exists). All calls run on the broker's event loop.

@@ -137,9 +137,6 @@ class GroupCoordinator:
     consumer_group_factory: Callable[[str], ConsumerGroup] = ConsumerGroup
     # makes an empty share group with the broker's group.share.* configs (KIP-932)
     share_group_factory: Callable[[str], ShareGroup] = ShareGroup
-    # (group, member) of share-group members fenced by a tick: the shell tells the
-    # share-partition manager (their acquired records are released)
-    share_members_expired: list[tuple[str, str]] = field(default_factory=list)
     groups: dict[str, Group] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartitionKey, OffsetCommitValue]] = field(default_factory=dict)
     _group_records: list[tuple[str, KeyValue]] = field(default_factory=list)
@@ -328,10 +325,7 @@ class GroupCoordinator:
         for group in list(self.groups.values()):
             if isinstance(group, ShareGroup):
                 result = group.tick(now_ms)
-                if result.expired:
-                    changed = True
-                    self.share_members_expired += [(group.group_id, m)
-                                                   for m in result.expired]
+                changed = changed or bool(result.expired)
                 self.queue_records(group.group_id, result.records)
                 continue
             if group.tick(now_ms):

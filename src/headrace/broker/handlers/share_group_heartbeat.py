@@ -17,7 +17,10 @@ answer. A heartbeat that leaves share-partitions without state asks the share co
 to initialize them (InitializeShareGroupState through ``broker.share_persister``, start
 offset -1: the partition leader applies ``share.auto.offset.reset``), after the answer, as
 Kafka's ``GroupCoordinatorService`` does; the group records the outcome. A member that
-leaves (epoch -1) has its acquired records released at once (``broker.share_listener``).
+leaves keeps its share sessions: it closes them itself (its last ShareAcknowledge, epoch
+-1, carries its final acknowledgements), or its connections close; a member fenced for its
+session timeout gets its records back to the others as their locks expire (Kafka: the group
+coordinator does not tell the partition leaders).
 """
 
 from __future__ import annotations
@@ -39,7 +42,6 @@ if TYPE_CHECKING:
     from headrace.broker.server import Broker
 
 log = logging.getLogger("headrace.share")
-LEAVE_EPOCH = -1
 _TASKS: set[asyncio.Task[Any]] = set()
 
 
@@ -133,8 +135,6 @@ async def handle_share_group_heartbeat(broker: Broker, ctx: RequestContext, req:
         if err is not ErrorCode.not_coordinator:
             err = ErrorCode.coordinator_not_available
         return _error(ctx, err)
-    if req.member_epoch == LEAVE_EPOCH and broker.share_listener is not None:
-        broker.share_listener.on_member_leave(group_id, req.member_id)
     if result.initialize is not None:
         task = asyncio.ensure_future(initialize(broker, group, result.initialize))
         _TASKS.add(task)
