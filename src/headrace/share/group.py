@@ -1077,16 +1077,19 @@ class ShareGroup:
 
     # ------------------------------------------------------------------ share coordinator
     def state_initialized(self, topic_partitions: Mapping[uuid.UUID, Iterable[int]],
-                          now_ms: int) -> tuple[KeyValue, ...]:
+                          now_ms: int, topic_names: Mapping[uuid.UUID, str] | None = None,
+                          ) -> tuple[KeyValue, ...]:
         """The share coordinator initialized these partitions (Kafka's
-        ``initializeShareGroupState``): initializing → initialized."""
+        ``initializeShareGroupState``; also AlterShareGroupOffsets, which names topics the
+        group may never have asked for: ``topic_names``): initializing → initialized."""
         self._check(Event.STATE_INITIALIZED)
         done = {t: frozenset(ps) for t, ps in topic_partitions.items()}
         if not any(done.values()):
             return ()
+        given = dict(topic_names or {})
         names = {t: (self.initializing[t].name if t in self.initializing
                      else self.initialized[t].name if t in self.initialized
-                     else UNKNOWN_TOPIC_NAME) for t in done}
+                     else given.get(t, UNKNOWN_TOPIC_NAME)) for t in done}
         self.initialized = _combine(self.initialized, {
             t: InitEntry(names[t], ps, now_ms) for t, ps in done.items() if ps})
         self._drop_initializing(done)
@@ -1112,6 +1115,17 @@ class ShareGroup:
                 self.initializing[t] = InitEntry(entry.name, left, entry.timestamp_ms)
             else:
                 del self.initializing[t]
+
+    def state_deleted(self, topic_ids: Iterable[uuid.UUID]) -> tuple[KeyValue, ...]:
+        """DeleteShareGroupOffsets deleted these topics' share-partition state: they are
+        neither initialized nor initializing any more (the next assignment initializes them
+        again, from ``share.auto.offset.reset``)."""
+        self._check(Event.STATE_INITIALIZE_FAILED)  # legal in the same states
+        for t in topic_ids:
+            self.initialized.pop(t, None)
+            self.initializing.pop(t, None)
+            self.deleting.pop(t, None)
+        return self._flush()
 
     def initialized_partitions(self) -> dict[uuid.UUID, frozenset[int]]:
         """Kafka's ``initializedShareGroupPartitions``."""

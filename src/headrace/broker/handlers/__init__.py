@@ -55,6 +55,7 @@ from headrace.broker.handlers import (  # noqa: F401
     share_fetch,
     share_group_describe,
     share_group_heartbeat,
+    share_group_offsets,
     sync_group,
     txn_offset_commit,
     write_share_group_state,

@@ -1,5 +1,6 @@
 """DeleteGroups (42) v0-2: delete empty groups with their offsets (tombstones for every
-committed offset and the group metadata). NON_EMPTY_GROUP while members remain,
+committed offset and the group metadata; a share group's share-partition state is deleted
+from the share coordinator first). NON_EMPTY_GROUP while members remain,
 GROUP_ID_NOT_FOUND for an unknown group."""
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
+from headrace.broker.handlers.share_group_offsets import delete_share_group_state
 from headrace.broker.security import DELETE, GROUP
+from headrace.share.group import ShareGroup
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -20,6 +23,11 @@ async def _delete(broker: Broker, group_id: str) -> ErrorCode:
     err = groups.check_coordinator(group_id)
     if err is not ErrorCode.none:
         return err
+    g = groups.coordinator.groups.get(group_id)
+    if isinstance(g, ShareGroup) and g.is_empty() and g.state_name != "Dead":
+        err = await delete_share_group_state(broker, g)  # KIP-932: the state goes first
+        if err is not ErrorCode.none:
+            return err
     err, write = groups.coordinator.delete_group(group_id)
     if err is ErrorCode.none and write is not None:
         err = await groups.write(write)
