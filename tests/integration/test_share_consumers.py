@@ -224,3 +224,24 @@ def test_a_killed_consumers_records_go_to_another(broker: InProcessBroker,
         assert time.monotonic() - start < LOCK_MS / 1000 + 10
     finally:
         c.close()
+
+
+def test_the_readme_share_consumer_example(broker: InProcessBroker) -> None:
+    """The README's ShareConsumer block, as written, against this broker: it reads the
+    topic's records from the start."""
+    import contextlib
+    import io
+
+    from tests.readme import readme_block
+
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(3):
+        p.produce("greetings", f"hello {i}".encode(), partition=0)
+    p.flush(10)
+    code = readme_block("share-consumer").replace("127.0.0.1:9092", broker.bootstrap)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {})  # noqa: S102 - the README's own code
+    printed = out.getvalue()
+    for i in range(3):
+        assert f"b'hello {i}'" in printed
