@@ -241,7 +241,7 @@ def test_the_readme_share_consumer_example(broker: InProcessBroker) -> None:
     code = readme_block("share-consumer").replace("127.0.0.1:9092", broker.bootstrap)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, "README.md", "exec"), {})  # noqa: S102 - the README's own code
+        exec(compile(code, "README.md", "exec"), {})
     printed = out.getvalue()
     for i in range(3):
         assert f"b'hello {i}'" in printed
