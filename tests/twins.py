@@ -202,6 +202,12 @@ TWINS: dict[str, tuple[str, ...]] = {
         U + "test_group_coordinator.py::test_consumer_group_is_rebuilt_from_its_records",
         U + "test_consumer_group.py::test_restore_equals_original_and_members_carry_on_without_rebalance",
         U + "test_group_hashing.py::test_partition_for_uses_kafkas_abs"),
+    # issue 25 (KIP-932): a new leader reloads a share-partition from __share_group_state;
+    # nothing acknowledged is delivered again, nothing is lost
+    "tests/cluster/test_share_cluster.py": (
+        INT + "test_share_fetch.py::test_state_survives_a_restart",
+        INT + "test_share_coordinator.py::test_state_survives_a_restart",
+        INT + "test_share_consumers.py::test_a_killed_consumers_records_go_to_another"),
     # issue 13: controller, readiness, under-replicated partitions and ISR shrink/expand metrics
     "tests/cluster/test_metrics_cluster.py": (
         U + "test_metrics.py::test_exposition_uses_the_jmx_exporter_names",
