@@ -4,13 +4,19 @@
 (a partition goes to fetcher ``hash(tp) % n`` of its leader). A fetcher owns one
 connection to its leader and loops:
 
-1. **Truncation** (KIP-101, KIP-279), for partitions just added (a new leader or epoch):
-   one OffsetForLeaderEpoch request (API 23, with this broker as ``replica_id``) asks the
-   leader where the follower's latest epoch ends on the leader. If the leader knows that
-   epoch, the follower truncates to min(its answer, own log end offset); if the leader
-   answers an older epoch, to min(its answer, the follower's own end offset for that
-   epoch); if it knows nothing (UNDEFINED), to the follower's high watermark. Then it
-   fetches. So a returning replica drops exactly its divergent suffix.
+1. **Truncation** (KIP-101, KIP-279, KIP-320). A partition just added (a new leader or
+   epoch) is fetched at once with its last fetched epoch, and the leader answers a
+   diverging epoch instead of records if the follower's log went past where that epoch ends
+   on the leader: the follower truncates to it and fetches again (Kafka 2.7+'s truncation
+   on fetch, ``isTruncationOnFetchSupported``: no round trip before the first fetch after
+   a leader change). Where that does not settle it (the follower's largest epoch at or
+   below the leader's answer is an older one, or the leader answered out of range) the
+   follower asks with one OffsetForLeaderEpoch request (API 23, with this broker as
+   ``replica_id``): where does my latest epoch end on you? If the leader knows that epoch,
+   the follower truncates to min(its answer, own log end offset); if it answers an older
+   epoch, to min(its answer, the follower's own end offset for that epoch); if it knows
+   nothing (UNDEFINED), to the follower's high watermark. Then it fetches. So a returning
+   replica drops exactly its divergent suffix.
 2. **Fetch** v12 with ``replica_id`` = this broker and ``current_leader_epoch``: the leader
    answers batches up to its log end offset and its high watermark. The batches are
    appended byte for byte (``PartitionLog.append_as_follower``: offsets and leader epochs
@@ -64,6 +70,8 @@ class FetchState:
     epoch: int
     truncated: bool = False
     paused_until: float = 0.0
+    # truncation on fetch did not settle it: ask with OffsetForLeaderEpoch
+    ask_epochs: bool = False
 
 
 class ReplicaFetcherManager:
@@ -276,6 +284,9 @@ class Fetcher:
         for tp, state in self._active().items():
             if state.truncated:
                 continue
+            if not state.ask_epochs:  # truncation on fetch: the fetch's diverging epoch
+                state.truncated = True
+                continue
             p = self._partition(tp, state)
             if p is None:
                 continue
@@ -313,6 +324,7 @@ class Fetcher:
                     continue
                 state.truncated = self._truncate_one(p, latest, int(r.leader_epoch),
                                                      int(r.end_offset))
+                state.ask_epochs = not state.truncated
 
     def _truncate_one(self, p: Partition, latest: int, leader_epoch: int,
                       end_offset: int) -> bool:
@@ -423,6 +435,7 @@ class Fetcher:
                     state.truncated = self._truncate_one(
                         p, -1 if latest is None else latest, int(diverging.epoch),
                         int(diverging.end_offset))
+                    state.ask_epochs = not state.truncated
                     self._sent.pop(tp, None)  # the fetch position changed: name it again
                 elif code == ErrorCode.none:
                     self._append(p, state, r)
@@ -469,6 +482,7 @@ class Fetcher:
             plog.high_watermark = leader_start
         else:
             state.truncated = False  # ahead of the leader: truncate by epoch again
+            state.ask_epochs = True
 
     def _on_error(self, tp: TopicPartition, state: FetchState, code: ErrorCode,
                   what: str) -> None:

@@ -165,6 +165,14 @@ def _read_all(
                     continue
                 check = partition.check_follower_fetch(
                     int(getattr(p, "last_fetched_epoch", -1)), int(p.fetch_offset))
+                if check.check is FollowerFetchCheck.DIVERGING and check.diverging == (-1, -1):
+                    # this log knows no epoch at or below the follower's: the wire cannot say
+                    # so (a diverging epoch of -1 reads as none), so answer out of range and
+                    # the follower asks with OffsetForLeaderEpoch (and truncates to its high
+                    # watermark), as it would have before truncation on fetch
+                    entry.error_code = int(ErrorCode.offset_out_of_range)
+                    any_error = True
+                    continue
                 if check.check is FollowerFetchCheck.DIVERGING:
                     entry.diverging_epoch = check.diverging
                     any_error = True  # answer at once: the follower must truncate
