@@ -702,14 +702,14 @@ class ReliableConsumer:
         batches: list[RootBatch] = []
         if settled:
             try:
-                messages = self.share_consumer.poll(self._poll_timeout_s)
+                messages = list(self.share_consumer.poll(self._poll_timeout_s))
             except (KafkaException, IllegalStateException) as exc:
                 log.warning("share poll failed: %s", exc)
                 self._stop.wait(self._poll_timeout_s)
                 messages = []
             now = _now_ms()
             if messages:
-                runs = _share_runs(list(messages))
+                runs = _share_runs(messages)
                 track = self._track
                 parts = self._share_chunks()
                 with self._lock:
