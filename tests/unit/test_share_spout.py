@@ -15,6 +15,7 @@ from headrace.reliable import (
     ShareSpoutConfig,
     TopicPartition,
 )
+from headrace.reliable.spout import FAILED
 
 TP = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
@@ -218,6 +219,7 @@ def test_release_all_releases_pending_roots_and_keeps_dead_letters_held() -> Non
     assert [type(e) for e in effects] == [Acknowledge, DeadLetter]
     spout.release_all()
     assert acks(spout.tick(0)) == [(TP, (2,), RELEASE)]
+    assert batch.states[2] == FAILED  # a lane that has not run it yet skips it
     assert spout.num_pending_roots == 0 and spout.num_held == 1  # the dead letter
     assert not spout.is_batch_live(batch) and not spout.is_live(kid)
     spout.ack(kid, 0)  # late: ignored
