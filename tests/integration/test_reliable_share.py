@@ -311,6 +311,34 @@ def test_a_member_lost_holding_records_hands_them_to_another(
     assert share_records_left(broker, group, topic, LOCK_MS / 1000 + 2) == []
 
 
+def test_the_readme_share_example_prints_every_record_once(broker: InProcessBroker) -> None:
+    """The README's share-mode block, pasted into python against this broker: it sets its
+    group to read from the start and prints every record of ``greetings`` once, as its
+    first delivery; afterwards the group has nothing left to deliver."""
+    import subprocess
+
+    from tests.readme import readme_block
+
+    values = [f"hello {i}" for i in range(8)]
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("greetings", 1, 1)])["greetings"].result(15)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for v in values:
+        p.produce("greetings", v.encode())
+        p.flush(10)
+    block = readme_block("reliable-share-example").replace("127.0.0.1:9092",
+                                                            broker.bootstrap)
+    r = subprocess.run([sys.executable, "-"], input=block, capture_output=True, text=True,
+                       timeout=90, check=False, cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    lines = sorted(r.stdout.splitlines())
+    assert lines == sorted(f"0 {i} 1 {v.encode()!r}" for i, v in enumerate(values)), r.stdout
+    assert share_records_left(broker, "reliable-sharers", "greetings", LOCK_MS / 1000 + 1) == []
+
+
 def test_partition_only_options_are_refused_in_share_mode() -> None:
     from headrace.reliable import ReliableConfigError, ReliableConsumer
 
