@@ -237,3 +237,42 @@ def test_config_is_validated() -> None:
         ShareSpoutConfig(num_ackers=-1)
     with pytest.raises(ReliableConfigError):
         ShareSpout(ShareSpoutConfig(message_timeout_ms=1))  # the acker's own bound
+
+
+class _FakeMessage:
+    """What ``_share_runs`` reads of a confluent-kafka ``Message``."""
+
+    def __init__(self, partition: int | None, offset: int | None, count: object,
+                 error: object = None) -> None:
+        self._p, self._o, self._c, self._e = partition, offset, count, error
+
+    def error(self) -> object:
+        return self._e
+
+    def topic(self) -> str:
+        return "t"
+
+    def partition(self) -> int | None:
+        return self._p
+
+    def offset(self) -> int | None:
+        return self._o
+
+    def delivery_count(self) -> object:
+        return self._c
+
+
+def test_the_shell_groups_a_share_poll_by_partition_and_validates_what_the_broker_sent(
+        ) -> None:
+    """Errors and records without coordinates are dropped; a delivery count that is not a
+    positive int is taken as 1 (processed, never dropped; the spout refuses below 1)."""
+    from confluent_kafka import KafkaError
+
+    from headrace.reliable.consumer import _share_runs
+
+    msgs = [_FakeMessage(0, 4, 2), _FakeMessage(1, 9, None), _FakeMessage(0, 5, -3),
+            _FakeMessage(0, 6, "x"), _FakeMessage(None, 1, 1), _FakeMessage(0, -1, 1),
+            _FakeMessage(0, 7, 1, KafkaError(KafkaError._PARTITION_EOF))]
+    runs = _share_runs(msgs)  # type: ignore[arg-type]
+    assert [(tp, offsets, counts) for tp, _m, offsets, counts in runs] == [
+        (TP, [4, 5, 6], [2, 1, 1]), (TP1, [9], [1])]
