@@ -2,7 +2,8 @@
 
 Pure cores (no I/O, time passed in): ``Acker``/``AckerPool`` (XOR of item ids per root),
 ``TupleTracker``/``Item`` (anchoring, ack, fail), ``OffsetManager`` (KafkaSpout's commit
-discipline, one per partition) and ``ReliableSpout`` (records in, effects out). The shell:
+discipline, one per partition), ``ReliableSpout`` (records in, effects out) and
+``ShareSpout`` (a share group's records in, acknowledgements out). The shell:
 ``ReliableConsumer`` over confluent-kafka, running a ``Topology`` of basic, explicit, batch,
 async or process bolts (``process_bolt``: CPU-bound handlers in worker processes).
 Exactly-once output helpers: ``IdempotentSqliteSink`` and ``SqliteOffsetStore``.
@@ -17,6 +18,14 @@ from headrace.reliable.exactly_once import (
     idempotent_key,
 )
 from headrace.reliable.offsets import OffsetManager
+from headrace.reliable.share_spout import (
+    Acknowledge,
+    AckType,
+    ShareEffect,
+    ShareRootBatch,
+    ShareSpout,
+    ShareSpoutConfig,
+)
 from headrace.reliable.spout import (
     Commit,
     DeadLetter,
@@ -26,6 +35,7 @@ from headrace.reliable.spout import (
     Resume,
     RootBatch,
     Seek,
+    SpoutBase,
     SpoutConfig,
     TopicPartition,
 )
@@ -39,8 +49,10 @@ from headrace.reliable.topology import (
 from headrace.reliable.tuples import ChildItem, ChildRun, Item, ItemState, RootItem, TupleTracker
 
 __all__ = [
+    "AckType",
     "Acker",
     "AckerPool",
+    "Acknowledge",
     "BasicOutputCollector",
     "Batch",
     "ChildItem",
@@ -65,6 +77,11 @@ __all__ = [
     "RootFailed",
     "RootItem",
     "Seek",
+    "ShareEffect",
+    "ShareRootBatch",
+    "ShareSpout",
+    "ShareSpoutConfig",
+    "SpoutBase",
     "SpoutConfig",
     "SqliteOffsetStore",
     "TopicPartition",

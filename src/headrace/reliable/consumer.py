@@ -37,6 +37,7 @@ group resumes at the last commit and re-processes at most the records after it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import queue
 import threading
@@ -44,12 +45,28 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import (
+    AcknowledgeType,
+    Consumer,
+    IllegalStateException,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    ShareConsumer,
+)
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from headrace.reliable.errors import ReliableConfigError, ReliableUsageError
 from headrace.reliable.exactly_once import SqliteOffsetStore
 from headrace.reliable.processes import ProcessWorker, WorkerDied, record_fields
+from headrace.reliable.share_spout import (
+    Acknowledge,
+    AckType,
+    ShareEffect,
+    ShareSpout,
+    ShareSpoutConfig,
+)
 from headrace.reliable.spout import (
     PENDING,
     Commit,
@@ -60,6 +77,7 @@ from headrace.reliable.spout import (
     Resume,
     RootBatch,
     Seek,
+    SpoutBase,
     SpoutConfig,
     TopicPartition,
 )
@@ -363,13 +381,34 @@ class ReliableConsumer:
     ``config`` is a confluent-kafka consumer config (``bootstrap.servers``, ``group.id``,
     ...); auto-commit and auto offset store are forced off. ``topology`` is a ``Topology``
     or one basic-bolt function run on ``concurrency`` lanes.
+
+    ``share=True``: the transport is a share group (KIP-932; ``group.id`` names it): a
+    ``ShareConsumer`` in explicit acknowledgement mode and a ``ShareSpout``. A tree's
+    completion acknowledges its record with ACCEPT, a failure with RELEASE (the broker
+    redelivers it, to any member, with its delivery count raised), and after
+    ``max_retries`` failed deliveries the record goes to ``dead_letter_topic`` and is then
+    REJECTed. Any number of members share one partition. The options that only make sense
+    for partitions (``max_uncommitted_offsets``, ``offset_commit_period_ms``,
+    ``retry_backoff_ms``, ``retry_backoff_max_ms``, ``offset_store``, ``on_commit``) are
+    refused with ``ReliableConfigError``. The share consumer polls only when every record
+    of its previous poll is acknowledged (confluent-kafka's explicit mode requires it), so
+    a poll's records are split over the first stage's lanes (one chunk each) and the next
+    poll follows their settlement.
     """
 
+    # one of each pair exists: the partition mode's, or the share mode's
+    consumer: Consumer
+    _pspout: ReliableSpout
+    share_consumer: ShareConsumer
+    _sspout: ShareSpout
+
     def __init__(self, config: dict[str, Any], topics: list[str],
-                 topology: Topology | BasicHandler, *, concurrency: int = 4,
-                 max_uncommitted_offsets: int = 10_000, offset_commit_period_ms: int = 5_000,
-                 max_retries: int | None = None, retry_backoff_ms: int = 100,
-                 retry_backoff_max_ms: int = 10_000, message_timeout_ms: int = 30_000,
+                 topology: Topology | BasicHandler, *, share: bool = False,
+                 concurrency: int = 4,
+                 max_uncommitted_offsets: int | None = None,
+                 offset_commit_period_ms: int | None = None,
+                 max_retries: int | None = None, retry_backoff_ms: int | None = None,
+                 retry_backoff_max_ms: int | None = None, message_timeout_ms: int = 30_000,
                  num_ackers: int = 1, dead_letter_topic: str | None = None,
                  offset_store: SqliteOffsetStore | None = None,
                  track: Callable[[Record], bool] | None = None,
@@ -386,14 +425,38 @@ class ReliableConsumer:
             raise ReliableConfigError("the topology has no stage")
         if max_retries is not None and dead_letter_topic is None:
             raise ReliableConfigError("max_retries needs a dead_letter_topic")
+        self.share = share
+        if share:
+            partition_only = {
+                "max_uncommitted_offsets": max_uncommitted_offsets,
+                "offset_commit_period_ms": offset_commit_period_ms,
+                "retry_backoff_ms": retry_backoff_ms,
+                "retry_backoff_max_ms": retry_backoff_max_ms,
+                "offset_store": offset_store, "on_commit": on_commit}
+            given = sorted(k for k, v in partition_only.items() if v is not None)
+            if given:
+                raise ReliableConfigError(
+                    f"{', '.join(given)}: only for partition mode, not with share=True "
+                    "(a share group acknowledges records: no offsets, no seek)")
         self.topics = list(topics)
         # one topic, no pattern: every fetched record is of it (no topic check per poll)
         self._one_topic = len(self.topics) == 1 and not self.topics[0].startswith("^")
-        self.spout = ReliableSpout(SpoutConfig(
-            max_uncommitted_offsets=max_uncommitted_offsets,
-            offset_commit_period_ms=offset_commit_period_ms, max_retries=max_retries,
-            retry_backoff_ms=retry_backoff_ms, retry_backoff_max_ms=retry_backoff_max_ms,
-            message_timeout_ms=message_timeout_ms, num_ackers=num_ackers), _now_ms())
+        self.spout: SpoutBase
+        if share:
+            self._sspout = self.spout = ShareSpout(ShareSpoutConfig(
+                max_retries=max_retries, message_timeout_ms=message_timeout_ms,
+                num_ackers=num_ackers), _now_ms())
+        else:
+            self._pspout = self.spout = ReliableSpout(SpoutConfig(
+                max_uncommitted_offsets=(10_000 if max_uncommitted_offsets is None
+                                         else max_uncommitted_offsets),
+                offset_commit_period_ms=(5_000 if offset_commit_period_ms is None
+                                         else offset_commit_period_ms),
+                max_retries=max_retries,
+                retry_backoff_ms=100 if retry_backoff_ms is None else retry_backoff_ms,
+                retry_backoff_max_ms=(10_000 if retry_backoff_max_ms is None
+                                      else retry_backoff_max_ms),
+                message_timeout_ms=message_timeout_ms, num_ackers=num_ackers), _now_ms())
         self.dead_letter_topic = dead_letter_topic
         self.offset_store = offset_store
         self.on_commit = on_commit
@@ -404,12 +467,20 @@ class ReliableConsumer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
-        # librdkafka stops fetching for fetch.queue.backoff.ms (1 s by default) whenever its
-        # queue holds queued.min.messages: a consumer that drains 100k records in less than
-        # a second would then sit idle for the rest of it (seen as a 5x throughput loss)
-        self.consumer = Consumer({"fetch.queue.backoff.ms": 10, **config,
-                                  "enable.auto.commit": False,
-                                  "enable.auto.offset.store": False})
+        if share:
+            # max.poll.records bounds what one member acquires per poll (the rest stays
+            # available to the other members); explicit mode: we acknowledge each record
+            self.share_consumer = ShareConsumer({"max.poll.records": poll_batch, **config,
+                                                 "share.acknowledgement.mode": "explicit"})
+            self.share_consumer.set_acknowledgement_commit_callback(self._on_acknowledged)
+        else:
+            # librdkafka stops fetching for fetch.queue.backoff.ms (1 s by default) whenever
+            # its queue holds queued.min.messages: a consumer that drains 100k records in
+            # less than a second would then sit idle for the rest of it (seen as a 5x
+            # throughput loss)
+            self.consumer = Consumer({"fetch.queue.backoff.ms": 10, **config,
+                                      "enable.auto.commit": False,
+                                      "enable.auto.offset.store": False})
         self.producer: Producer | None = None
         if dead_letter_topic is not None:
             pconf = {"bootstrap.servers": config["bootstrap.servers"],
@@ -426,8 +497,14 @@ class ReliableConsumer:
         for lanes in self._lanes:
             for lane in lanes:
                 lane.start()
-        self.consumer.subscribe(self.topics, on_assign=self._on_assign,
-                                on_revoke=self._on_revoke, on_lost=self._on_lost)
+        if share:
+            self.share_consumer.subscribe(self.topics)
+        else:
+            self.consumer.subscribe(self.topics, on_assign=self._on_assign,
+                                    on_revoke=self._on_revoke, on_lost=self._on_lost)
+
+    def _dead_letter_spout(self) -> ReliableSpout | ShareSpout:
+        return self._sspout if self.share else self._pspout
 
     def worker_pids(self) -> list[int]:
         """The pids of the process lanes' worker processes (process bolts)."""
@@ -482,13 +559,15 @@ class ReliableConsumer:
     def poll_once(self) -> int:
         """One poll: process the fetched records and carry out due effects. Returns the
         number of root items dispatched."""
+        if self.share:
+            return self._share_poll_once()
         messages = self.consumer.consume(self._poll_batch, self._consume_timeout_s())
         now = _now_ms()
         batches: list[RootBatch] = []
         if messages:
             runs = _partition_runs(messages, self._one_topic)
             track = self._track
-            on_batch = self.spout.on_batch
+            on_batch = self._pspout.on_batch
             with self._lock:
                 for tp, run, offsets in runs:
                     if track is not None:
@@ -503,10 +582,10 @@ class ReliableConsumer:
                                  to_values=_key_value)
                     if b is not None:
                         batches.append(b)
-                effects = self.spout.tick(now)
+                effects = self._pspout.tick(now)
         else:
             with self._lock:
-                effects = self.spout.tick(now)
+                effects = self._pspout.tick(now)
         for b in batches:
             self._dispatch_batch(b)
         self._apply(effects)
@@ -564,7 +643,7 @@ class ReliableConsumer:
                 except KafkaException as exc:
                     log.warning("seek %s to %d failed (%s); will retry", tp, effect.offset, exc)
                     with self._lock:
-                        self.spout.seek_failed(tp)
+                        self._pspout.seek_failed(tp)
             elif isinstance(effect, Pause):
                 self.consumer.pause([KafkaTopicPartition(effect.tp.topic, effect.tp.partition)])
             elif isinstance(effect, Resume):
@@ -583,7 +662,7 @@ class ReliableConsumer:
             log.warning("commit %s failed: %s", offsets, exc)
             return False
         with self._lock:
-            self.spout.committed(offsets)
+            self._pspout.committed(offsets)
         if self.on_commit is not None:
             self.on_commit(offsets)
         return True
@@ -601,14 +680,148 @@ class ReliableConsumer:
 
         def delivered(err: Any, _msg: Any) -> None:
             with self._lock:
+                spout = self._dead_letter_spout()
                 if err is None:
-                    self.spout.dead_lettered(tp, effect.offset)
+                    spout.dead_lettered(tp, effect.offset)
                 else:
                     log.warning("dead letter of %s@%d failed: %s", tp, effect.offset, err)
-                    self.spout.dead_letter_failed(tp, effect.offset, _now_ms())
+                    spout.dead_letter_failed(tp, effect.offset, _now_ms())
 
         self.producer.produce(self.dead_letter_topic, rec.value, rec.key, headers=headers,
                               on_delivery=delivered)
+
+    # ------------------------------------------------------------------ share mode
+
+    def _share_poll_once(self) -> int:
+        """Share mode's poll: only once every record of the previous poll is acknowledged
+        (else wait up to ``busy_poll_timeout_s`` for the lanes); the records are split over
+        the first stage's lanes; the acknowledgements due are applied and committed."""
+        spout = self._sspout
+        with self._lock:
+            settled = spout.is_settled()
+        batches: list[RootBatch] = []
+        if settled:
+            try:
+                messages = list(self.share_consumer.poll(self._poll_timeout_s))
+            except (KafkaException, IllegalStateException) as exc:
+                log.warning("share poll failed: %s", exc)
+                self._stop.wait(self._poll_timeout_s)
+                messages = []
+            now = _now_ms()
+            if messages:
+                runs = _share_runs(messages)
+                track = self._track
+                parts = self._share_chunks()
+                with self._lock:
+                    for tp, run, offsets, counts in runs:
+                        if track is not None:
+                            for m, o, d in zip(run, offsets, counts, strict=True):
+                                b = spout.on_batch(tp, (o,), (d,), now, payloads=(m,),
+                                                   tracked=track(_share_record(m)),
+                                                   to_source=_share_record,
+                                                   to_values=_key_value)
+                                if b is not None:
+                                    batches.append(b)
+                            continue
+                        step = -(-len(run) // parts)
+                        for k in range(0, len(run), step):
+                            b = spout.on_batch(tp, offsets[k:k + step], counts[k:k + step],
+                                               now, payloads=run[k:k + step],
+                                               to_source=_share_record,
+                                               to_values=_key_value)
+                            if b is not None:
+                                batches.append(b)
+                    effects = spout.tick(now)
+            else:
+                with self._lock:
+                    effects = spout.tick(now)
+        else:
+            self._stop.wait(self._busy_poll_timeout_s)  # the lanes settle meanwhile
+            with self._lock:
+                effects = spout.tick(_now_ms())
+        for i, batch in enumerate(batches):
+            self._dispatch_share_batch(batch, i)
+        self._apply_share(effects)
+        if self.producer is not None:
+            self.producer.poll(0)
+        return sum(map(len, batches))
+
+    def _share_chunks(self) -> int:
+        """Into how many batches a poll's run of one partition is cut: one per lane of the
+        first stage (its lanes then work on one poll together), 1 with fields grouping
+        (split per key by ``_dispatch_batch``) or an inline stage."""
+        stage = self.topology.stages[0]
+        if stage.fields is not None:
+            return 1
+        return max(1, len(self._lanes[0]))
+
+    def _dispatch_share_batch(self, batch: RootBatch, index: int) -> None:
+        lanes = self._lanes[0]
+        if len(lanes) == 1 or self.topology.stages[0].fields is not None:
+            self._dispatch_batch(batch)
+            return
+        lane = lanes[index % len(lanes)]
+        lane.sent += 1
+        lane.put((batch, None))
+
+    def _apply_share(self, effects: list[ShareEffect]) -> None:
+        """Acknowledge (``commit_async`` once for all of them) and dead-letter."""
+        consumer = self.share_consumer
+        acknowledged = False
+        for effect in effects:
+            if isinstance(effect, Acknowledge):
+                tp, kind = effect.tp, _ACK_TYPES[effect.ack_type]
+                for offset in effect.offsets:
+                    try:
+                        consumer.acknowledge_offset(tp.topic, tp.partition, offset, kind)
+                    except (KafkaException, IllegalStateException) as exc:
+                        # no longer in flight (e.g. its lock expired): the broker redelivers
+                        log.warning("acknowledge %s@%d %s failed: %s", tp, offset,
+                                    effect.ack_type.name, exc)
+                    else:
+                        acknowledged = True
+            else:
+                self._dead_letter(effect)
+        if acknowledged:
+            try:
+                consumer.commit_async()
+            except KafkaException as exc:
+                log.warning("commit of acknowledgements failed: %s", exc)
+
+    def _on_acknowledged(self, offsets: dict[KafkaTopicPartition, set[int]],
+                         error: KafkaException | None) -> None:
+        """The broker's answer to a commit of acknowledgements (on the polling thread)."""
+        if error is not None:
+            log.warning("acknowledgements %s failed: %s (their records are redelivered)",
+                        {(tp.topic, tp.partition): sorted(o) for tp, o in offsets.items()},
+                        error)
+
+    def _close_share(self, drain_timeout_s: float) -> None:
+        """Share mode's close: drain (no poll), flush dead letters, release what is still
+        pending, commit the acknowledgements synchronously."""
+        spout = self._sspout
+        deadline = time.monotonic() + drain_timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                effects = spout.tick(_now_ms())
+                done = spout.num_pending_roots == 0
+            self._apply_share(effects)
+            if self.producer is not None:
+                self.producer.poll(0)
+            with self._lock:
+                if done and spout.is_settled():
+                    break
+            self._stop.wait(self._busy_poll_timeout_s)
+        if self.producer is not None:
+            self.producer.flush(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            spout.release_all()
+            effects = spout.tick(_now_ms())
+        self._apply_share(effects)
+        try:
+            self.share_consumer.commit_sync(10)
+        except (KafkaException, IllegalStateException) as exc:
+            log.warning("final commit of acknowledgements failed: %s", exc)
 
     # ------------------------------------------------------------------ rebalance
 
@@ -635,7 +848,7 @@ class ReliableConsumer:
                 consumer.assign(partitions)  # seek-on-assign
         with self._lock:
             for tp, first in starts.items():
-                self.spout.assigned(tp, first)
+                self._pspout.assigned(tp, first)
         consumer.resume(partitions)
         log.info("assigned %s", starts)
 
@@ -644,7 +857,7 @@ class ReliableConsumer:
         with self._lock:
             for kp in partitions:
                 tp = TopicPartition(kp.topic, kp.partition)
-                offset = self.spout.revoked(tp)
+                offset = self._pspout.revoked(tp)
                 if offset is not None:
                     final[tp] = offset
         if final:
@@ -663,7 +876,7 @@ class ReliableConsumer:
         state without committing — a commit now could fence or overwrite the new owner's."""
         with self._lock:
             for kp in partitions:
-                self.spout.revoked(TopicPartition(kp.topic, kp.partition))
+                self._pspout.revoked(TopicPartition(kp.topic, kp.partition))
         log.warning("lost %s", [(p.topic, p.partition) for p in partitions])
 
     # ------------------------------------------------------------------ shutdown
@@ -672,6 +885,15 @@ class ReliableConsumer:
         if self._closed:
             return
         self._closed = True
+        if self.share:
+            try:
+                self._close_share(drain_timeout_s)
+            finally:
+                self._stop_lanes()
+                self.share_consumer.close()
+                if self.producer is not None:
+                    self.producer.flush(10)
+            return
         try:
             assignment = self.consumer.assignment()
             if assignment:
@@ -685,19 +907,22 @@ class ReliableConsumer:
                 if self.producer is not None:
                     self.producer.poll(0)
             with self._lock:
-                commit = self.spout.committable()
+                commit = self._pspout.committable()
             self._commit(commit)
         finally:
-            for lanes in self._lanes:
-                for lane in lanes:
-                    lane.stop()
-            for lanes in self._lanes:
-                for lane in lanes:
-                    if not lane.inline:
-                        lane.thread.join(5)
+            self._stop_lanes()
             self.consumer.close()
             if self.producer is not None:
                 self.producer.flush(10)
+
+    def _stop_lanes(self) -> None:
+        for lanes in self._lanes:
+            for lane in lanes:
+                lane.stop()
+        for lanes in self._lanes:
+            for lane in lanes:
+                if not lane.inline:
+                    lane.thread.join(5)
 
     def __enter__(self) -> ReliableConsumer:
         return self
@@ -769,6 +994,46 @@ def _partition_runs(messages: list[Message], one_topic: bool = False,
             run[0].append(m)
             run[1].append(o)
     return [(TopicPartition(t, p), ms, os) for (t, p), (ms, os) in runs.items()]
+
+
+def _share_runs(messages: list[Message],
+                ) -> list[tuple[TopicPartition, list[Message], list[int], list[int]]]:
+    """A share poll's messages grouped by partition, with offsets and delivery counts;
+    errors logged and dropped. A delivery count the broker sent that is not a positive
+    int is taken as 1 (the record is then processed, never dropped; a peer's bad field
+    must not stop the consumer)."""
+    runs: dict[tuple[str, int], tuple[list[Message], list[int], list[int]]] = {}
+    for m in messages:
+        err = m.error()
+        if err is not None:
+            if err.code() != KafkaError._PARTITION_EOF:
+                log.warning("share consume error: %s", err)
+            continue
+        topic, partition, offset = m.topic(), m.partition(), m.offset()
+        if topic is None or partition is None or offset is None or offset < 0:
+            log.warning("share record without topic, partition or offset dropped")
+            continue
+        count = m.delivery_count()
+        if not isinstance(count, int) or count < 1:
+            count = 1
+        run = runs.get((topic, partition))
+        if run is None:
+            run = runs[(topic, partition)] = ([], [], [])
+        run[0].append(m)
+        run[1].append(offset)
+        run[2].append(count)
+    return [(TopicPartition(t, p), ms, os, ds) for (t, p), (ms, os, ds) in runs.items()]
+
+
+def _share_record(m: Message) -> Record:
+    """``_record`` with the record's delivery count (share mode)."""
+    rec = _record(m)
+    count = m.delivery_count()
+    return dataclasses.replace(rec, delivery_count=count if isinstance(count, int) else None)
+
+
+_ACK_TYPES = {AckType.ACCEPT: AcknowledgeType.ACCEPT, AckType.RELEASE: AcknowledgeType.RELEASE,
+              AckType.REJECT: AcknowledgeType.REJECT}
 
 
 def _record(m: Message) -> Record:

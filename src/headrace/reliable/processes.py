@@ -122,4 +122,4 @@ class ProcessWorker:
 def record_fields(record: Record) -> tuple[Any, ...]:
     """A ``Record`` as the plain tuple shipped to workers (``Record(*fields)`` there)."""
     return (record.topic, record.partition, record.offset, record.key, record.value,
-            record.headers, record.timestamp_ms)
+            record.headers, record.timestamp_ms, record.delivery_count)

@@ -242,25 +242,35 @@ class RootBatch:
                 f"{self.pending} pending)")
 
 
-class ReliableSpout:
-    def __init__(self, config: SpoutConfig | None = None, now_ms: int = 0, owner: int = 0,
-                 id_source: IdSource = fast_random_id) -> None:
-        self.config = config or SpoutConfig()
+class SpoutBase:
+    """The transport-independent half of a spout: root batches, their trees (the
+    ``TupleTracker`` and its ackers), emit / ack / fail / ``ack_batch``, and the message
+    timeout. What a root's completion or failure means for its record is the subclass's:
+    ``_roots_completed(batch, offsets)`` and ``_root_failed_after(batch, index, error,
+    now_ms)`` (``ReliableSpout``: offsets to commit, retries by seek; ``ShareSpout``:
+    acknowledgements to the share group). Both are called under the shell's lock, with
+    the batch's bookkeeping done (completion: before it, so that a hook that raises
+    changes nothing)."""
+
+    def __init__(self, message_timeout_ms: int, num_ackers: int, now_ms: int, owner: int,
+                 id_source: IdSource) -> None:
         self.owner = owner
-        self.tracker = TupleTracker(
-            AckerPool(self.config.num_ackers, self.config.message_timeout_ms, now_ms),
-            id_source)
-        self._partitions: dict[TopicPartition, _Partition] = {}
+        self.message_timeout_ms = message_timeout_ms
+        self.tracker = TupleTracker(AckerPool(num_ackers, message_timeout_ms, now_ms),
+                                    id_source)
         self._batches: dict[int, RootBatch] = {}  # insertion order = creation order
         self._num_pending = 0
-        self._outbox: list[Effect] = []
-        self._next_commit_ms = now_ms + self.config.offset_commit_period_ms
+
+    # ------------------------------------------------------------------ hooks
+
+    def _roots_completed(self, batch: RootBatch, offsets: Sequence[int]) -> None:
+        raise NotImplementedError
+
+    def _root_failed_after(self, batch: RootBatch, index: int, error: str,
+                           now_ms: int) -> None:
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ questions
-
-    @property
-    def assignment(self) -> list[TopicPartition]:
-        return list(self._partitions)
 
     @property
     def num_pending_roots(self) -> int:
@@ -294,112 +304,14 @@ class ReliableSpout:
         timed out, or its partition revoked)."""
         return not batch.tracked or self._batches.get(batch.batch_id) is batch
 
-    def offset_manager(self, tp: TopicPartition) -> OffsetManager | None:
-        p = self._partitions.get(tp)
-        return None if p is None else p.offsets
-
-    def is_paused(self, tp: TopicPartition) -> bool:
-        p = self._partitions.get(tp)
-        return p is not None and p.paused
-
-    def committable(self) -> dict[TopicPartition, int]:
-        out: dict[TopicPartition, int] = {}
-        for tp, p in self._partitions.items():
-            if p.offsets is not None:
-                offset = p.offsets.next_commit_offset()
-                if offset is not None:
-                    out[tp] = offset
-        return out
-
-    # ------------------------------------------------------------------ rebalance
-
-    def assigned(self, tp: TopicPartition, committed_offset: int | None) -> None:
-        """Start ``tp`` at its committed offset (None: at the first record fetched)."""
-        self._drop(tp)
-        offsets = None if committed_offset is None else OffsetManager(committed_offset)
-        self._partitions[tp] = _Partition(offsets)
-
-    def revoked(self, tp: TopicPartition) -> int | None:
-        """Drop ``tp``; returns the offset to commit before it goes (None: nothing new)."""
-        p = self._partitions.get(tp)
-        commit = None if p is None or p.offsets is None else p.offsets.next_commit_offset()
-        self._drop(tp)
-        return commit
-
-    def _drop(self, tp: TopicPartition) -> None:
-        if self._partitions.pop(tp, None) is None:
-            return
-        for batch in [b for b in self._batches.values() if b.tp == tp]:
-            self._forget_batch(batch)
-        self._outbox = [e for e in self._outbox
-                        if not (isinstance(e, DeadLetter) and e.tp == tp)]
-
     # ------------------------------------------------------------------ records and items
 
-    def on_record(self, tp: TopicPartition, offset: int, now_ms: int, *,
-                  values: tuple[Any, ...] = (), payload: Any = None,
-                  tracked: bool = True) -> Item | None:
-        """A fetched record: its root item if it must be processed, else None."""
-        batch = self.on_batch(tp, [offset], now_ms, payloads=[payload], tracked=tracked,
-                              to_values=lambda _p: values)
-        return None if batch is None else batch.item(0)
-
-    def on_batch(self, tp: TopicPartition, offsets: Sequence[int], now_ms: int, *,
-                 payloads: Sequence[Any] | None = None, tracked: bool = True,
-                 to_source: Callable[[Any], Any] = _identity,
-                 to_values: Callable[[Any], tuple[Any, ...]] = _no_values,
-                 ) -> RootBatch | None:
-        """A fetched run of ``tp``'s records (ascending offsets): the roots of those that
-        must be processed, or None if none must."""
-        p = self._partitions.get(tp)
-        if p is None or not offsets:
-            return None  # fetched before a revoke took effect
-        if payloads is None:
-            payloads = [None] * len(offsets)
-        if p.offsets is None:
-            p.offsets = OffsetManager(offsets[0])
-        if p.seek_pending is not None and max(offsets) >= p.seek_pending:
-            p.seek_pending = None
-        if p.retries:
-            keep = [k for k, o in enumerate(offsets) if not self._retry_not_due(p, o, now_ms)]
-            if len(keep) < len(offsets):
-                offsets = [offsets[k] for k in keep]
-                payloads = [payloads[k] for k in keep]
-        kept = p.offsets.emitted_batch(offsets)
-        if not kept:
-            return None
-        if len(kept) < len(offsets):
-            offsets = [offsets[k] for k in kept]
-            payloads = [payloads[k] for k in kept]
-        elif type(kept) is range and type(offsets) is not range:
-            # a verified contiguous ascending run (see emitted_batch): kept as a range, the
-            # batch's ack is one slice write with no second check of the offsets
-            offsets = range(offsets[0], offsets[0] + len(offsets))
-        if len(offsets) > MAX_BATCH:
-            raise ReliableConfigError(f"a batch holds at most {MAX_BATCH} records")
-        tracked = tracked and self.tracker.ackers.enabled
+    def _new_batch_id(self) -> int:
+        """A random 40-bit batch id no live batch has."""
         batch_id = fast_random_id() >> 24
         while batch_id in self._batches:
             batch_id = fast_random_id() >> 24
-        batch = RootBatch(tp, batch_id, offsets, payloads, now_ms, self.owner, tracked,
-                          to_source, to_values)
-        if not tracked:  # no message id / no ackers: complete at once (R-REL-3)
-            batch.states[:] = b"\x01" * len(offsets)
-            batch.pending = 0
-            p.offsets.acked_batch(offsets)
-            if p.retries:
-                for o in offsets:
-                    p.retries.pop(o, None)
-            return batch
-        self._batches[batch_id] = batch
-        self._num_pending += len(offsets)
-        return batch
-
-    @staticmethod
-    def _retry_not_due(p: _Partition, offset: int, now_ms: int) -> bool:
-        retry = p.retries.get(offset)
-        return retry is not None and p.offsets is not None and p.offsets.is_failed(offset) \
-            and (retry.dead_lettering or now_ms < retry.due_ms)
+        return batch_id
 
     def emit(self, values: tuple[Any, ...], anchors: Sequence[Item] = ()) -> Item:
         return self.tracker.emit(values, anchors)
@@ -459,14 +371,8 @@ class ReliableSpout:
                                    if states[i] == PENDING and i not in trees])
 
     def _complete_all(self, batch: RootBatch) -> None:
-        p = self._partitions[batch.tp]
-        assert p.offsets is not None
-        n = len(batch.states)
-        batch.states[:] = b"\x01" * n
-        p.offsets.acked_batch(batch.offsets)
-        if p.retries:
-            for o in batch.offsets:
-                p.retries.pop(o, None)
+        self._roots_completed(batch, batch.offsets)
+        batch.states[:] = b"\x01" * len(batch.states)
         self._num_pending -= batch.pending
         batch.pending = 0
         del self._batches[batch.batch_id]
@@ -474,16 +380,10 @@ class ReliableSpout:
     def _complete(self, batch: RootBatch, indices: Sequence[int]) -> None:
         if not indices:
             return
-        p = self._partitions[batch.tp]
-        assert p.offsets is not None
         states = batch.states
-        offsets = [batch.offsets[i] for i in indices]
-        p.offsets.acked_batch(offsets)
+        self._roots_completed(batch, [batch.offsets[i] for i in indices])
         for i in indices:
             states[i] = COMPLETED
-        if p.retries:
-            for o in offsets:
-                p.retries.pop(o, None)
         batch.pending -= len(indices)
         self._num_pending -= len(indices)
         if batch.pending == 0:
@@ -537,7 +437,6 @@ class ReliableSpout:
                 self._complete(batch, [i for i in indices if i < n and states[i] == PENDING])
 
     def _root_failed(self, batch: RootBatch, index: int, error: str, now_ms: int) -> None:
-        tp, offset = batch.tp, batch.offsets[index]
         batch.states[index] = FAILED
         batch.pending -= 1
         self._num_pending -= 1
@@ -548,6 +447,155 @@ class ReliableSpout:
                 self.tracker.ackers.forget(batch.root_id(index))
         if batch.pending == 0:
             del self._batches[batch.batch_id]
+        self._root_failed_after(batch, index, error, now_ms)
+
+    def _expire_batches(self, now_ms: int) -> None:
+        deadline = now_ms - self.message_timeout_ms
+        while self._batches:
+            batch = next(iter(self._batches.values()))
+            if batch.created_ms > deadline:
+                return
+            states = batch.states
+            for i in range(len(states)):
+                if states[i] == PENDING and self._batches.get(batch.batch_id) is batch:
+                    self._root_failed(batch, i, "timeout", now_ms)
+            if self._batches.get(batch.batch_id) is batch:  # cannot happen; never loop
+                self._forget_batch(batch)
+
+
+class ReliableSpout(SpoutBase):
+    """The partition-bound spout: KafkaSpout's offsets, retries by seek, dead letters
+    committed past (see the module's rules)."""
+
+    def __init__(self, config: SpoutConfig | None = None, now_ms: int = 0, owner: int = 0,
+                 id_source: IdSource = fast_random_id) -> None:
+        self.config = config or SpoutConfig()
+        super().__init__(self.config.message_timeout_ms, self.config.num_ackers, now_ms,
+                         owner, id_source)
+        self._partitions: dict[TopicPartition, _Partition] = {}
+        self._outbox: list[Effect] = []
+        self._next_commit_ms = now_ms + self.config.offset_commit_period_ms
+
+    @property
+    def assignment(self) -> list[TopicPartition]:
+        return list(self._partitions)
+
+    def offset_manager(self, tp: TopicPartition) -> OffsetManager | None:
+        p = self._partitions.get(tp)
+        return None if p is None else p.offsets
+
+    def is_paused(self, tp: TopicPartition) -> bool:
+        p = self._partitions.get(tp)
+        return p is not None and p.paused
+
+    def committable(self) -> dict[TopicPartition, int]:
+        out: dict[TopicPartition, int] = {}
+        for tp, p in self._partitions.items():
+            if p.offsets is not None:
+                offset = p.offsets.next_commit_offset()
+                if offset is not None:
+                    out[tp] = offset
+        return out
+
+    # ------------------------------------------------------------------ rebalance
+
+    def assigned(self, tp: TopicPartition, committed_offset: int | None) -> None:
+        """Start ``tp`` at its committed offset (None: at the first record fetched)."""
+        self._drop(tp)
+        offsets = None if committed_offset is None else OffsetManager(committed_offset)
+        self._partitions[tp] = _Partition(offsets)
+
+    def revoked(self, tp: TopicPartition) -> int | None:
+        """Drop ``tp``; returns the offset to commit before it goes (None: nothing new)."""
+        p = self._partitions.get(tp)
+        commit = None if p is None or p.offsets is None else p.offsets.next_commit_offset()
+        self._drop(tp)
+        return commit
+
+    def _drop(self, tp: TopicPartition) -> None:
+        if self._partitions.pop(tp, None) is None:
+            return
+        for batch in [b for b in self._batches.values() if b.tp == tp]:
+            self._forget_batch(batch)
+        self._outbox = [e for e in self._outbox
+                        if not (isinstance(e, DeadLetter) and e.tp == tp)]
+
+    def on_record(self, tp: TopicPartition, offset: int, now_ms: int, *,
+                  values: tuple[Any, ...] = (), payload: Any = None,
+                  tracked: bool = True) -> Item | None:
+        """A fetched record: its root item if it must be processed, else None."""
+        batch = self.on_batch(tp, [offset], now_ms, payloads=[payload], tracked=tracked,
+                              to_values=lambda _p: values)
+        return None if batch is None else batch.item(0)
+
+    def on_batch(self, tp: TopicPartition, offsets: Sequence[int], now_ms: int, *,
+                 payloads: Sequence[Any] | None = None, tracked: bool = True,
+                 to_source: Callable[[Any], Any] = _identity,
+                 to_values: Callable[[Any], tuple[Any, ...]] = _no_values,
+                 ) -> RootBatch | None:
+        """A fetched run of ``tp``'s records (ascending offsets): the roots of those that
+        must be processed, or None if none must."""
+        p = self._partitions.get(tp)
+        if p is None or not offsets:
+            return None  # fetched before a revoke took effect
+        if payloads is None:
+            payloads = [None] * len(offsets)
+        if p.offsets is None:
+            p.offsets = OffsetManager(offsets[0])
+        if p.seek_pending is not None and max(offsets) >= p.seek_pending:
+            p.seek_pending = None
+        if p.retries:
+            keep = [k for k, o in enumerate(offsets) if not self._retry_not_due(p, o, now_ms)]
+            if len(keep) < len(offsets):
+                offsets = [offsets[k] for k in keep]
+                payloads = [payloads[k] for k in keep]
+        kept = p.offsets.emitted_batch(offsets)
+        if not kept:
+            return None
+        if len(kept) < len(offsets):
+            offsets = [offsets[k] for k in kept]
+            payloads = [payloads[k] for k in kept]
+        elif type(kept) is range and type(offsets) is not range:
+            # a verified contiguous ascending run (see emitted_batch): kept as a range, the
+            # batch's ack is one slice write with no second check of the offsets
+            offsets = range(offsets[0], offsets[0] + len(offsets))
+        if len(offsets) > MAX_BATCH:
+            raise ReliableConfigError(f"a batch holds at most {MAX_BATCH} records")
+        tracked = tracked and self.tracker.ackers.enabled
+        batch_id = self._new_batch_id()
+        batch = RootBatch(tp, batch_id, offsets, payloads, now_ms, self.owner, tracked,
+                          to_source, to_values)
+        if not tracked:  # no message id / no ackers: complete at once (R-REL-3)
+            batch.states[:] = b"\x01" * len(offsets)
+            batch.pending = 0
+            p.offsets.acked_batch(offsets)
+            if p.retries:
+                for o in offsets:
+                    p.retries.pop(o, None)
+            return batch
+        self._batches[batch_id] = batch
+        self._num_pending += len(offsets)
+        return batch
+
+    @staticmethod
+    def _retry_not_due(p: _Partition, offset: int, now_ms: int) -> bool:
+        retry = p.retries.get(offset)
+        return retry is not None and p.offsets is not None and p.offsets.is_failed(offset) \
+            and (retry.dead_lettering or now_ms < retry.due_ms)
+
+    # ------------------------------------------------------------------ the hooks
+
+    def _roots_completed(self, batch: RootBatch, offsets: Sequence[int]) -> None:
+        p = self._partitions[batch.tp]
+        assert p.offsets is not None
+        p.offsets.acked_batch(offsets)
+        if p.retries:
+            for o in offsets:
+                p.retries.pop(o, None)
+
+    def _root_failed_after(self, batch: RootBatch, index: int, error: str,
+                           now_ms: int) -> None:
+        tp, offset = batch.tp, batch.offsets[index]
         p = self._partitions[tp]
         assert p.offsets is not None
         p.offsets.failed(offset)
@@ -561,19 +609,6 @@ class ReliableSpout:
         else:
             due = now_ms + self.config.backoff_ms(failures)
             p.retries[offset] = _Retry(failures, due)
-
-    def _expire_batches(self, now_ms: int) -> None:
-        deadline = now_ms - self.config.message_timeout_ms
-        while self._batches:
-            batch = next(iter(self._batches.values()))
-            if batch.created_ms > deadline:
-                return
-            states = batch.states
-            for i in range(len(states)):
-                if states[i] == PENDING and self._batches.get(batch.batch_id) is batch:
-                    self._root_failed(batch, i, "timeout", now_ms)
-            if self._batches.get(batch.batch_id) is batch:  # cannot happen; never loop
-                self._forget_batch(batch)
 
     # ------------------------------------------------------------------ the shell reports
 

@@ -67,6 +67,7 @@ class Record:
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...] = ()
     timestamp_ms: int | None = None
+    delivery_count: int | None = None  # share mode: this delivery's count (1 = first)
 
 
 class OutputCollector(Protocol):
