@@ -513,6 +513,10 @@ MINIMAL_REQUEST_ERRORS = {
     # a transactional id never initialised: Kafka's answer
     25: {ErrorCode.invalid_producer_id_mapping}, 26: {ErrorCode.invalid_producer_id_mapping},
     47: {ErrorCode.group_id_not_found, ErrorCode.none}, 68: {ErrorCode.invalid_request},
+    # share groups (KIP-932): an empty group id; an empty member id is no Kafka UUID
+    76: {ErrorCode.invalid_request}, 78: {ErrorCode.invalid_request},
+    79: {ErrorCode.invalid_request}, 91: {ErrorCode.invalid_group_id},
+    92: {ErrorCode.invalid_group_id},
     # SASL requests on a PLAINTEXT listener: ILLEGAL_SASL_STATE, as Kafka answers there
     17: {ErrorCode.illegal_sasl_state}, 36: {ErrorCode.illegal_sasl_state},
 }

@@ -3,6 +3,8 @@
 coordinator through the share coordinator (``broker.share_persister``), as Kafka 4.2's
 ``GroupCoordinatorService`` does. Also DeleteGroups' part for share groups.
 
+An empty group id is INVALID_GROUP_ID (Kafka's ``isGroupIdNotEmpty``).
+
 - **Describe** (DESCRIBE on the group; DESCRIBE on each topic, else
   TOPIC_AUTHORIZATION_FAILED for its partitions): per partition the share-partition start
   offset and the leader epoch (ReadShareGroupStateSummary); a topic the broker does not know
@@ -59,6 +61,8 @@ def _lag(broker: Broker, name: str, index: int, start: int, done: int) -> int:
 
 async def _describe_group(broker: Broker, ctx: RequestContext, g: Any) -> dict[str, Any]:
     group_id = str(g.group_id)
+    if not group_id:  # Kafka: isGroupIdNotEmpty
+        return {"group_id": group_id, "error_code": ErrorCode.invalid_group_id, "topics": []}
     if not broker.security.allowed(ctx, DESCRIBE, GROUP, group_id):
         return {"group_id": group_id, "error_code": ErrorCode.group_authorization_failed,
                 "topics": []}
@@ -129,6 +133,8 @@ def _alter_error(ctx: RequestContext, code: ErrorCode, message: str | None = Non
 async def handle_alter_share_group_offsets(broker: Broker, ctx: RequestContext,
                                            req: Any) -> Any:
     group_id = str(req.group_id)
+    if not group_id:  # Kafka: isGroupIdNotEmpty
+        return _alter_error(ctx, ErrorCode.invalid_group_id)
     if not broker.security.allowed(ctx, READ, GROUP, group_id):
         return _alter_error(ctx, ErrorCode.group_authorization_failed)
     err = broker.groups.check_coordinator(group_id)
@@ -207,6 +213,8 @@ async def handle_alter_share_group_offsets(broker: Broker, ctx: RequestContext,
 async def handle_delete_share_group_offsets(broker: Broker, ctx: RequestContext,
                                             req: Any) -> Any:
     group_id = str(req.group_id)
+    if not group_id:  # Kafka: isGroupIdNotEmpty
+        return _alter_error(ctx, ErrorCode.invalid_group_id)
     if not broker.security.allowed(ctx, DELETE, GROUP, group_id):
         return _alter_error(ctx, ErrorCode.group_authorization_failed)
     err, group = _group(broker, group_id)
