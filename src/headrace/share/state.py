@@ -19,7 +19,8 @@ R1  A share-partition is keyed by (group id, topic id, partition); its coordinat
     partition is ``Utils.abs("groupId:topicId:partition".hashCode()) % num_partitions``
     where topicId is Kafka's ``Uuid.toString()`` (URL-safe base64, no padding) and
     ``hashCode`` is Java's ``String.hashCode`` (``SharePartitionKey.asCoordinatorKey``,
-    ``ShareCoordinatorService.partitionFor``). Default 50 partitions.
+    ``ShareCoordinatorService.partitionFor``). Default 50 partitions. FindCoordinator's
+    key string is read as ``SharePartitionKey.validate`` reads it (``parse_coordinator_key``).
 R2  InitializeShareGroupState writes a ShareSnapshot: snapshot epoch 0 for a new key, the
     current one + 1 for an existing key; the request's state epoch and start offset,
     leader epoch -1, no batches, delivery-complete count -1, create = write timestamp =
@@ -122,6 +123,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import re
 import struct
 import uuid
 from collections.abc import Iterable, Mapping
@@ -453,6 +455,49 @@ def partition_for(group_id: str, topic_id: uuid.UUID, partition: int,
         raise ValueError(f"num_partitions must be >= 1, not {num_partitions}")
     key = coordinator_key(group_id, topic_id, partition)
     return kafka_abs(java_string_hashcode(key)) % num_partitions
+
+
+_BASE64_UUID = re.compile(r"[A-Za-z0-9_-]{22}(==)?")
+_JAVA_INT = re.compile(r"[+-]?\d+")
+
+
+def parse_coordinator_key(key: str) -> tuple[str, uuid.UUID, int]:
+    """FindCoordinator key type 2's key ``"groupId:topicId:partition"`` as Kafka's
+    ``SharePartitionKey.validate`` / ``getInstance`` read it: Java's ``split(":")`` (trailing
+    empty fields dropped) must give exactly 3 fields; the group id is ``trim()``-ed and must
+    not be empty; the topic id is ``Uuid.fromString`` (URL-safe base64 of 16 bytes, padding
+    optional); the partition is ``Integer.parseInt`` (a sign allowed, so -1 is a valid key).
+    ValueError with Kafka's message otherwise."""
+    if not key:
+        raise ValueError("Share partition key cannot be empty")
+    tokens = key.split(":")
+    while tokens and tokens[-1] == "":
+        tokens.pop()
+    if len(tokens) != 3:
+        raise ValueError(
+            f"Invalid key format: expected - groupId:topicId:partition, found -  {key}")
+    group_id = _java_trim(tokens[0])
+    if not group_id:
+        raise ValueError("GroupId must be alphanumeric string")
+    if _BASE64_UUID.fullmatch(tokens[1]) is None:
+        raise ValueError(f"Invalid topic ID: {tokens[1]}")
+    topic_id = uuid.UUID(bytes=base64.urlsafe_b64decode(tokens[1][:22] + "=="))
+    if _JAVA_INT.fullmatch(tokens[2]) is None:
+        raise ValueError(f"Invalid partition: {tokens[2]}")
+    partition = int(tokens[2])
+    if not -(1 << 31) <= partition < (1 << 31):
+        raise ValueError(f"Invalid partition: {tokens[2]}")
+    return group_id, topic_id, partition
+
+
+def _java_trim(s: str) -> str:
+    """Java's ``String.trim``: every character <= U+0020 off both ends."""
+    start, end = 0, len(s)
+    while start < end and s[start] <= " ":
+        start += 1
+    while end > start and s[end - 1] <= " ":
+        end -= 1
+    return s[start:end]
 
 
 @dataclass(frozen=True)
