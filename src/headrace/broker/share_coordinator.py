@@ -615,8 +615,8 @@ class CoordinatorPersister:
         async with lock:  # one connection per peer, one request at a time on it
             conn = self._conns.get(node)
             if conn is None or not conn.connected:
-                info = next((b for b in self.broker.metadata.live_brokers()
-                             if b.node_id == node), None)
+                info = next((b for b in self.broker.advertised_brokers()
+                             if b.node_id == node), None)  # its inter-broker endpoint
                 if info is None:
                     raise BrokerConnectionError(f"broker {node} is not registered")
                 conn = BrokerConnection(info.host, info.port,
