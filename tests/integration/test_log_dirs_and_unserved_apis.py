@@ -128,11 +128,12 @@ def test_an_api_not_served_is_refused_in_its_own_words(b: InProcessBroker, key: 
 
 
 def test_an_api_without_a_top_level_error_code_closes(b: InProcessBroker) -> None:
-    """ReadShareGroupState (84, share groups' inter-broker state API): its response has no
-    top-level error code, so the request cannot be refused as a whole; the connection is
-    closed, as Kafka closes one sending an API it does not enable."""
+    """StreamsGroupDescribe (89, KIP-1071): its response has no top-level error code, so
+    the request cannot be refused as a whole; the connection is closed, as Kafka closes one
+    sending an API it does not enable. (ReadShareGroupState, this test's API before, is
+    served now: ``test_share_coordinator.py``.)"""
     with WireClient.to(b.bootstrap) as wc:
-        wc.send_raw(wc.encode(84, 0, {"group_id": "g", "topics": []}))
+        wc.send_raw(wc.encode(89, 0, {"group_ids": [], "include_authorized_operations": False}))
         assert wc.is_closed_by_peer(5.0)
 
 
