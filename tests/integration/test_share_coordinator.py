@@ -299,6 +299,94 @@ def test_loading_answers_load_in_progress(broker: InProcessBroker, topic_name: s
         assert part(read(wc, "ld", tid)).error_code == ErrorCode.none
 
 
+def test_a_closed_coordinator_is_not_available(broker: InProcessBroker,
+                                               topic_name: str) -> None:
+    """ShareCoordinatorService once shut down: COORDINATOR_NOT_AVAILABLE for every
+    partition, checked before (Initialize, Delete, Summary) or after (Read, Write) the
+    empty-request rules."""
+    tid = topic(broker, topic_name)
+    broker.call(lambda b: setattr(b.share_coordinator, "_closed", True))
+    try:
+        with WireClient.to(broker.bootstrap) as wc:
+            r = part(read(wc, "cl", tid))
+            assert (r.error_code, r.error_message) == (
+                ErrorCode.coordinator_not_available, "Share coordinator is not available.")
+            assert read(wc, "", tid).results == ()  # empty first, for Read
+            r = part(init(wc, "", tid))  # not active first, for Initialize
+            assert r.error_code == ErrorCode.coordinator_not_available
+            s = part(summary(wc, "cl", tid))
+            # an error result carries the schema's defaults (Kafka's
+            # toErrorResponsePartitionResult): 0, and v1's delivery-complete count -1
+            assert (s.error_code, s.state_epoch, s.leader_epoch, s.start_offset,
+                    s.delivery_complete_count) == (ErrorCode.coordinator_not_available,
+                                                   0, 0, 0, -1)
+    finally:
+        broker.call(lambda b: setattr(b.share_coordinator, "_closed", False))
+
+
+def test_requests_to_one_shard_are_ordered(broker: InProcessBroker, topic_name: str) -> None:
+    """A request waits for the one before it on the same shard (its records committed and
+    replayed) before it is computed, as Kafka's runtime orders writes: an initialize and
+    a read sent together, the commit made slow."""
+    tid = topic(broker, topic_name)
+    key = StateKey("order", tid, 0)
+
+    async def run(b: Any) -> Any:
+        service = b.share_coordinator
+        original = service._append
+
+        async def slow(index: int, records: Any) -> Any:
+            await asyncio.sleep(0.05)  # a commit that takes a while (acks from followers)
+            return await original(index, records)
+
+        service._append = slow
+        try:
+            return await asyncio.gather(
+                b.share_persister.initialize_state([InitializeEntry(key, 0, 17)]),
+                b.share_persister.read_state([key], 0))
+        finally:
+            del service._append
+
+    initialized, got = broker.acall(run)
+    assert initialized.errors == {}
+    assert (got[key].error, got[key].start_offset) == (ErrorCode.none, 17)
+
+
+def test_a_failed_commit_rebuilds_the_shard_from_the_log(broker: InProcessBroker,
+                                                       topic_name: str) -> None:
+    """A batch appended whose commit was not seen (a timeout) answers
+    COORDINATOR_NOT_AVAILABLE; the shard is rebuilt from the log, so that it holds what
+    the log holds."""
+    tid = topic(broker, topic_name)
+    index = index_of("fail", tid, 0)
+    with WireClient.to(broker.bootstrap) as wc:
+        assert part(init(wc, "fail", tid, start=0)).error_code == ErrorCode.none
+
+        async def failing(b: Any) -> Any:
+            service = b.share_coordinator
+            original = service._append
+
+            async def timed_out(i: int, records: Any) -> Any:
+                await original(i, records)  # in the log, but as if the commit timed out
+                return ErrorCode.coordinator_not_available, True
+
+            service._append = timed_out
+            return None
+
+        broker.acall(failing)
+        try:
+            r = part(write(wc, "fail", tid, start=2, batches=[(2, 3, 2, 1)]))
+            assert r.error_code == ErrorCode.coordinator_not_available
+        finally:
+            broker.call(lambda b: delattr(b.share_coordinator, "_append"))
+        deadline = time.monotonic() + 10
+        while broker.call(lambda b: index in b.share_coordinator.loading) and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)
+        r = part(read(wc, "fail", tid))
+        assert (r.error_code, r.start_offset, batches_of(r)) == (0, 2, [(2, 3, 2, 1)])
+
+
 def _snapshot(b: Any, index: int) -> Any:
     return b.share_coordinator.shards[index].snapshot()
 
