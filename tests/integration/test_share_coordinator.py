@@ -181,6 +181,29 @@ def test_errors_as_kafka_answers_them(broker: InProcessBroker, topic_name: str) 
         assert part(read(wc, "ge", tid, leader_epoch=7)).start_offset == 1
 
 
+def test_a_write_of_inverted_batches_is_refused(broker: InProcessBroker,
+                                                topic_name: str) -> None:
+    """headrace's own rule (Kafka checks nothing here): a state batch must be a range
+    0 <= first <= last; these once sent the batch merge round a cycle for ever."""
+    tid = topic(broker, topic_name)
+    with WireClient.to(broker.bootstrap) as wc:
+        assert part(init(wc, "inv", tid, start=0)).error_code == ErrorCode.none
+        assert part(write(wc, "inv", tid, start=-1, batches=[(-5, -1, 2, 1)])).error_code \
+            == ErrorCode.invalid_request
+        r = part(write(wc, "inv", tid, start=-1, batches=[(10, 5, 2, 1)]))
+        assert (r.error_code, r.error_message) == (
+            ErrorCode.invalid_request,
+            "Invalid state batch [10, 5]: offsets must be 0 <= first <= last.")
+        # the cycle: a batch over everything, then an inverted one inside it
+        assert part(write(wc, "inv", tid, start=-1, batches=[
+            (0, 2**63 - 1, 0, 0), (10, 5, 2, 1)])).error_code == ErrorCode.invalid_request
+        # the refused writes changed nothing; a valid one still goes through
+        r = part(write(wc, "inv", tid, start=0, batches=[(0, 2**63 - 1, 0, 0), (5, 9, 2, 1)]))
+        assert r.error_code == ErrorCode.none
+        assert batches_of(part(read(wc, "inv", tid))) == [
+            (0, 4, 0, 0), (5, 9, 2, 1), (10, 2**63 - 1, 0, 0)]
+
+
 def test_empty_requests_are_answered_empty(broker: InProcessBroker, topic_name: str) -> None:
     tid = topic(broker, topic_name)
     with WireClient.to(broker.bootstrap) as wc:

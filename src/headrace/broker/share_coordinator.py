@@ -26,6 +26,8 @@ transactions:
   Kafka's ``handleOperationException`` maps NOT_ENOUGH_REPLICAS / REQUEST_TIMED_OUT /
   NOT_LEADER_OR_FOLLOWER, and rebuilds the shard from the log if the batch got there.
   A zero topic id (kio's None) is Kafka's ``Uuid.ZERO_UUID``: a topic no metadata knows.
+  A write whose state batches are not ranges ``0 <= first <= last`` is INVALID_REQUEST,
+  a check of headrace's own (Kafka has none; the batch merge never ends on such input).
 
 ``CoordinatorPersister`` is Kafka's ``DefaultStatePersister``: ``broker.share_persister``.
 It groups keys by coordinator (one request per coordinator and call), calls this broker's
@@ -332,12 +334,18 @@ class ShareCoordinatorService:
             return _assemble(request, response_cls, [], {})
         by_partition: dict[int, list[tuple[Any, list[Any]]]] = {}
         order: list[tuple[uuid.UUID, int]] = []
+        results: dict[tuple[uuid.UUID, int], Any] = {}
         for t in request.topics:
             # Kafka's topic id is never null: a zero id is a topic no metadata knows
             topic_id = t.topic_id if t.topic_id is not None else ZERO_UUID
             for p in t.partitions:
                 if (topic_id, int(p.partition)) not in order:
                     order.append((topic_id, int(p.partition)))
+                bad = _bad_batches(p) if api_key == WRITE else None
+                if bad is not None:
+                    results[(topic_id, int(p.partition))] = (ErrorCode.invalid_request, bad)
+                    continue
+                results.pop((topic_id, int(p.partition)), None)
                 index = partition_for(group_id, topic_id, int(p.partition),
                                       self.num_partitions())
                 groups = by_partition.setdefault(index, [])
@@ -347,7 +355,6 @@ class ShareCoordinatorService:
                         break
                 else:
                     groups.append((topic_id, [p]))
-        results: dict[tuple[uuid.UUID, int], Any] = {}
         sub_requests = [
             (index, topics, dataclasses.replace(request, topics=tuple(
                 dataclasses.replace(_topic_of(request, tid), topic_id=tid, partitions=tuple(ps))
@@ -418,6 +425,17 @@ class ShareCoordinatorService:
         if done is None:  # REQUEST_TIMED_OUT
             return ErrorCode.coordinator_not_available, True
         return (ErrorCode.none if done else ErrorCode.not_coordinator), True
+
+
+def _bad_batches(p: Any) -> str | None:
+    """headrace's own check of a write's state batches (Kafka has none): a batch must be
+    a range of offsets, ``0 <= first <= last``. The batch merge (R11) never ends on an
+    inverted range, so such a write would hang the shard; it is INVALID_REQUEST."""
+    for b in p.state_batches:
+        if not 0 <= b.first_offset <= b.last_offset:
+            return (f"Invalid state batch [{b.first_offset}, {b.last_offset}]: "
+                    "offsets must be 0 <= first <= last.")
+    return None
 
 
 def _topic_of(request: Any, topic_id: uuid.UUID) -> Any:
