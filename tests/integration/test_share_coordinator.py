@@ -660,6 +660,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, dic
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain_jaas(USERS),
         **ACL_AUTHORIZER,
         "super.users": "User:admin",
+        "share.coordinator.state.topic.num.partitions": "3",
+        "share.coordinator.state.topic.segment.bytes": "1048576",
     }
     with InProcessBroker(tmp_path_factory.mktemp("sharecoord-acl"), overrides) as b:
         ports = listener_ports(b)
@@ -701,3 +703,8 @@ def test_cluster_action_is_needed(secured: tuple[Any, dict[str, int]]) -> None:
         r = ops.request(10, 6, {"key_type": 2, "coordinator_keys": [
             coordinator_key("g", tid, 0)]})
         assert r.coordinators[0].error_code == ErrorCode.none
+    # the topic as share.coordinator.* configure it
+    state = b.call(lambda br: br.metadata.topic(STATE_TOPIC))
+    assert len(state.partitions) == 3
+    configs = b.call(lambda br: br.replicas.get(TopicPartition(STATE_TOPIC, 0)).log.config)
+    assert (configs.segment_bytes, configs.compact) == (1048576, False)

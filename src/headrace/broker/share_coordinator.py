@@ -101,17 +101,17 @@ JITTER = 0.2
 
 
 def _config(broker: Broker) -> ShareCoordinatorConfig:
-    props: dict[str, str] = {}
-    for name in ("share.coordinator.state.topic.num.partitions",
-                 "share.coordinator.state.topic.replication.factor",
-                 "share.coordinator.state.topic.min.isr",
-                 "share.coordinator.state.topic.segment.bytes",
-                 "share.coordinator.snapshot.update.records.per.snapshot"):
-        try:
-            props[name] = str(broker.config[name])
-        except (KeyError, TypeError):
-            continue
-    return ShareCoordinatorConfig.from_properties(props)
+    """The broker's ``share.coordinator.*`` configs (validated by ``headrace.config``)."""
+    return ShareCoordinatorConfig(
+        state_topic_num_partitions=int(
+            broker.config["share.coordinator.state.topic.num.partitions"]),
+        state_topic_replication_factor=int(
+            broker.config["share.coordinator.state.topic.replication.factor"]),
+        state_topic_min_isr=int(broker.config["share.coordinator.state.topic.min.isr"]),
+        state_topic_segment_bytes=int(
+            broker.config["share.coordinator.state.topic.segment.bytes"]),
+        snapshot_update_records_per_snapshot=int(
+            broker.config["share.coordinator.snapshot.update.records.per.snapshot"]))
 
 
 class ShareCoordinatorService:

@@ -95,3 +95,21 @@ def test_persister_constants_are_kafkas() -> None:
     assert {e.name for e in RETRIABLE} == {
         "coordinator_not_available", "coordinator_load_in_progress", "not_coordinator",
         "unknown_topic_or_partition"}
+
+
+def test_share_coordinator_configs_are_kafkas() -> None:
+    """ShareCoordinatorConfig's names, defaults and ranges (records per snapshot 0-500)."""
+    from headrace.config import BrokerConfig, ConfigError
+
+    cfg = BrokerConfig.from_mapping({})
+    assert [cfg[f"share.coordinator.{n}"] for n in (
+        "state.topic.num.partitions", "state.topic.replication.factor",
+        "state.topic.min.isr", "state.topic.segment.bytes",
+        "snapshot.update.records.per.snapshot")] == [50, 3, 2, 104857600, 500]
+    name = "share.coordinator.snapshot.update.records.per.snapshot"
+    assert BrokerConfig.from_mapping({name: "0"})[name] == 0
+    for bad in ("501", "-1", "x"):
+        with pytest.raises(ConfigError):
+            BrokerConfig.from_mapping({name: bad})
+    with pytest.raises(ConfigError):
+        BrokerConfig.from_mapping({"share.coordinator.state.topic.num.partitions": "0"})
