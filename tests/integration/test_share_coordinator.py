@@ -602,6 +602,37 @@ def test_the_persister_retries_as_kafka_does(broker: InProcessBroker,
     assert network.errors == {key: ErrorCode.network_exception} and net_waits == []
 
 
+def test_a_peers_answer_is_checked(broker: InProcessBroker, topic_name: str) -> None:
+    """What a coordinator on another broker answers is not trusted: an inverted state
+    batch or a key left out is UNKNOWN_SERVER_ERROR for that key, never an exception (an
+    error code Kafka does not define makes the response undecodable: the connection's
+    BrokerConnectionError, NETWORK_EXCEPTION)."""
+    from kio.schema.read_share_group_state.v0.response import ReadShareGroupStateResponse
+
+    from headrace.protocol.entities import build
+
+    tid = topic(broker, topic_name)
+    k0, k1, k2 = (StateKey("peer", tid, p) for p in range(3))
+
+    async def run(b: Any) -> Any:
+        persister = CoordinatorPersister(b, b.share_coordinator, in_process=False)
+
+        async def peer(*_: Any) -> Any:
+            return build(ReadShareGroupStateResponse, {"results": [{"topic_id": tid,
+                "partitions": [
+                    {"partition": 1, "error_code": 0, "error_message": None,
+                     "state_epoch": 0, "start_offset": 0, "state_batches": [
+                         {"first_offset": 9, "last_offset": 3, "delivery_state": 0,
+                          "delivery_count": 1}]}]}]})
+
+        persister._remote = peer  # type: ignore[method-assign]
+        return await persister.read_state([k0, k1, k2], 0)
+
+    got = broker.acall(run)
+    assert {k: r.error for k, r in got.items()} == dict.fromkeys(
+        (k0, k1, k2), ErrorCode.unknown_server_error)
+
+
 def test_state_survives_a_restart(broker: InProcessBroker, topic_name: str) -> None:
     tid = topic(broker, topic_name)
     with WireClient.to(broker.bootstrap) as wc:

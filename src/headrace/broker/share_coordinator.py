@@ -678,6 +678,9 @@ class CoordinatorPersister:
                 elif r.error_code != 0:
                     out[k] = ReadStateResult(_error_code(r.error_code),
                                              error_message=r.error_message)
+                elif (bad := _bad_batches(r)) is not None:  # a peer's answer, checked
+                    out[k] = ReadStateResult(ErrorCode.unknown_server_error,
+                                             error_message=bad)
                 else:
                     out[k] = ReadStateResult(ErrorCode.none, int(r.state_epoch),
                                              int(r.start_offset), tuple(
