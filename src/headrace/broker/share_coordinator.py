@@ -332,15 +332,17 @@ class ShareCoordinatorService:
             log.debug("share state request %d with an empty group id or no partitions",
                       api_key)
             return _assemble(request, response_cls, [], {})
-        by_partition: dict[int, list[tuple[Any, list[Any]]]] = {}
-        order: list[tuple[uuid.UUID, int]] = []
+        # dicts throughout: a request may name very many partitions (linear, not more)
+        by_partition: dict[int, dict[uuid.UUID, list[Any]]] = {}
+        order: dict[tuple[uuid.UUID, int], None] = {}
         results: dict[tuple[uuid.UUID, int], Any] = {}
+        templates: dict[uuid.UUID, Any] = {}
         for t in request.topics:
             # Kafka's topic id is never null: a zero id is a topic no metadata knows
             topic_id = t.topic_id if t.topic_id is not None else ZERO_UUID
+            templates.setdefault(topic_id, t)
             for p in t.partitions:
-                if (topic_id, int(p.partition)) not in order:
-                    order.append((topic_id, int(p.partition)))
+                order[(topic_id, int(p.partition))] = None
                 bad = _bad_batches(p) if api_key == WRITE else None
                 if bad is not None:
                     results[(topic_id, int(p.partition))] = (ErrorCode.invalid_request, bad)
@@ -348,24 +350,18 @@ class ShareCoordinatorService:
                 results.pop((topic_id, int(p.partition)), None)
                 index = partition_for(group_id, topic_id, int(p.partition),
                                       self.num_partitions())
-                groups = by_partition.setdefault(index, [])
-                for entry in groups:
-                    if entry[0] == topic_id:
-                        entry[1].append(p)
-                        break
-                else:
-                    groups.append((topic_id, [p]))
+                by_partition.setdefault(index, {}).setdefault(topic_id, []).append(p)
         sub_requests = [
             (index, topics, dataclasses.replace(request, topics=tuple(
-                dataclasses.replace(_topic_of(request, tid), topic_id=tid, partitions=tuple(ps))
-                for tid, ps in topics)))
+                dataclasses.replace(templates[tid], topic_id=tid, partitions=tuple(ps))
+                for tid, ps in topics.items())))
             for index, topics in by_partition.items()]
         answers = await asyncio.gather(*(self._serve_partition(api_key, index, sub)
                                          for index, _, sub in sub_requests))
         op = _OPERATION[api_key]
         for (_, topics, _), answer in zip(sub_requests, answers, strict=True):
             if isinstance(answer, ErrorCode):
-                for tid, ps in topics:
+                for tid, ps in topics.items():
                     for p in ps:
                         results[(tid, int(p.partition))] = (
                             answer, f"Unable to {op}: {_KAFKA_MESSAGES[answer]}")
@@ -374,7 +370,7 @@ class ShareCoordinatorService:
                 for rp in rt.partitions:
                     results[(rt.topic_id if rt.topic_id is not None else ZERO_UUID,
                              int(rp.partition))] = rp
-        return _assemble(request, response_cls, order, results)
+        return _assemble(request, response_cls, list(order), results)
 
     async def _serve_partition(self, api_key: int, index: int, sub: Any) -> Any:
         """One coordinator partition's share of a request: the shard's response, or the
@@ -436,13 +432,6 @@ def _bad_batches(p: Any) -> str | None:
             return (f"Invalid state batch [{b.first_offset}, {b.last_offset}]: "
                     "offsets must be 0 <= first <= last.")
     return None
-
-
-def _topic_of(request: Any, topic_id: uuid.UUID) -> Any:
-    for t in request.topics:
-        if (t.topic_id if t.topic_id is not None else ZERO_UUID) == topic_id:
-            return t
-    raise KeyError(topic_id)
 
 
 def _init(shard: ShareCoordinatorShard, req: Any, now: int) -> Any:

@@ -123,6 +123,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import heapq
 import re
 import struct
 import uuid
@@ -575,40 +576,35 @@ def combine_state_batches(so_far: Iterable[StateBatch], new: Iterable[StateBatch
         batches = pruned
     if len(batches) < 2:
         return tuple(batches)
-    pending = sorted(set(batches))  # Kafka's TreeSet
+    # Kafka's TreeSet as a heap and a set of its members: the smallest batch and the next
+    # one are Kafka's first merge-candidate pair once the batches before it are settled
+    # (``getMergeCandidatePair``); a settled batch moves out for good. O(n log n) per
+    # resolved pair: a list re-sorted per pair was quadratic (a request of 16,000
+    # overlapping batches held the event loop for minutes).
+    pending = sorted(set(batches))  # sorted: a heap already
+    members = set(pending)
     out: list[StateBatch] = []
-    while True:
-        pair = _merge_candidate_pair(pending, out)
-        if pair is None:
-            break
-        prev, cand = pair
-        pending.remove(prev)
-        pending.remove(cand)
+    while pending:
+        prev = heapq.heappop(pending)
+        members.discard(prev)
+        if not pending or not _mergeable(prev, pending[0]):
+            out.append(prev)
+            continue
+        cand = heapq.heappop(pending)
+        members.discard(cand)
         for b in _resolve(prev, cand):
-            if b not in pending:
-                pending.append(b)
-        pending.sort()
-    return tuple(out + pending)
+            if b not in members:
+                members.add(b)
+                heapq.heappush(pending, b)
+    return tuple(out)
 
 
-def _merge_candidate_pair(pending: list[StateBatch],
-                          out: list[StateBatch]) -> tuple[StateBatch, StateBatch] | None:
-    """``getMergeCandidatePair``: the first overlapping (or contiguous and same-state)
-    pair; batches before it can no longer change and move to ``out``."""
-    if not pending:
-        return None
-    for i in range(1, len(pending)):
-        prev, cand = pending[i - 1], pending[i]
-        if cand.first_offset <= prev.last_offset or (
-            prev.last_offset + 1 == cand.first_offset
-            and _delivery_info(prev) == _delivery_info(cand)
-        ):
-            out.extend(pending[: i - 1])
-            del pending[: i - 1]
-            return prev, cand
-    out.extend(pending)
-    pending.clear()
-    return None
+def _mergeable(prev: StateBatch, cand: StateBatch) -> bool:
+    """``getMergeCandidatePair``'s test of two neighbours (prev sorts before cand): they
+    overlap, or are contiguous with the same delivery count and state."""
+    return cand.first_offset <= prev.last_offset or (
+        prev.last_offset + 1 == cand.first_offset
+        and _delivery_info(prev) == _delivery_info(cand))
 
 
 def _resolve(prev: StateBatch, cand: StateBatch) -> list[StateBatch]:
