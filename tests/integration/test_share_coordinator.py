@@ -204,6 +204,25 @@ def test_a_write_of_inverted_batches_is_refused(broker: InProcessBroker,
             (0, 4, 0, 0), (5, 9, 2, 1), (10, 2**63 - 1, 0, 0)]
 
 
+def test_a_write_too_large_for_the_log_is_refused(broker: InProcessBroker,
+                                                  topic_name: str) -> None:
+    """A write whose record exceeds the state topic's max.message.bytes: Kafka's
+    handleOperationException makes MESSAGE_TOO_LARGE an UNKNOWN_SERVER_ERROR; the state is
+    unchanged, and the broker logs a warning, not an error."""
+    tid = topic(broker, topic_name)
+    with WireClient.to(broker.bootstrap) as wc:
+        assert part(init(wc, "big", tid, start=0)).error_code == ErrorCode.none
+        r = part(write(wc, "big", tid, start=0,
+                       batches=[(2 * i, 2 * i, 2, 1) for i in range(60_000)]))
+        assert r.error_code == ErrorCode.unknown_server_error
+        assert r.error_message.startswith("Unable to write share group state: ")
+        p = part(read(wc, "big", tid))
+        assert (p.error_code, p.start_offset, p.state_batches) == (ErrorCode.none, 0, ())
+    lines = [line for line in broker.stderr_lines
+             if STATE_TOPIC in line and "exceeds max.message.bytes" in line]
+    assert lines and all("level=WARNING" in line for line in lines)
+
+
 def test_empty_requests_are_answered_empty(broker: InProcessBroker, topic_name: str) -> None:
     tid = topic(broker, topic_name)
     with WireClient.to(broker.bootstrap) as wc:

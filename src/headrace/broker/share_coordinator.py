@@ -364,7 +364,8 @@ class ShareCoordinatorService:
                 for tid, ps in topics.items():
                     for p in ps:
                         results[(tid, int(p.partition))] = (
-                            answer, f"Unable to {op}: {_KAFKA_MESSAGES[answer]}")
+                            answer, f"Unable to {op}: "
+                                    f"{_KAFKA_MESSAGES.get(answer, answer.name.upper())}")
                 continue
             for rt in answer.results:
                 for rp in rt.partitions:
@@ -410,8 +411,12 @@ class ShareCoordinatorService:
         try:
             res = partition.append_own_batch(batch)
         except (InvalidRecordError, LogError) as e:
-            log.error("append to %s failed: %s", tp, e)
-            return ErrorCode.not_coordinator, False  # KAFKA_STORAGE_ERROR
+            code = operation_error(e.error_code)
+            if code is ErrorCode.unknown_server_error:  # the request's records too large
+                log.warning("append to %s refused: %s", tp, e)
+            else:
+                log.error("append to %s failed: %s", tp, e)
+            return code, False
         self.broker.replicas.wake(tp)
         end = res.last_offset + 1
         if partition.log.high_watermark >= end:
@@ -432,6 +437,22 @@ def _bad_batches(p: Any) -> str | None:
             return (f"Invalid state batch [{b.first_offset}, {b.last_offset}]: "
                     "offsets must be 0 <= first <= last.")
     return None
+
+
+def operation_error(code: ErrorCode) -> ErrorCode:
+    """PURE: Kafka's ``CoordinatorOperationExceptionHelper.handleOperationException``:
+    the error a failed write of the coordinator answers with."""
+    if code in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas,
+                ErrorCode.request_timed_out):
+        return ErrorCode.coordinator_not_available
+    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large,
+                ErrorCode.invalid_fetch_size):
+        return ErrorCode.unknown_server_error
+    if code is ErrorCode.network_exception:
+        return ErrorCode.coordinator_load_in_progress
+    return code
 
 
 def _init(shard: ShareCoordinatorShard, req: Any, now: int) -> Any:
@@ -462,6 +483,8 @@ _OPERATION = {INITIALIZE: "initialize share group state", READ: "read share grou
               SUMMARY: "read share group state summary"}
 # Kafka's Errors messages, the exceptions' messages in those answers
 _KAFKA_MESSAGES = {
+    ErrorCode.unknown_server_error:
+        "The server experienced an unexpected error when processing the request.",
     ErrorCode.not_coordinator: "This is not the correct coordinator.",
     ErrorCode.coordinator_load_in_progress:
         "The coordinator is loading and hence can't process requests.",

@@ -17,6 +17,7 @@ from headrace.broker.share_coordinator import (
     REQUEST_BACKOFF_S,
     RETRIABLE,
     backoff_s,
+    operation_error,
 )
 from headrace.share.state import coordinator_key, parse_coordinator_key, partition_for
 
@@ -130,3 +131,24 @@ def test_merging_many_overlapping_batches_is_not_quadratic() -> None:
     assert time.monotonic() - started < 15.0
     assert all(a.last_offset < b.first_offset for a, b in itertools.pairwise(merged))
     assert (merged[0].first_offset, merged[-1].last_offset) == (0, 16_004)
+
+
+def test_a_failed_write_answers_as_kafkas_handle_operation_exception() -> None:
+    from kio.schema.errors import ErrorCode as E
+
+    assert {c: operation_error(c) for c in (
+        E.unknown_topic_or_partition, E.not_enough_replicas, E.request_timed_out,
+        E.not_leader_or_follower, E.kafka_storage_error, E.message_too_large,
+        E.record_list_too_large, E.invalid_fetch_size, E.network_exception,
+        E.invalid_record)} == {
+        E.unknown_topic_or_partition: E.coordinator_not_available,
+        E.not_enough_replicas: E.coordinator_not_available,
+        E.request_timed_out: E.coordinator_not_available,
+        E.not_leader_or_follower: E.not_coordinator,
+        E.kafka_storage_error: E.not_coordinator,
+        E.message_too_large: E.unknown_server_error,
+        E.record_list_too_large: E.unknown_server_error,
+        E.invalid_fetch_size: E.unknown_server_error,
+        E.network_exception: E.coordinator_load_in_progress,
+        E.invalid_record: E.invalid_record,
+    }
