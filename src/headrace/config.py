@@ -91,6 +91,7 @@ class ConfigDef:
     at_least: int | None = None
     choices: tuple[str, ...] | None = None
     broker_name: str | None = None  # for topic configs: the broker config giving the default
+    at_most: int | None = None
 
     def parse(self, raw: Any) -> Any:
         parser = {
@@ -105,6 +106,9 @@ class ConfigDef:
         if self.at_least is not None and value < self.at_least:
             raise ConfigError(self.name, f"value {value} must be at least {self.at_least}",
                               value=value, reason=f"Value must be at least {self.at_least}")
+        if self.at_most is not None and value > self.at_most:  # Kafka's Range.between
+            raise ConfigError(self.name, f"value {value} must be at most {self.at_most}",
+                              value=value, reason=f"Value must be no more than {self.at_most}")
         if self.kind == "list" and not value:
             raise ConfigError(self.name, "must not be empty", value=raw,
                               reason="Value must not be empty")
@@ -328,6 +332,20 @@ BROKER_CONFIGS = _defs(
               "factor).", at_least=1),
     ConfigDef("transaction.state.log.segment.bytes", "int", 104_857_600,
               "segment.bytes of __transaction_state.", at_least=14),
+    # ---- the share coordinator (KIP-932, issue 25): Kafka's ShareCoordinatorConfig
+    ConfigDef("share.coordinator.state.topic.num.partitions", "int", 50,
+              "Partitions of __share_group_state.", at_least=1),
+    ConfigDef("share.coordinator.state.topic.replication.factor", "int", 3,
+              "Replication factor of __share_group_state (capped by live brokers when it "
+              "is created).", at_least=1),
+    ConfigDef("share.coordinator.state.topic.min.isr", "int", 2,
+              "min.insync.replicas of __share_group_state (capped by its replication "
+              "factor).", at_least=1),
+    ConfigDef("share.coordinator.state.topic.segment.bytes", "int", 104_857_600,
+              "segment.bytes of __share_group_state.", at_least=14),
+    ConfigDef("share.coordinator.snapshot.update.records.per.snapshot", "int", 500,
+              "ShareUpdate records a share-partition's state takes before the next write "
+              "is a whole ShareSnapshot.", at_least=0, at_most=500),
     ConfigDef("producer.id.expiration.ms", "int", 86_400_000,
               "A producer id with no batch in a partition for this long (and no open "
               "transaction there) is forgotten by that partition.", at_least=1),

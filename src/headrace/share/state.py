@@ -19,7 +19,8 @@ R1  A share-partition is keyed by (group id, topic id, partition); its coordinat
     partition is ``Utils.abs("groupId:topicId:partition".hashCode()) % num_partitions``
     where topicId is Kafka's ``Uuid.toString()`` (URL-safe base64, no padding) and
     ``hashCode`` is Java's ``String.hashCode`` (``SharePartitionKey.asCoordinatorKey``,
-    ``ShareCoordinatorService.partitionFor``). Default 50 partitions.
+    ``ShareCoordinatorService.partitionFor``). Default 50 partitions. FindCoordinator's
+    key string is read as ``SharePartitionKey.validate`` reads it (``parse_coordinator_key``).
 R2  InitializeShareGroupState writes a ShareSnapshot: snapshot epoch 0 for a new key, the
     current one + 1 for an existing key; the request's state epoch and start offset,
     leader epoch -1, no batches, delivery-complete count -1, create = write timestamp =
@@ -122,6 +123,8 @@ from __future__ import annotations
 
 import base64
 import enum
+import heapq
+import re
 import struct
 import uuid
 from collections.abc import Iterable, Mapping
@@ -455,6 +458,49 @@ def partition_for(group_id: str, topic_id: uuid.UUID, partition: int,
     return kafka_abs(java_string_hashcode(key)) % num_partitions
 
 
+_BASE64_UUID = re.compile(r"[A-Za-z0-9_-]{22}(==)?")
+_JAVA_INT = re.compile(r"[+-]?\d+")
+
+
+def parse_coordinator_key(key: str) -> tuple[str, uuid.UUID, int]:
+    """FindCoordinator key type 2's key ``"groupId:topicId:partition"`` as Kafka's
+    ``SharePartitionKey.validate`` / ``getInstance`` read it: Java's ``split(":")`` (trailing
+    empty fields dropped) must give exactly 3 fields; the group id is ``trim()``-ed and must
+    not be empty; the topic id is ``Uuid.fromString`` (URL-safe base64 of 16 bytes, padding
+    optional); the partition is ``Integer.parseInt`` (a sign allowed, so -1 is a valid key).
+    ValueError with Kafka's message otherwise."""
+    if not key:
+        raise ValueError("Share partition key cannot be empty")
+    tokens = key.split(":")
+    while tokens and tokens[-1] == "":
+        tokens.pop()
+    if len(tokens) != 3:
+        raise ValueError(
+            f"Invalid key format: expected - groupId:topicId:partition, found -  {key}")
+    group_id = _java_trim(tokens[0])
+    if not group_id:
+        raise ValueError("GroupId must be alphanumeric string")
+    if _BASE64_UUID.fullmatch(tokens[1]) is None:
+        raise ValueError(f"Invalid topic ID: {tokens[1]}")
+    topic_id = uuid.UUID(bytes=base64.urlsafe_b64decode(tokens[1][:22] + "=="))
+    if _JAVA_INT.fullmatch(tokens[2]) is None:
+        raise ValueError(f"Invalid partition: {tokens[2]}")
+    partition = int(tokens[2])
+    if not -(1 << 31) <= partition < (1 << 31):
+        raise ValueError(f"Invalid partition: {tokens[2]}")
+    return group_id, topic_id, partition
+
+
+def _java_trim(s: str) -> str:
+    """Java's ``String.trim``: every character <= U+0020 off both ends."""
+    start, end = 0, len(s)
+    while start < end and s[start] <= " ":
+        start += 1
+    while end > start and s[end - 1] <= " ":
+        end -= 1
+    return s[start:end]
+
+
 @dataclass(frozen=True)
 class ShareCoordinatorConfig:
     """The ``share.coordinator.*`` settings this module uses, with Kafka's defaults."""
@@ -530,40 +576,35 @@ def combine_state_batches(so_far: Iterable[StateBatch], new: Iterable[StateBatch
         batches = pruned
     if len(batches) < 2:
         return tuple(batches)
-    pending = sorted(set(batches))  # Kafka's TreeSet
+    # Kafka's TreeSet as a heap and a set of its members: the smallest batch and the next
+    # one are Kafka's first merge-candidate pair once the batches before it are settled
+    # (``getMergeCandidatePair``); a settled batch moves out for good. O(n log n) per
+    # resolved pair: a list re-sorted per pair was quadratic (a request of 16,000
+    # overlapping batches held the event loop for minutes).
+    pending = sorted(set(batches))  # sorted: a heap already
+    members = set(pending)
     out: list[StateBatch] = []
-    while True:
-        pair = _merge_candidate_pair(pending, out)
-        if pair is None:
-            break
-        prev, cand = pair
-        pending.remove(prev)
-        pending.remove(cand)
+    while pending:
+        prev = heapq.heappop(pending)
+        members.discard(prev)
+        if not pending or not _mergeable(prev, pending[0]):
+            out.append(prev)
+            continue
+        cand = heapq.heappop(pending)
+        members.discard(cand)
         for b in _resolve(prev, cand):
-            if b not in pending:
-                pending.append(b)
-        pending.sort()
-    return tuple(out + pending)
+            if b not in members:
+                members.add(b)
+                heapq.heappush(pending, b)
+    return tuple(out)
 
 
-def _merge_candidate_pair(pending: list[StateBatch],
-                          out: list[StateBatch]) -> tuple[StateBatch, StateBatch] | None:
-    """``getMergeCandidatePair``: the first overlapping (or contiguous and same-state)
-    pair; batches before it can no longer change and move to ``out``."""
-    if not pending:
-        return None
-    for i in range(1, len(pending)):
-        prev, cand = pending[i - 1], pending[i]
-        if cand.first_offset <= prev.last_offset or (
-            prev.last_offset + 1 == cand.first_offset
-            and _delivery_info(prev) == _delivery_info(cand)
-        ):
-            out.extend(pending[: i - 1])
-            del pending[: i - 1]
-            return prev, cand
-    out.extend(pending)
-    pending.clear()
-    return None
+def _mergeable(prev: StateBatch, cand: StateBatch) -> bool:
+    """``getMergeCandidatePair``'s test of two neighbours (prev sorts before cand): they
+    overlap, or are contiguous with the same delivery count and state."""
+    return cand.first_offset <= prev.last_offset or (
+        prev.last_offset + 1 == cand.first_offset
+        and _delivery_info(prev) == _delivery_info(cand))
 
 
 def _resolve(prev: StateBatch, cand: StateBatch) -> list[StateBatch]:

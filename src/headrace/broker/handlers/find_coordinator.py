@@ -4,7 +4,8 @@ A group's coordinator is the leader of partition ``abs(hashCode(group_id)) % n``
 ``__consumer_offsets``, a transactional id's (key type 1) the leader of its partition of
 ``__transaction_state`` (each topic created here on first use). v0-3 ask for one key,
 v4+ for a batch (``coordinator_keys``). Key type 2 (v6+, KIP-932) asks for a share
-coordinator: the key is ``groupId:topicId:partition`` (a malformed one is INVALID_REQUEST),
+coordinator: the key is ``groupId:topicId:partition`` (a malformed one is INVALID_REQUEST;
+key type 2 below v6 too, as Kafka's ``getCoordinator``),
 its coordinator the leader of the key's partition of ``__share_group_state``; brokers ask it,
 so it needs CLUSTER_ACTION, as Kafka's. Any other key type is INVALID_REQUEST.
 """
@@ -27,18 +28,13 @@ KEY_TYPE_SHARE = 2
 
 
 def _share_node(broker: Broker, key: str) -> int | None:
-    """The share coordinator of ``groupId:topicId:partition`` (ValueError: malformed)."""
-    import base64
-    import uuid
+    """The share coordinator of ``groupId:topicId:partition`` (ValueError: malformed, as
+    Kafka's ``SharePartitionKey.validate`` rules it)."""
+    from headrace.share.state import parse_coordinator_key, partition_for
 
-    from headrace.share.state import partition_for
-
-    group_id, topic, index = key.rsplit(":", 2)
-    raw = base64.urlsafe_b64decode(topic + "=" * (-len(topic) % 4))
-    if not group_id or len(raw) != 16 or int(index) < 0:
-        raise ValueError(key)
+    group_id, topic_id, index = parse_coordinator_key(key)
     service = broker.share_coordinator
-    return service.coordinator_node(partition_for(group_id, uuid.UUID(bytes=raw), int(index),
+    return service.coordinator_node(partition_for(group_id, topic_id, index,
                                                   service.num_partitions()))
 
 
@@ -53,9 +49,9 @@ def _lookup(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> dic
             return entry
         try:
             node = _share_node(broker, key)
-        except ValueError:
+        except ValueError as e:  # Kafka logs it and answers INVALID_REQUEST
             entry["error_code"] = ErrorCode.invalid_request
-            entry["error_message"] = f"invalid share coordinator key {key!r}"
+            entry["error_message"] = str(e)
             return entry
         return _located(broker, ctx, entry, node)
     if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
