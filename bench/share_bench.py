@@ -74,6 +74,9 @@ def worker_main(argv: list[str]) -> None:
         rc.close(drain_timeout_s=5)
 
 
+PRODUCE_BATCH = 100
+
+
 def fill(bootstrap: str, topic: str, n: int) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -88,6 +91,11 @@ def fill(bootstrap: str, topic: str, n: int) -> None:
                 break
             except BufferError:
                 p.poll(0.05)
+        if (i + 1) % PRODUCE_BATCH == 0:
+            # log batches of PRODUCE_BATCH records, as a steady producer writes them: a
+            # share group hands out whole batches (Kafka's acquire too), so one batch of
+            # every record would go to a single consumer
+            assert p.flush(60) == 0
     assert p.flush(60) == 0
 
 
