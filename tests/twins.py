@@ -204,6 +204,9 @@ TWINS: dict[str, tuple[str, ...]] = {
         U + "test_group_hashing.py::test_partition_for_uses_kafkas_abs"),
     # issue 25 (KIP-932): a new leader reloads a share-partition from __share_group_state;
     # nothing acknowledged is delivered again, nothing is lost
+    "tests/fault/test_share_broker_kill.py": (
+        INT + "test_share_fetch.py::test_state_survives_a_restart",
+        INT + "test_share_coordinator.py::test_state_survives_a_restart"),
     "tests/cluster/test_share_cluster.py": (
         INT + "test_share_fetch.py::test_state_survives_a_restart",
         INT + "test_share_coordinator.py::test_state_survives_a_restart",
