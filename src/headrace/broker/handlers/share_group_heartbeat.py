@@ -8,8 +8,9 @@ topics and the time:
 - READ on the group, else GROUP_AUTHORIZATION_FAILED; subscribed topics that may not be
   DESCRIBEd: TOPIC_AUTHORIZATION_FAILED; an empty group id INVALID_REQUEST; then the
   coordinator check (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...);
-- a group id of another type with members is GROUP_ID_NOT_FOUND ("is not a share group");
-  an empty classic or consumer group of that id is replaced;
+- a group id of another type (classic or consumer, empty or not) is GROUP_ID_NOT_FOUND
+  ("Group X is not a share group."): Kafka 4.2's ``getOrMaybeCreateShareGroup`` converts
+  no group to a share group, an empty one included;
 - no group: a join (epoch 0) makes one; any other epoch UNKNOWN_MEMBER_ID.
 
 The group's records (types 10-15 in ``__consumer_offsets``) are committed before the
@@ -112,7 +113,7 @@ async def handle_share_group_heartbeat(broker: Broker, ctx: RequestContext, req:
     if isinstance(existing, ShareGroup) and existing.state_name != "Dead":
         group = existing
     elif existing is not None and not isinstance(existing, ShareGroup) \
-            and not existing.is_empty():
+            and existing.state_name != "Dead":
         return _error(ctx, ErrorCode.group_id_not_found,
                       f"Group {group_id} is not a share group.")
     elif req.member_epoch != 0:
