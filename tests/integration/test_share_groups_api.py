@@ -159,7 +159,7 @@ def describe(wc: WireClient, group: str) -> Any:
 
 
 def beat_until(wc: WireClient, group: str, member: str, epoch: int,
-               want: dict[uuid.UUID, set[int]] | int,
+               want: dict[uuid.UUID, set[int]] | int | Callable[[int], bool],
                held: dict[uuid.UUID, set[int]] | None = None,
                ) -> tuple[int, dict[uuid.UUID, set[int]]]:
     """Heartbeat until the member holds ``want`` (an assignment, or a number of
@@ -173,13 +173,17 @@ def beat_until(wc: WireClient, group: str, member: str, epoch: int,
         epoch = int(r.member_epoch)
         if r.assignment is not None:
             held = assigned(r)
-        return held == want if isinstance(want, dict) else sum(map(len, held.values())) == want
+        n = sum(map(len, held.values()))
+        if isinstance(want, dict):
+            return held == want
+        return want(n) if callable(want) else n == want
     until(step, f"{member} to hold {want}")
     return epoch, held
 
 
 def join_until_assigned(wc: WireClient, group: str, member: str, topic: str,
-                        want: int) -> tuple[int, dict[uuid.UUID, set[int]]]:
+                        want: int | Callable[[int], bool],
+                        ) -> tuple[int, dict[uuid.UUID, set[int]]]:
     """Join, then heartbeat until the member holds ``want`` partitions (the state of
     the share-partitions is initialized after the first heartbeat's answer)."""
     r = hb(wc, group, member, 0, [topic])
@@ -207,7 +211,10 @@ def test_join_initialize_assign_fence_leave(broker: InProcessBroker, persister: 
     epoch, held = beat_until(wc, group, a, int(r.member_epoch), 3)
     assert held == {tid: {0, 1, 2}} and epoch > 1
     # a second member: the partitions are shared out, nothing initialized again
-    join_until_assigned(wc, group, b, topic_name, 1)
+    # (the simple assignor gives each partition to one of them: b gets 1 or 2)
+    _, held_b = join_until_assigned(wc, group, b, topic_name, lambda n: n in (1, 2))
+    epoch, held = beat_until(wc, group, a, epoch, lambda n: n == 3 - len(held_b[tid]), held)
+    assert held[tid] | held_b[tid] == {0, 1, 2} and not held[tid] & held_b[tid]
     d = describe(wc, group)
     assert d.error_code == ErrorCode.none and d.group_state == "Stable"
     assert {m.member_id for m in d.members} == {a, b}
