@@ -281,18 +281,24 @@ def test_a_failed_initialization_is_asked_again(broker: InProcessBroker,
 
 
 def test_no_persister_means_nothing_assigned_and_admin_apis_unavailable(
-        broker: InProcessBroker, wc: WireClient, topic_name: str) -> None:
+        broker: InProcessBroker, persister: FakePersister, wc: WireClient,
+        topic_name: str) -> None:
     make_topic(broker, topic_name, 1)
-    real = broker.call(lambda b: b.share_persister)
+    group, m = "no-persister", str(uuid.uuid4())
+    r = wc.request(91, 0, {"group_id": group, "topics": [{
+        "topic_name": topic_name, "partitions": [{"partition_index": 0, "start_offset": 2}]}]})
+    assert r.error_code == ErrorCode.none
     broker.call(lambda b: setattr(b, "share_persister", None))
     try:
-        group, m = "no-persister", str(uuid.uuid4())
-        r = hb(wc, group, m, 0, [topic_name])
+        other = "no-persister-2"
+        r = hb(wc, other, m, 0, [topic_name])
         assert r.error_code == ErrorCode.none
-        for _ in range(5):
-            r = hb(wc, group, m, int(r.member_epoch))
+        for _ in range(5):  # never assigned: its state cannot be initialized
+            r = hb(wc, other, m, int(r.member_epoch))
             assert r.error_code == ErrorCode.none and assigned(r) == {}
-        assert hb(wc, group, m, -1).error_code == ErrorCode.none
+        assert hb(wc, other, m, -1).error_code == ErrorCode.none
+        r = wc.request(90, 1, {"groups": [{"group_id": group, "topics": None}]})
+        assert r.groups[0].error_code == ErrorCode.coordinator_not_available
         r = wc.request(91, 0, {"group_id": group, "topics": [{
             "topic_name": topic_name, "partitions": [{"partition_index": 0,
                                                       "start_offset": 0}]}]})
@@ -300,7 +306,8 @@ def test_no_persister_means_nothing_assigned_and_admin_apis_unavailable(
         r = wc.request(92, 0, {"group_id": group, "topics": [{"topic_name": topic_name}]})
         assert r.error_code == ErrorCode.coordinator_not_available
     finally:
-        broker.call(lambda b: setattr(b, "share_persister", real))
+        broker.call(lambda b: setattr(b, "share_persister", persister))
+    assert len(persister.initialized) == 1  # nothing reached the share coordinator
 
 
 def test_session_expiry_and_group_configs_taken_at_once(
@@ -517,3 +524,108 @@ def test_a_share_consumer_joins_through_the_heartbeat(
     finally:
         c.close()
     until(lambda: not describe(wc, group).members, "the consumer to leave the group")
+
+
+# ---------------------------------------------------------------- authorization
+
+
+def test_authorization_of_each_share_group_api(tmp_path_factory: pytest.TempPathFactory,
+                                               topic_name: str) -> None:
+    """KafkaApis' checks for 76, 77, 90, 91 and 92, with ACLs for the anonymous user: a
+    (READ), b (nothing), c (DESCRIBE only) topics; groups sg-read (READ), sg-desc and
+    sg-a (DESCRIBE), sg-del (DELETE), sg-none (nothing)."""
+    from confluent_kafka.admin import AclOperation  # type: ignore[attr-defined]
+
+    from headrace.security.acl import AclOperation as Op
+    from tests.security_helpers import (
+        ACL_AUTHORIZER,
+        acl,
+        listener_ports,
+        plain_jaas,
+        sasl_conf,
+    )
+
+    users = {"admin": "admin-secret"}
+    overrides = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain_jaas(users),
+        **ACL_AUTHORIZER, "super.users": "User:admin",
+    }
+    a, b, c = (f"{topic_name}-{x}" for x in "abc")
+    with InProcessBroker(tmp_path_factory.mktemp("sgacl") / "data", overrides) as broker:
+        fake = FakePersister()
+        broker.call(lambda br: setattr(br, "share_persister", fake))
+        ports = listener_ports(broker)  # type: ignore[arg-type]
+        admin = AdminClient(sasl_conf(f"127.0.0.1:{ports['SASL_PLAINTEXT']}", "admin",
+                                      users["admin"]))
+        for f in admin.create_topics([NewTopic(t, 1, 1) for t in (a, b, c)]).values():
+            f.result(15)
+        grants = [acl(ResourceType.TOPIC, a, AclOperation.READ),
+                  acl(ResourceType.TOPIC, c, AclOperation.DESCRIBE),
+                  acl(ResourceType.GROUP, "sg-read", AclOperation.READ),
+                  acl(ResourceType.GROUP, "sg-desc", AclOperation.DESCRIBE),
+                  acl(ResourceType.GROUP, "sg-a", AclOperation.DESCRIBE),
+                  acl(ResourceType.GROUP, "sg-del", AclOperation.DELETE)]
+        for f in admin.create_acls(grants).values():
+            f.result(15)
+        with WireClient("127.0.0.1", ports["SASL_PLAINTEXT"]).sasl_plain(
+                "admin", users["admin"]) as su:
+            join_until_assigned(su, "sg-desc", str(uuid.uuid4()), b, 1)
+            join_until_assigned(su, "sg-a", str(uuid.uuid4()), a, 1)
+            for g in ("sg-del", "sg-read"):
+                r = su.request(91, 0, {"group_id": g, "topics": [{
+                    "topic_name": a, "partitions": [{"partition_index": 0,
+                                                     "start_offset": 0}]}]})
+                assert r.error_code == ErrorCode.none
+        with WireClient("127.0.0.1", ports["PLAINTEXT"]) as anon:
+            m = str(uuid.uuid4())
+            # 76: READ on the group, DESCRIBE on every subscribed topic
+            assert hb(anon, "sg-desc", m, 0, [a]).error_code == \
+                ErrorCode.group_authorization_failed
+            assert hb(anon, "sg-read", m, 0, [a, b]).error_code == \
+                ErrorCode.topic_authorization_failed
+            r = hb(anon, "sg-read", m, 0, [a])
+            assert r.error_code == ErrorCode.none
+            assert hb(anon, "sg-read", m, -1).error_code == ErrorCode.none
+            # 77: DESCRIBE on each group (DELETE implies it); a group with a topic not
+            # DESCRIBE-able assigned hides its members
+            r = anon.request(77, 1, {"group_ids": ["sg-none", "sg-desc", "sg-a", "sg-del"],
+                                     "include_authorized_operations": True})
+            by = {g.group_id: g for g in r.groups}
+            assert by["sg-none"].error_code == ErrorCode.group_authorization_failed
+            assert by["sg-del"].error_code == ErrorCode.none
+            assert by["sg-desc"].error_code == ErrorCode.topic_authorization_failed
+            assert list(by["sg-desc"].members) == []
+            assert by["sg-a"].error_code == ErrorCode.none and len(by["sg-a"].members) == 1
+            assert by["sg-a"].authorized_operations == 1 << int(Op.DESCRIBE)
+            r = anon.request(77, 1, {"group_ids": ["sg-a"],
+                                     "include_authorized_operations": False})
+            assert r.groups[0].authorized_operations == -2147483648
+            # 90: DESCRIBE on the group and on each topic
+            r = anon.request(90, 1, {"groups": [
+                {"group_id": "sg-a", "topics": [{"topic_name": a, "partitions": [0]},
+                                                {"topic_name": b, "partitions": [0]}]},
+                {"group_id": "sg-none", "topics": None}]})
+            g_a, g_none = r.groups
+            assert {t.topic_name: t.partitions[0].error_code for t in g_a.topics} == {
+                a: ErrorCode.none, b: ErrorCode.topic_authorization_failed}
+            assert g_none.error_code == ErrorCode.group_authorization_failed
+            # 91: READ on the group and on each topic (DESCRIBE is not enough)
+            r = anon.request(91, 0, {"group_id": "sg-read", "topics": [
+                {"topic_name": t, "partitions": [{"partition_index": 0, "start_offset": 1}]}
+                for t in (a, c)]})
+            assert {t.topic_name: t.partitions[0].error_code for t in r.responses} == {
+                a: ErrorCode.none, c: ErrorCode.topic_authorization_failed}
+            r = anon.request(91, 0, {"group_id": "sg-a", "topics": []})
+            assert r.error_code == ErrorCode.group_authorization_failed
+            # 92: DELETE on the group, READ on each topic
+            r = anon.request(92, 0, {"group_id": "sg-read", "topics": [{"topic_name": a}]})
+            assert r.error_code == ErrorCode.group_authorization_failed
+            r = anon.request(92, 0, {"group_id": "sg-del", "topics": [
+                {"topic_name": t} for t in (a, c)]})
+            assert r.error_code == ErrorCode.none
+            assert {x.topic_name: x.error_code for x in r.responses} == {
+                a: ErrorCode.none, c: ErrorCode.topic_authorization_failed}
