@@ -98,6 +98,7 @@ class FakePersister:
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
     with InProcessBroker(tmp_path_factory.mktemp("sgapi"), OVERRIDES) as b:
         yield b
+        assert not [x for x in b.stderr_lines if "Traceback" in x]  # no request crashed
 
 
 @pytest.fixture
