@@ -225,13 +225,34 @@ BROKER_CONFIGS = _defs(
               "Smallest share.heartbeat.interval.ms a group config may set.", at_least=1),
     ConfigDef("group.share.max.heartbeat.interval.ms", "int", 15_000,
               "Largest share.heartbeat.interval.ms a group config may set.", at_least=1),
+    # Kafka 4.2's ShareGroupConfig bounds (Range.between)
     ConfigDef("group.share.record.lock.duration.ms", "int", 30_000,
               "Acquisition lock of a share group's records (default of "
-              "share.record.lock.duration.ms).", at_least=1000),
+              "share.record.lock.duration.ms).", at_least=1000, at_most=3_600_000),
     ConfigDef("group.share.min.record.lock.duration.ms", "int", 15_000,
-              "Smallest share.record.lock.duration.ms a group config may set.", at_least=1000),
+              "Smallest share.record.lock.duration.ms a group config may set.", at_least=1000,
+              at_most=30_000),
     ConfigDef("group.share.max.record.lock.duration.ms", "int", 60_000,
-              "Largest share.record.lock.duration.ms a group config may set.", at_least=1000),
+              "Largest share.record.lock.duration.ms a group config may set.",
+              at_least=30_000, at_most=3_600_000),
+    # the rest of Kafka 4.2's share group broker configs (GroupCoordinatorConfig and
+    # ShareGroupConfig); in 4.2 these have no group-level config
+    ConfigDef("group.share.delivery.count.limit", "int", 5,
+              "Most delivery attempts of a record to a share group (then it is archived).",
+              at_least=2, at_most=10),
+    ConfigDef("group.share.partition.max.record.locks", "int", 2000,
+              "Most records a share-partition holds in flight (acquired or available "
+              "again).", at_least=100, at_most=10_000),
+    ConfigDef("group.share.max.share.sessions", "int", 2000,
+              "Most share sessions one broker holds.", at_least=1),
+    ConfigDef("group.share.max.size", "int", 200, "Most members in one share group.",
+              at_least=1, at_most=1000),
+    ConfigDef("group.share.assignors", "list", "simple",
+              "The share groups' server-side assignor (Kafka's SimpleAssignor).",
+              choices=("simple",)),
+    ConfigDef("group.share.initialize.retry.interval.ms", "int", 30_000,
+              "A share-partition whose state initialization has not answered for this long "
+              "is asked for again (internal in Kafka).", at_least=1),
     ConfigDef("group.streams.session.timeout.ms", "int", 45_000,
               "Session timeout of streams group members (default of "
               "streams.session.timeout.ms).", at_least=1),

@@ -14,7 +14,8 @@ fetchers. Names outside ``DYNAMIC_BROKER_CONFIGS`` are refused, with Kafka's cod
 
 Group configs (KIP-848's and KIP-932's ``GroupConfig``): IncrementalAlterConfigs on a GROUP
 resource, stored at ``groups/<group>`` (``/config/groups/<group>`` on a cluster); a consumer
-group (KIP-848) takes its session timeout and heartbeat interval from them.
+group (KIP-848) and a share group (KIP-932) take their session timeout and heartbeat
+interval from them, at once when they change.
 
 Thread-safety: the event loop only; store writes of a cluster go to a worker thread.
 """
@@ -172,15 +173,22 @@ class DynamicConfigs:
             return effective_group_config(self.broker.config, {})
 
     def apply_group(self, group: str) -> None:
-        """A KIP-848 group that exists takes its new session timeout and heartbeat
-        interval at once (the next heartbeat carries the interval)."""
+        """A KIP-848 or share group that exists takes its new session timeout and
+        heartbeat interval at once (the next heartbeat carries the interval, and sets the
+        member's deadline with the timeout), as Kafka reads them from its
+        ``GroupConfigManager`` on every heartbeat."""
         from headrace.group.consumer_group import ConsumerGroup
+        from headrace.share.group import ShareGroup
 
         g = self.broker.groups.coordinator.groups.get(group)
         if isinstance(g, ConsumerGroup):
             values = self.group_values(group)
             g.session_timeout_ms = int(values["consumer.session.timeout.ms"])
             g.heartbeat_interval_ms = int(values["consumer.heartbeat.interval.ms"])
+        elif isinstance(g, ShareGroup):
+            values = self.group_values(group)
+            g.session_timeout_ms = int(values["share.session.timeout.ms"])
+            g.heartbeat_interval_ms = int(values["share.heartbeat.interval.ms"])
 
     # ------------------------------------------------------------------ store listener
     def entity_configs_changed(self, path: str) -> None:

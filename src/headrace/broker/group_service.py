@@ -131,18 +131,16 @@ class GroupService:
 
     def new_share_group(self, group_id: str) -> ShareGroup:
         """An empty share group (KIP-932) with its ``share.*`` group configs over the
-        broker's ``group.share.*``."""
-        values = self.config.values
-        session_ms = int(values.get("group.share.session.timeout.ms", 45_000))
-        heartbeat_ms = int(values.get("group.share.heartbeat.interval.ms", 5_000))
-        dynamic = getattr(self.broker, "dynamic", None)
-        if dynamic is not None:
-            group_values = dynamic.group_values(group_id)
-            session_ms = int(group_values["share.session.timeout.ms"])
-            heartbeat_ms = int(group_values["share.heartbeat.interval.ms"])
-        return ShareGroup(group_id, session_timeout_ms=session_ms,
-                          heartbeat_interval_ms=heartbeat_ms,
-                          max_size=int(values.get("group.share.max.size", 200)))
+        broker's ``group.share.*`` (``share_config.share_group_config``)."""
+        from headrace.broker.share_config import share_group_config
+
+        values = share_group_config(self.broker, group_id)
+        return ShareGroup(group_id,
+                          session_timeout_ms=int(values["share.session.timeout.ms"]),
+                          heartbeat_interval_ms=int(values["share.heartbeat.interval.ms"]),
+                          max_size=int(self.config["group.share.max.size"]),
+                          initialize_retry_interval_ms=int(
+                              self.config["group.share.initialize.retry.interval.ms"]))
 
     # ------------------------------------------------------------------ placement
     def now_ms(self) -> int:

@@ -389,7 +389,11 @@ class GroupCoordinator:
             return JoinResult(0, ErrorCode.invalid_session_timeout, req.member_id)
         existing = self.groups.get(group_id)
         if existing is not None and not isinstance(existing, ClassicGroup):
-            if not existing.is_empty() or isinstance(existing, ShareGroup):
+            if isinstance(existing, ShareGroup):
+                # Kafka's classicGroupJoin: a share group of this id answers
+                # INCONSISTENT_GROUP_PROTOCOL with the unknown (empty) member id
+                return JoinResult(0, ErrorCode.inconsistent_group_protocol, "")
+            if not existing.is_empty():
                 return JoinResult(0, ErrorCode.inconsistent_group_protocol, req.member_id)
             # an empty KIP-848 group turns classic, as Kafka converts it: tombstones first
             if isinstance(existing, ConsumerGroup):
@@ -578,7 +582,8 @@ class GroupCoordinator:
     ) -> tuple[ErrorCode, list[ErrorCode], OffsetWrite | None]:
         """OffsetDelete: (group error, per-partition errors, write)."""
         g = self.groups.get(group_id)
-        if g is None or g.state_name == "Dead":
+        if g is None or g.state_name == "Dead" or isinstance(g, ShareGroup):
+            # a share group: Kafka's ShareGroup.validateOffsetDelete (not a consumer group)
             return ErrorCode.group_id_not_found, [], None
         subscribed: set[str] = set()
         if not g.is_empty():

@@ -1275,3 +1275,20 @@ __all__ = [
     "TickResult", "TopicInfo", "decode_key", "decode_value", "describe_unknown_group",
     "encode_key", "encode_value", "metadata_hash", "simple_assign",
 ]
+
+
+def invalid_heartbeat(group_id: str, member_id: str, member_epoch: int, rack_id: str | None,
+                      names: Sequence[str] | None) -> HeartbeatResult | None:
+    """Kafka's ``GroupCoordinatorService.throwIfShareGroupHeartbeatRequestIsInvalid``, which
+    runs before the group is looked up (so an invalid request for a group that does not
+    exist is INVALID_REQUEST, not UNKNOWN_MEMBER_ID): the refusal, or None. Its order:
+    member id, group id, rack id, then the epoch."""
+    if not member_id.strip():
+        return HeartbeatResult(ErrorCode.invalid_request, "MemberId can't be empty.")
+    if not group_id.strip():
+        return HeartbeatResult(ErrorCode.invalid_request, "GroupId can't be empty.")
+    try:
+        ShareGroup._validate(member_id, member_epoch, rack_id, names)
+    except _Reject as e:
+        return HeartbeatResult(e.code, e.message)
+    return None

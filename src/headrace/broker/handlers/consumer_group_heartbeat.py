@@ -43,6 +43,7 @@ from headrace.broker.handlers.base import RequestContext, handler, ms
 from headrace.broker.security import DESCRIBE, GROUP, READ, TOPIC
 from headrace.group.assignors import TopicInfo
 from headrace.group.consumer_group import ConsumerGroup, GroupState, HeartbeatResult
+from headrace.share.group import ShareGroup
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -99,7 +100,8 @@ async def handle_consumer_group_heartbeat(broker: Broker, ctx: RequestContext, r
     if isinstance(existing, ConsumerGroup) and existing.state is not GroupState.DEAD:
         group = existing
     elif existing is not None and not isinstance(existing, ConsumerGroup) \
-            and not existing.is_empty():
+            and (not existing.is_empty() or isinstance(existing, ShareGroup)):
+        # Kafka's getOrMaybeCreateConsumerGroup: only an empty classic group converts
         return _error(ctx, ErrorCode.group_id_not_found,
                       f"Group {group_id} is not a consumer group.")
     elif req.member_epoch != 0:

@@ -1,7 +1,8 @@
 """DescribeGroups (15) v0-5: state, protocol and members of groups.
 
 As Kafka: members carry their metadata (for the selected protocol) and assignment only in
-Stable; an unknown group is described as ``Dead`` with no error (v6 would say
+Stable; an unknown group, or a share group (Kafka's ``describeGroups`` finds no classic
+group of that id), is described as ``Dead`` with no error (v6 would say
 GROUP_ID_NOT_FOUND).
 """
 
@@ -14,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.security import DESCRIBE, GROUP
 from headrace.group.classic import ClassicGroup, GroupState
+from headrace.share.group import ShareGroup
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -39,7 +41,7 @@ def _describe(broker: Broker, ctx: RequestContext, group_id: str, with_operation
         entry["error_code"] = err
         return entry
     g = broker.groups.coordinator.groups.get(group_id)
-    if g is None:
+    if g is None or isinstance(g, ShareGroup):
         return entry
     entry["group_state"] = g.state_name
     entry["protocol_type"] = g.protocol_type

@@ -8,6 +8,8 @@ answered UNSTABLE_OFFSET_COMMIT with no offset, per partition in every version (
 partition within each group, the group's own error staying for coordinator errors), as
 Kafka's ``OffsetMetadataManager.fetchOffsets``; the consumer retries until the transaction
 completes. Asking for every partition lists only those with a committed offset, as Kafka.
+A share group's id answers as a group with no offsets (Kafka: ``ShareGroup.
+validateOffsetFetch`` throws GROUP_ID_NOT_FOUND, which ``fetchOffsets`` swallows).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.security import DESCRIBE, GROUP, TOPIC
+from headrace.share.group import ShareGroup
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -33,6 +36,12 @@ def _group_answer(broker: Broker, ctx: RequestContext, group_id: str, topics: An
            else ErrorCode.group_authorization_failed)
     if err is ErrorCode.none:
         g = groups.coordinator.groups.get(group_id)
+        if isinstance(g, ShareGroup):
+            # Kafka's fetchOffsets: the group is not a consumer group (GroupIdNotFound
+            # swallowed): every asked partition -1, no error; "all topics" none
+            return {"group_id": group_id, "error_code": ErrorCode.none, "topics": _topics(
+                {tp: (-1, -1, "", ErrorCode.none) for tp in [
+                    (str(t.name), int(i)) for t in topics or () for i in t.partition_indexes]})}
         if g is not None:
             err = g.validate_offset_fetch(member_id, member_epoch)
     requested = None if topics is None else [

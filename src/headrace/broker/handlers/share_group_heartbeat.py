@@ -6,10 +6,13 @@ makes the group in ``broker.groups.coordinator.groups`` and passes it the reques
 topics and the time:
 
 - READ on the group, else GROUP_AUTHORIZATION_FAILED; subscribed topics that may not be
-  DESCRIBEd: TOPIC_AUTHORIZATION_FAILED; an empty group id INVALID_REQUEST; then the
+  DESCRIBEd: TOPIC_AUTHORIZATION_FAILED; then the request's own validation, before the
+  group is looked up (``share.group.invalid_heartbeat``: an empty member id, group id or
+  rack id, a join without topics, an epoch below -1: INVALID_REQUEST); then the
   coordinator check (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...);
-- a group id of another type with members is GROUP_ID_NOT_FOUND ("is not a share group");
-  an empty classic or consumer group of that id is replaced;
+- a group id of another type (classic or consumer, empty or not) is GROUP_ID_NOT_FOUND
+  ("Group X is not a share group."): Kafka 4.2's ``getOrMaybeCreateShareGroup`` converts
+  no group to a share group, an empty one included;
 - no group: a join (epoch 0) makes one; any other epoch UNKNOWN_MEMBER_ID.
 
 The group's records (types 10-15 in ``__consumer_offsets``) are committed before the
@@ -36,7 +39,12 @@ from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.handlers.consumer_group_heartbeat import topic_infos
 from headrace.broker.security import DESCRIBE, GROUP, READ, TOPIC
 from headrace.broker.share_persister import InitializeEntry, StateKey
-from headrace.share.group import HeartbeatResult, InitializeShareGroupState, ShareGroup
+from headrace.share.group import (
+    HeartbeatResult,
+    InitializeShareGroupState,
+    ShareGroup,
+    invalid_heartbeat,
+)
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -101,8 +109,11 @@ async def handle_share_group_heartbeat(broker: Broker, ctx: RequestContext, req:
         subscribed = set(req.subscribed_topic_names)
         if len(security.allowed_names(ctx, DESCRIBE, TOPIC, subscribed)) < len(subscribed):
             return _error(ctx, ErrorCode.topic_authorization_failed)
-    if not group_id:
-        return _error(ctx, ErrorCode.invalid_request, "GroupId can't be empty.")
+    names = None if req.subscribed_topic_names is None else list(req.subscribed_topic_names)
+    invalid = invalid_heartbeat(group_id or "", req.member_id or "", int(req.member_epoch),
+                                req.rack_id, names)
+    if invalid is not None:
+        return _response(ctx, invalid)
     err = broker.groups.check_coordinator(group_id)
     if err is not ErrorCode.none:
         return _error(ctx, err)
@@ -112,7 +123,7 @@ async def handle_share_group_heartbeat(broker: Broker, ctx: RequestContext, req:
     if isinstance(existing, ShareGroup) and existing.state_name != "Dead":
         group = existing
     elif existing is not None and not isinstance(existing, ShareGroup) \
-            and not existing.is_empty():
+            and existing.state_name != "Dead":
         return _error(ctx, ErrorCode.group_id_not_found,
                       f"Group {group_id} is not a share group.")
     elif req.member_epoch != 0:
@@ -120,7 +131,6 @@ async def handle_share_group_heartbeat(broker: Broker, ctx: RequestContext, req:
                       f"Share group {group_id} has no member {req.member_id}.")
     else:
         group = broker.groups.new_share_group(group_id)
-    names = None if req.subscribed_topic_names is None else list(req.subscribed_topic_names)
     result = group.heartbeat(
         member_id=req.member_id, member_epoch=req.member_epoch, topics=topic_infos(broker),
         now_ms=broker.groups.now_ms(), rack_id=req.rack_id, subscribed_topic_names=names,

@@ -9,14 +9,17 @@ An empty group id is INVALID_GROUP_ID (Kafka's ``isGroupIdNotEmpty``).
   TOPIC_AUTHORIZATION_FAILED for its partitions): per partition the share-partition start
   offset and the leader epoch (ReadShareGroupStateSummary); a topic the broker does not know
   is UNKNOWN_TOPIC_OR_PARTITION, a partition never initialized for the group start offset
-  -1. No topics (null) means every initialized share-partition of the group. v1's lag is the
+  -1. No topics (null) means every initialized share-partition of the group. Without a
+  share coordinator (``broker.share_persister`` None) a group with initialized
+  share-partitions to read is COORDINATOR_NOT_AVAILABLE. v1's lag is the
   high watermark minus the start offset minus the records acknowledged or archived past it,
   where this broker leads the partition (-1 elsewhere: the leader knows it).
 - **Alter** (READ on the group and the topics): the group must have no members
   (NON_EMPTY_GROUP); an unknown group is created empty, as Kafka does. Each partition's state
   is initialized anew at the given start offset (a new state epoch fences the old leaders'
   writes) and the group records it as initialized.
-- **Delete** (DELETE on the group, DESCRIBE on the topics): the group must exist
+- **Delete** (DELETE on the group, READ on the topics, as Kafka's
+  ``handleDeleteShareGroupOffsetsRequest``): the group must exist
   (GROUP_ID_NOT_FOUND) and have no members; the whole topics' share-partition state is
   deleted and the group forgets them.
 """
@@ -88,6 +91,9 @@ async def _describe_group(broker: Broker, ctx: RequestContext, g: Any) -> dict[s
     initialized = group.initialized_partitions()
     wanted = [k for k in keys if k.partition in initialized.get(k.topic_id, ())]
     persister = broker.share_persister
+    if persister is None and wanted:  # no share coordinator to ask
+        return {"group_id": group_id, "error_code": ErrorCode.coordinator_not_available,
+                "topics": []}
     summaries = {} if persister is None or not wanted else \
         await persister.read_state_summary(wanted)
     topics = []
@@ -227,7 +233,7 @@ async def handle_delete_share_group_offsets(broker: Broker, ctx: RequestContext,
     if persister is None:
         return _alter_error(ctx, ErrorCode.coordinator_not_available)
     names = [str(t.topic_name) for t in req.topics]
-    allowed = broker.security.allowed_names(ctx, DESCRIBE, TOPIC, set(names))
+    allowed = broker.security.allowed_names(ctx, READ, TOPIC, set(names))
     initialized = group.initialized_partitions()
     responses = []
     deleted: list[uuid.UUID] = []
