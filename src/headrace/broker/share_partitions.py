@@ -94,12 +94,11 @@ class ShareGroupSettings:
 
 
 def group_settings(broker: Broker, group_id: str) -> ShareGroupSettings:
-    """The effective share settings of ``group_id``: its group configs (issue 27's
-    ``share.*`` group configs over the broker's ``group.share.*``), else the broker's."""
-    values: dict[str, str] = {}
-    dynamic = getattr(broker, "dynamic", None)
-    if dynamic is not None:
-        values = {k: str(v) for k, v in dynamic.group_values(group_id).items()}
+    """The effective share settings of ``group_id`` (``share_config.share_group_config``:
+    its group configs over the broker's ``group.share.*``)."""
+    from headrace.broker.share_config import share_group_config
+
+    values = {k: str(v) for k, v in share_group_config(broker, group_id).items()}
 
     def get(group_key: str, broker_key: str, default: str) -> str:
         if group_key in values:
