@@ -36,7 +36,8 @@ LOCK_MS = 1500
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
     with InProcessBroker(tmp_path_factory.mktemp("share"), {
-            "group.share.record.lock.duration.ms": str(LOCK_MS)}) as b:
+            "group.share.record.lock.duration.ms": str(LOCK_MS),
+            "group.share.min.record.lock.duration.ms": "1000"}) as b:
         yield b
 
 
@@ -255,3 +256,40 @@ def test_state_survives_a_restart(broker: InProcessBroker, topic_name: str) -> N
     with WireClient.to(broker.bootstrap) as wc:
         got = acquired(fetch(wc, "g8", member_id(), 0, tid))
         assert [(f, la) for f, la, _ in got] == [(2, 3)]
+
+
+def test_read_committed_acquires_neither_aborted_records_nor_markers(
+        broker: InProcessBroker, topic_name: str) -> None:
+    """share.isolation.level=read_committed (a group config): the batches of an aborted
+    transaction are archived when fetched, not acquired; transaction markers never are."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewTopic,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(10)
+    for f in admin.incremental_alter_configs([ConfigResource(
+            ResourceType.GROUP, "g-rc", incremental_configs=[ConfigEntry(
+                "share.isolation.level", "read_committed",
+                incremental_operation=AlterConfigOpType.SET)])]).values():
+        f.result(10)
+    tx = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "sf-rc"})
+    tx.init_transactions(10)
+    tx.begin_transaction()
+    for i in range(3):
+        tx.produce(topic_name, f"a{i}".encode(), partition=0)
+    tx.flush(10)  # written: librdkafka drops what is unsent at an abort
+    tx.abort_transaction(10)  # offsets 0-2, the abort marker at 3
+    tx.begin_transaction()
+    for i in range(3):
+        tx.produce(topic_name, f"c{i}".encode(), partition=0)
+    tx.commit_transaction(10)  # offsets 4-6, the commit marker at 7
+    tid = broker.call(lambda b: b.metadata.topic(topic_name)).topic_id
+    initialize(broker, "g-rc", tid)
+    with WireClient.to(broker.bootstrap) as wc:
+        assert acquired(fetch(wc, "g-rc", member_id(), 0, tid)) == [(4, 6, 1)]
