@@ -200,3 +200,69 @@ async def test_a_broker_outage_is_shown_and_survived(tmp_path: Path) -> None:
             await _until("the console to see the broker again", answering, 60)
     finally:
         b.stop()
+
+
+async def test_a_share_group_is_shown_with_its_share_partitions(
+        served: Served, broker: InProcessBroker) -> None:
+    """Share groups in the console (KIP-932, issue 25 item 6): listed with their state,
+    members and lag; their page shows each share-partition's start offset, lag, the
+    members sharing it, and its records in flight and archived."""
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewTopic,
+        ResourceType,
+    )
+
+    topic, group = f"q-{uuid.uuid4().hex[:6]}", f"sg-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
+    for f in admin.incremental_alter_configs([ConfigResource(
+            ResourceType.GROUP, group, incremental_configs=[ConfigEntry(
+                "share.auto.offset.reset", "earliest",
+                incremental_operation=AlterConfigOpType.SET)])]).values():
+        f.result(10)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        p.produce(topic, str(i).encode(), partition=0)
+        p.flush(10)  # one record per batch: acknowledged one by one below
+
+    def consume() -> Any:
+        c = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                           "share.acknowledgement.mode": "explicit"})
+        c.subscribe([topic])
+        seen: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(seen) < 10 and time.monotonic() < deadline:
+            seen += [m for m in c.poll(0.5) or [] if not m.error()]
+        for m in seen:  # 0-4 accepted, 6 rejected (archived), 5 and 7-9 released
+            v = int(m.value())
+            c.acknowledge(m, AcknowledgeType.ACCEPT if v < 5 else
+                          AcknowledgeType.REJECT if v == 6 else AcknowledgeType.RELEASE)
+        c.commit_sync()
+        return c
+
+    c = await asyncio.to_thread(consume)
+    try:
+        async def page() -> Any:
+            status, doc = await served.api(f"/api/groups/{group}")
+            return doc if status == 200 and doc.get("partitions") else None
+        doc = await _until("the share group's page", page)
+        assert doc["type"] == "share" and doc["state"] == "STABLE"
+        (m,) = doc["members"]
+        assert m["assignment"] == [{"topic": topic, "partition": 0}]
+        (row,) = doc["partitions"]
+        assert (row["committed_offset"], row["high_watermark"]) == (5, 10)
+        assert (row["archived"], row["lag"]) == (1, 4)  # 5, 7-9 to do; 6 done (archived)
+        assert row["in_flight"] == 4 and row["member_id"] == m["member_id"]
+
+        async def listed() -> Any:
+            _, groups = await served.api("/api/groups")
+            return next((g for g in groups["groups"] if g["group"] == group), None)
+        g = await _until("the share group in the list", listed)
+        assert g["type"] == "share" and g["members"] == 1 and g["topics"] == [topic]
+    finally:
+        await asyncio.to_thread(c.close)

@@ -346,8 +346,13 @@ class ClusterSource:
     @_kafka_errors
     def group(self, group: str) -> dict[str, Any]:
         """A group's state, members with their assignments, and per partition the
-        committed offset, the high watermark and the lag."""
+        committed offset, the high watermark and the lag (a share group's page:
+        ``share_group``)."""
         from confluent_kafka import ConsumerGroupTopicPartitions
+
+        shared = self.share_group(group)
+        if shared is not None:
+            return shared
 
         desc = self._wait(self.admin.describe_consumer_groups(
             [group], request_timeout=self.timeout_s)[group], f"group {group!r}")
@@ -385,6 +390,143 @@ class ClusterSource:
                 "coordinator": desc.coordinator.id if desc.coordinator else None,
                 "members": members, "partitions": partitions,
                 "total_lag": sum(p["lag"] or 0 for p in partitions)}
+
+    def _wire(self, host: str, port: int) -> Any:
+        from headrace.admin_wire import AdminConnection
+
+        try:
+            return AdminConnection(host, port, self.timeout_s, self.client_config)
+        except SecurityError as e:
+            raise AuthFailed(str(e)) from None
+        except OSError as e:
+            raise Unavailable(f"cannot reach broker {host}:{port}: "
+                              f"{e.strerror or e or 'timed out'}") from None
+
+    def share_group(self, group: str) -> dict[str, Any] | None:
+        """A share group's page (KIP-932), or None when ``group`` is no share group: its
+        members (ShareGroupDescribe) and per partition the share-partition start offset
+        (DescribeShareGroupOffsets), the high watermark, the lag (high watermark minus the
+        start offset minus the records done past it), and from the share coordinator's
+        stored state (ReadShareGroupState at leader epoch -1, which changes nothing) the
+        records in flight past the start offset and those archived (rejected, or
+        delivered too often)."""
+        from headrace.cli_support import parse_bootstrap
+
+        try:
+            host, port = parse_bootstrap(self.bootstrap)[0]
+            conn = self._wire(host, port)
+            try:
+                found = conn.request(10, 4, {"key_type": 0, "coordinator_keys": [group]})
+            finally:
+                conn.close()
+            c = found.coordinators[0]
+            if c.error_code != 0:
+                return None
+            conn = self._wire(str(c.host), int(c.port))
+            try:
+                described = conn.request(77, 1, {"group_ids": [group],
+                                                 "include_authorized_operations": False})
+                (d,) = described.groups
+                if d.error_code != 0:
+                    return None
+                offsets = conn.request(90, 1, {"groups": [{"group_id": group,
+                                                           "topics": None}]})
+            finally:
+                conn.close()
+        except (ConnectionError, OSError, ValueError):
+            return None
+        sharing: dict[tuple[str, int], list[str]] = {}
+        members = []
+        for m in d.members:
+            assigned = sorted((str(t.topic_name), int(p)) for t in m.assignment.topic_partitions
+                              for p in t.partitions)
+            for tp in assigned:
+                sharing.setdefault(tp, []).append(m.member_id)
+            members.append({"member_id": m.member_id, "client_id": m.client_id,
+                            "host": m.client_host, "group_instance_id": None,
+                            "assignment": [{"topic": t, "partition": p} for t, p in assigned]})
+        starts: dict[tuple[str, int], tuple[int, Any]] = {}
+        for g in offsets.groups:
+            for t in g.topics:
+                for p in t.partitions:
+                    if p.error_code == 0:
+                        starts[(str(t.topic_name), int(p.partition_index))] = (
+                            int(p.start_offset), t.topic_id)
+        counts = self._share_counts(group, starts)
+        tps = sorted(set(starts) | set(sharing))
+        highs = self._offsets(tps)
+        partitions = []
+        for tp in tps:
+            start = starts.get(tp, (-1, None))[0]
+            high = highs.get(tp, (-1, -1))[1]
+            in_flight, archived, done = counts.get(tp, (None, None, 0))
+            lag = (max(0, high - start - done) if high >= 0 and start >= 0 else None)
+            partitions.append({
+                "topic": tp[0], "partition": tp[1],
+                "committed_offset": start if start >= 0 else None,
+                "high_watermark": high if high >= 0 else None, "lag": lag,
+                "in_flight": in_flight, "archived": archived,
+                "member_id": ", ".join(sharing.get(tp, [])) or None})
+        return {"group": group, "type": "share", "state": _state_name(d.group_state),
+                "protocol": d.assignor_name or None, "coordinator": None,
+                "members": members, "partitions": partitions,
+                "total_lag": sum(p["lag"] or 0 for p in partitions)}
+
+    def _share_counts(self, group: str, starts: dict[tuple[str, int], tuple[int, Any]]
+                      ) -> dict[tuple[str, int], tuple[int, int, int]]:
+        """(in flight, archived, acknowledged or archived) past the start offset of each
+        share-partition, from its stored state; left out where the share coordinator
+        does not answer (or refuses: it needs CLUSTER_ACTION)."""
+        from headrace.share.state import kafka_uuid_string
+
+        keys = {f"{group}:{kafka_uuid_string(tid)}:{tp[1]}": (tp, tid)
+                for tp, (_, tid) in starts.items() if tid is not None}
+        if not keys:
+            return {}
+        out: dict[tuple[str, int], tuple[int, int, int]] = {}
+        try:
+            from headrace.cli_support import parse_bootstrap
+
+            host, port = parse_bootstrap(self.bootstrap)[0]
+            conn = self._wire(host, port)
+            try:
+                found = conn.request(10, 6, {"key_type": 2, "coordinator_keys": list(keys)})
+            finally:
+                conn.close()
+            by_node: dict[tuple[str, int], list[tuple[tuple[str, int], Any]]] = {}
+            for c in found.coordinators:
+                if c.error_code == 0 and c.key in keys:
+                    by_node.setdefault((str(c.host), int(c.port)), []).append(keys[c.key])
+            for (h, p), entries in by_node.items():
+                conn = self._wire(h, p)
+                try:
+                    by_topic: dict[Any, list[int]] = {}
+                    for tp, tid in entries:
+                        by_topic.setdefault(tid, []).append(tp[1])
+                    resp = conn.request(84, 0, {"group_id": group, "topics": [
+                        {"topic_id": tid, "partitions": [{"partition": i, "leader_epoch": -1}
+                                                         for i in ps]}
+                        for tid, ps in by_topic.items()]})
+                finally:
+                    conn.close()
+                names = {tid: tp[0] for tp, tid in entries}
+                for r in resp.results:
+                    for rp in r.partitions:
+                        if rp.error_code != 0:
+                            continue
+                        start = int(rp.start_offset)
+                        archived = sum(b.last_offset - b.first_offset + 1
+                                       for b in rp.state_batches if b.delivery_state == 4)
+                        done = archived + sum(b.last_offset - b.first_offset + 1
+                                              for b in rp.state_batches
+                                              if b.delivery_state == 2)
+                        end = max((int(b.last_offset) + 1 for b in rp.state_batches),
+                                  default=start)
+                        out[(names[r.topic_id], int(rp.partition))] = (
+                            max(0, end - start - done), archived, done)
+        except (ConnectionError, OSError, ValueError, ApiError):
+            return out
+        return out
 
     # ------------------------------------------------------------ messages
 
@@ -516,17 +658,47 @@ def _state_name(kafka_state: str) -> str:
     return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", kafka_state).upper()
 
 
+def _share_groups(conn: Any, ids: list[str]) -> list[dict[str, Any]]:
+    """Share groups this broker coordinates (KIP-932): ShareGroupDescribe for their state
+    and members, DescribeShareGroupOffsets for each share-partition's start offset, which
+    the sample's lag is counted from (an upper bound: records acknowledged past it count
+    as lag here; the group page subtracts them)."""
+    described = conn.request(77, 1, {"group_ids": ids, "include_authorized_operations": False})
+    offsets = conn.request(90, 1, {"groups": [{"group_id": g, "topics": None} for g in ids]})
+    starts: dict[str, dict[tuple[str, int], int]] = {}
+    for g in offsets.groups:
+        starts[g.group_id] = {(str(t.topic_name), int(p.partition_index)): int(p.start_offset)
+                              for t in g.topics for p in t.partitions
+                              if p.error_code == 0 and p.start_offset >= 0}
+    out = []
+    for d in described.groups:
+        if d.group_id not in ids:
+            continue
+        doc: dict[str, Any] = {
+            "group": d.group_id, "type": "share", "state": _state_name(d.group_state),
+            "members": len(d.members), "protocol": d.assignor_name or None,
+            "topics": sorted({t for t, _ in starts.get(d.group_id, {})}),
+            "committed": starts.get(d.group_id, {})}
+        if d.error_code != 0:
+            doc["error"] = f"ShareGroupDescribe: error {d.error_code}"
+        out.append(doc)
+    return out
+
+
 def _coordinated_groups(conn: Any) -> list[dict[str, Any]]:
     """The groups this broker coordinates (ListGroups v4), described (DescribeGroups v5;
     ConsumerGroupDescribe v0 for KIP-848 groups) with their committed offsets
     (OffsetFetch v8), at most MAX_SAMPLED_GROUPS (the first by id)."""
-    listing = conn.request(16, 4, {"states_filter": []})
+    listing = conn.request(16, 5, {"states_filter": [], "types_filter": []})
     if listing.error_code != 0:
         raise ConnectionError(f"ListGroups: error {listing.error_code} (e.g. its "
                               "coordinator is still loading)")
-    ids = sorted(g.group_id for g in listing.groups)[:MAX_SAMPLED_GROUPS]
+    chosen = sorted(listing.groups, key=lambda g: g.group_id)[:MAX_SAMPLED_GROUPS]
+    shares = [g.group_id for g in chosen if g.group_type == "share"]
+    ids = [g.group_id for g in chosen if g.group_type != "share"]
+    out = _share_groups(conn, shares) if shares else []
     if not ids:
-        return []
+        return out
     described = conn.request(15, 5, {"groups": ids, "include_authorized_operations": False})
     fetched = conn.request(9, 8, {"groups": [{"group_id": g, "topics": None} for g in ids],
                                   "require_stable": False})
@@ -535,7 +707,6 @@ def _coordinated_groups(conn: Any) -> list[dict[str, Any]]:
         committed[g.group_id] = {(t.name, p.partition_index): int(p.committed_offset)
                                  for t in g.topics for p in t.partitions
                                  if p.error_code == 0 and p.committed_offset >= 0}
-    out = []
     modern = []
     for d in described.groups:
         if d.group_id not in ids:

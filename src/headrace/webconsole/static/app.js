@@ -288,12 +288,21 @@ async function refreshGroupDetail(group) {
        td("member_id", m.member_id), td("client_id", m.client_id), td("host", m.host),
        td("assignment", m.assignment.map((a) => `${a.topic}-${a.partition}`).join(", "))))
     : [el("tr", {}, el("td", { colspan: 4, class: "muted" }, "no active members"))]);
+  // a share group (KIP-932): the share-partition start offset instead of a committed
+  // offset, every member sharing the partition, and its records in flight and archived
+  const share = doc.type === "share";
+  $("group-offset-header").textContent = share ? "Start offset" : "Committed";
+  document.querySelectorAll("#group-partitions-table .share-only").forEach((th) => {
+    th.hidden = !share;
+  });
   fillBody("group-partitions-table", doc.partitions.map((p) =>
     el("tr", { dataset: { topic: p.topic, partition: p.partition } },
        td("topic", p.topic), td("partition", p.partition, "num"),
-       td("committed_offset", p.committed_offset, "num"),
+       td(share ? "start_offset" : "committed_offset", p.committed_offset, "num"),
        td("high_watermark", p.high_watermark, "num"), td("lag", p.lag, "num"),
-       td("member_id", p.member_id))));
+       td("member_id", p.member_id),
+       ...(share ? [td("in_flight", p.in_flight, "num"), td("archived", p.archived, "num")]
+                 : []))));
   drawLag(group, series.series);
 }
 
