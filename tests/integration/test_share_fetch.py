@@ -293,3 +293,31 @@ def test_read_committed_acquires_neither_aborted_records_nor_markers(
     initialize(broker, "g-rc", tid)
     with WireClient.to(broker.bootstrap) as wc:
         assert acquired(fetch(wc, "g-rc", member_id(), 0, tid)) == [(4, 6, 1)]
+
+
+def test_v2_record_limit_mode_and_an_unknown_mode(broker: InProcessBroker,
+                                                  topic_name: str) -> None:
+    """ShareFetch v2 (Kafka 4.2, KIP-1206): share_acquire_mode 1 (record_limit) acquires
+    exactly max_records, inside a log batch; 0 takes the whole batch; others are refused."""
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(5):
+        p.produce(topic_name, f"v{i}".encode(), partition=0)
+    p.flush(10)  # one log batch of 5
+    topic = broker.call(lambda b: b.metadata.topic(topic_name))
+    tid = topic.topic_id
+    initialize(broker, "g-v2", tid)
+
+    def v2(wc: WireClient, member: str, mode: int) -> Any:
+        return wc.request(78, 2, {
+            "group_id": "g-v2", "member_id": member, "share_session_epoch": 0,
+            "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 2,
+            "batch_size": 500, "share_acquire_mode": mode, "is_renew_ack": False,
+            "topics": [{"topic_id": tid, "partitions": [
+                {"partition_index": 0, "acknowledgement_batches": []}]}],
+            "forgotten_topics_data": []})
+
+    with WireClient.to(broker.bootstrap) as wc:
+        assert v2(wc, member_id(), 7).error_code == ErrorCode.invalid_request
+        assert acquired(v2(wc, member_id(), 1)) == [(0, 1, 1)]
+        assert acquired(v2(wc, member_id(), 1)) == [(2, 3, 1)]
+        assert acquired(v2(wc, member_id(), 0)) == [(4, 4, 1)]

@@ -289,7 +289,8 @@ class SharePartitionManager:
 
     async def fetch(self, group_id: str, member_id: str, parts: list[tuple[uuid.UUID, int]],
                     *, max_records: int, max_bytes: int, min_bytes: int, max_wait_ms: int,
-                    rotate: int = 0) -> dict[tuple[uuid.UUID, int], PartitionFetch]:
+                    rotate: int = 0, strict: bool = False,
+                    ) -> dict[tuple[uuid.UUID, int], PartitionFetch]:
         """Acquire records of ``parts`` for the member; parked up to ``max_wait_ms`` while
         there is nothing to acquire."""
         out: dict[tuple[uuid.UUID, int], PartitionFetch] = {}
@@ -308,7 +309,7 @@ class SharePartitionManager:
                     out[part] = PartitionFetch(err)
                 else:
                     entries.append((part, entry))
-            got = self._acquire(member_id, entries, max_records, max_bytes, out)
+            got = self._acquire(member_id, entries, max_records, max_bytes, out, strict)
             if got >= max(1, min_bytes) or not entries or self.broker.stopping:
                 break
             left = deadline - loop.time()
@@ -354,7 +355,8 @@ class SharePartitionManager:
 
     def _acquire(self, member_id: str, entries: list[tuple[tuple[uuid.UUID, int], _Entry]],
                  max_records: int, max_bytes: int,
-                 out: dict[tuple[uuid.UUID, int], PartitionFetch]) -> int:
+                 out: dict[tuple[uuid.UUID, int], PartitionFetch], strict: bool = False,
+                 ) -> int:
         """One pass over the partitions: acquire what is there; the bytes answered."""
         remaining_records = max(1, max_records)
         remaining_bytes = max_bytes
@@ -412,7 +414,8 @@ class SharePartitionManager:
             if not batches:
                 continue
             try:
-                acquired = sp.acquire(member_id, batches, remaining_records, now)
+                acquired = sp.acquire(member_id, batches, remaining_records, now,
+                                      strict=strict)
             except ShareStateError as e:  # our bug: one line, the partition answers an error
                 log.error("share-partition %s acquire failed: %s", entry.key, e)
                 result.error = ErrorCode.unknown_server_error

@@ -42,7 +42,9 @@ An illegal transition raises ``ShareStateError`` (our bug) before anything chang
    fits, and a whole cached batch is taken even if it goes past it. The in-flight window
    (SPEO - SPSO + 1) never grows past ``max_in_flight_records``
    (``group.share.partition.max.record.locks``, 2000 in Kafka 4.2); when it is full only
-   records inside it can be re-acquired (``lastOffsetAndMaxRecordsToAcquire``).
+   records inside it can be re-acquired (``lastOffsetAndMaxRecordsToAcquire``). In
+   ShareFetch v2's ``record_limit`` mode (``strict``, KIP-1206) the limit is exact: the
+   run ends where it falls, inside a log batch or a cached batch.
 2. **Never delivered**: control batches, and under ``read_committed`` the batches of
    aborted transactions, are ARCHIVED when fetched (Kafka archives the aborted ones in
    ``filterAbortedTransactionalAcquiredRecords``; it hands control records out and the
@@ -445,9 +447,11 @@ class SharePartition:
 
     def acquire(self, member_id: str, batches: Sequence[FetchedBatch], max_fetch_records: int,
                 now_ms: int, *, isolation_level: IsolationLevel | None = None,
-                ) -> list[AcquiredRecords]:
+                strict: bool = False) -> list[AcquiredRecords]:
         """Acquire the fetched records for ``member_id`` (rules 1-2); ``batches`` in
-        offset order, as read from ``next_fetch_offset()``."""
+        offset order, as read from ``next_fetch_offset()``. ``strict`` (ShareFetch v2's
+        ``record_limit`` acquire mode, KIP-1206): never more than ``max_fetch_records``,
+        a log batch or a cached batch split where the limit falls."""
         self._require_active()
         if member_id == EMPTY_MEMBER_ID:
             raise ValueError("a member id is required")
@@ -482,7 +486,9 @@ class SharePartition:
                     assert st is not None
                     if st.state is not RecordState.AVAILABLE:
                         continue
-                    if lo <= b.first_offset and b.last_offset <= hi:
+                    whole = b.last_offset - b.first_offset + 1
+                    if lo <= b.first_offset and b.last_offset <= hi and (
+                            not strict or count + whole <= max_records):
                         st.move(RecordState.ACQUIRED, st.delivery_count + 1, member_id, deadline)
                         acquired.append((b.first_offset, b.last_offset, st.delivery_count))
                         count += b.last_offset - b.first_offset + 1
@@ -504,8 +510,9 @@ class SharePartition:
             room = max_records - count
             if room < last_new - first_new + 1:
                 target = first_new + room - 1
-                last_new = next((min(b.last_offset, hi) for b in batches
-                                 if b.base_offset <= target <= b.last_offset), target)
+                last_new = target if strict else next(
+                    (min(b.last_offset, hi) for b in batches
+                     if b.base_offset <= target <= b.last_offset), target)
             was_empty = self._next_new == self._start_offset
             run_first = first_new
             for sb in skipped:

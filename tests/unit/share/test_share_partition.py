@@ -113,6 +113,20 @@ def test_max_fetch_records_is_a_soft_limit_ending_at_a_batch_boundary() -> None:
     assert sp.next_fetch_offset() == 8
 
 
+def test_record_limit_mode_acquires_exactly_max_records() -> None:
+    """ShareFetch v2's record_limit acquire mode (KIP-1206): the limit is exact, a log
+    batch is split where it falls, and the rest of it is acquired by the next fetch (read
+    from next_fetch_offset, inside the batch); a released cached batch is split too."""
+    sp = SharePartition(0)
+    assert sp.acquire("a", fetched((0, 3), (4, 7)), 5, T0, strict=True) == [
+        AcquiredRecords(0, 4, 1)]
+    assert sp.next_fetch_offset() == 5
+    assert sp.acquire("b", fetched((4, 7)), 2, T0, strict=True) == [AcquiredRecords(5, 6, 1)]
+    assert sp.acknowledge("a", [ack(0, 4, RELEASE)], T0) is ErrorCode.none
+    assert sp.acquire("c", fetched((0, 3), (4, 7)), 3, T0, strict=True) == [
+        AcquiredRecords(0, 2, 2)]
+
+
 def test_the_in_flight_window_stops_new_acquisitions_at_max_record_locks() -> None:
     """group.share.partition.max.record.locks (Kafka 4.2: 2000) and
     lastOffsetAndMaxRecordsToAcquire: a full window acquires nothing new, but a released

@@ -16,9 +16,9 @@ nothing and closes the session after its acknowledgements, releasing the member'
 records. ``acquisition_lock_timeout`` is the group's record lock duration.
 
 v2 (Kafka 4.2) adds ``is_renew_ack`` (the request only renews locks: RENEW(4) is a valid
-type and nothing is fetched) and ``share_acquire_mode`` (1, record_limit: at most
-``max_records`` records are acquired, not rounded up to whole batches; headrace acquires
-up to the end of the batch holding the last record, as in mode 0 - noted in the README).
+type and nothing is fetched) and ``share_acquire_mode`` (0 batch_optimized: whole log
+batches, ``max_records`` a soft limit; 1 record_limit: exactly ``max_records`` at most, a
+batch split where the limit falls; any other value INVALID_REQUEST).
 """
 
 from __future__ import annotations
@@ -145,6 +145,9 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: Any) -> A
     manager = _manager(broker)
     epoch = int(req.share_session_epoch)
     renew = bool(getattr(req, "is_renew_ack", False))
+    mode = int(getattr(req, "share_acquire_mode", 0))
+    if mode not in (0, 1):
+        return _top_error(ctx, ErrorCode.invalid_request, f"Unknown share acquire mode {mode}")
     fetch_parts: list[Part] = []
     unknown: list[Part] = []
     for t in req.topics or ():
@@ -187,7 +190,7 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: Any) -> A
             group_id, member_id, wanted, max_records=int(req.max_records),
             max_bytes=min(int(req.max_bytes), int(broker.config["fetch.max.bytes"])),
             min_bytes=int(req.min_bytes), max_wait_ms=ms(req.max_wait),
-            rotate=max(0, epoch))
+            rotate=max(0, epoch), strict=mode == 1)
         results.update(fetched)
     if context.final:
         manager.close_session(group_id, member_id)
