@@ -18,6 +18,7 @@ from confluent_kafka.admin import (
 )
 
 from tests.clusterproc import Cluster
+from tests.kafka_wire import WireClient
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("cluster")]
 
@@ -79,3 +80,18 @@ def test_a_share_partitions_state_survives_its_leaders_death(healthy: Cluster) -
     finally:
         c.close()
     assert accepted == set(range(RECORDS))  # nothing lost
+    # DescribeShareGroupOffsets v1 from the group's coordinator: the start offset past
+    # every record and lag 0, the high watermark asked of the partition's leader
+    with WireClient.to(cluster.live_bootstrap().split(",")[0]) as wc:
+        (c0,) = wc.request(10, 4, {"key_type": 0, "coordinator_keys": [group]}).coordinators
+    assert c0.error_code == 0
+    deadline = time.monotonic() + 30
+    while True:
+        with WireClient(str(c0.host), int(c0.port)) as wc:
+            resp = wc.request(90, 1, {"groups": [{"group_id": group, "topics": None}]})
+        (g,) = resp.groups
+        rows = [(int(p.start_offset), int(p.lag)) for t in g.topics for p in t.partitions]
+        if rows == [(RECORDS, 0)] or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert rows == [(RECORDS, 0)]

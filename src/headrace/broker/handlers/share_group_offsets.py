@@ -12,8 +12,9 @@ An empty group id is INVALID_GROUP_ID (Kafka's ``isGroupIdNotEmpty``).
   -1. No topics (null) means every initialized share-partition of the group. Without a
   share coordinator (``broker.share_persister`` None) a group with initialized
   share-partitions to read is COORDINATOR_NOT_AVAILABLE. v1's lag is the
-  high watermark minus the start offset minus the records acknowledged or archived past it,
-  where this broker leads the partition (-1 elsewhere: the leader knows it).
+  high watermark minus the start offset minus the records acknowledged or archived past it
+  (the high watermark asked of the partition's leader when it is another broker; -1 if it
+  does not answer).
 - **Alter** (READ on the group and the topics): the group must have no members
   (NON_EMPTY_GROUP); an unknown group is created empty, as Kafka does. Each partition's state
   is initialized anew at the given start offset (a new state epoch fences the old leaders'
@@ -53,13 +54,52 @@ def _group(broker: Broker, group_id: str) -> tuple[ErrorCode, ShareGroup | None]
     return ErrorCode.none, g
 
 
-def _lag(broker: Broker, name: str, index: int, start: int, done: int) -> int:
-    if start < 0:
+def _lag(highs: dict[tuple[str, int], int], name: str, index: int, start: int,
+         done: int) -> int:
+    high = highs.get((name, index), -1)
+    if start < 0 or high < 0:
         return -1
-    partition = broker.replicas.get(TopicPartition(name, index))
-    if partition is None or not partition.is_leader(broker.node_id):
-        return -1
-    return max(0, partition.log.high_watermark - start - max(done, 0))
+    return max(0, high - start - max(done, 0))
+
+
+async def _high_watermarks(broker: Broker, tps: list[tuple[str, int]]
+                           ) -> dict[tuple[str, int], int]:
+    """The high watermark of each partition: this broker's own where it leads, else asked
+    of the leader (ListOffsets v4, latest) over the inter-broker connection; a partition
+    whose leader does not answer is left out (its lag -1)."""
+    from headrace.broker.share_coordinator import CoordinatorPersister
+
+    out: dict[tuple[str, int], int] = {}
+    remote: dict[int, list[tuple[str, int]]] = {}
+    for name, index in tps:
+        partition = broker.replicas.get(TopicPartition(name, index))
+        if partition is not None and partition.is_leader(broker.node_id):
+            out[(name, index)] = partition.log.high_watermark
+            continue
+        meta = broker.metadata.topic(name)
+        if meta is not None and 0 <= index < len(meta.partitions) \
+                and meta.partitions[index].leader >= 0:
+            remote.setdefault(meta.partitions[index].leader, []).append((name, index))
+    persister = broker.share_persister
+    if not isinstance(persister, CoordinatorPersister):
+        return out
+    for node, parts in remote.items():
+        by_topic: dict[str, list[int]] = {}
+        for name, index in parts:
+            by_topic.setdefault(name, []).append(index)
+        try:
+            resp = await persister._remote(node, 2, 4, {
+                "replica_id": -1, "isolation_level": 0, "topics": [
+                    {"name": t, "partitions": [{"partition_index": i, "current_leader_epoch": -1,
+                                                "timestamp": -1} for i in ps]}
+                    for t, ps in by_topic.items()]})
+        except Exception:  # the leader did not answer: those lags stay unknown
+            continue
+        for t in resp.topics:
+            for rp in t.partitions:
+                if rp.error_code == 0:
+                    out[(str(t.name), int(rp.partition_index))] = int(rp.offset)
+    return out
 
 
 async def _describe_group(broker: Broker, ctx: RequestContext, g: Any) -> dict[str, Any]:
@@ -96,6 +136,9 @@ async def _describe_group(broker: Broker, ctx: RequestContext, g: Any) -> dict[s
                 "topics": []}
     summaries = {} if persister is None or not wanted else \
         await persister.read_state_summary(wanted)
+    highs = await _high_watermarks(broker, [
+        (n, k.partition) for k in wanted
+        if (n := getattr(metadata.topic_by_id(k.topic_id), "name", None)) is not None])
     topics = []
     for name, parts in asked:
         t = metadata.topic(name)
@@ -115,7 +158,7 @@ async def _describe_group(broker: Broker, ctx: RequestContext, g: Any) -> dict[s
                     row["error_message"] = s.error_message
                 elif s is not None:
                     row.update(start_offset=s.start_offset, leader_epoch=s.leader_epoch,
-                               lag=_lag(broker, name, p, s.start_offset,
+                               lag=_lag(highs, name, p, s.start_offset,
                                         s.delivery_complete_count))
             out.append(row)
         topics.append({"topic_name": name, "topic_id": t.topic_id if t else None,
