@@ -261,7 +261,8 @@ async def test_a_share_group_is_shown_with_its_share_partitions(
 
         async def listed() -> Any:
             _, groups = await served.api("/api/groups")
-            return next((g for g in groups["groups"] if g["group"] == group), None)
+            g = next((g for g in groups["groups"] if g["group"] == group), None)
+            return g if g is not None and g["topics"] else None  # a sample after the join
         g = await _until("the share group in the list", listed)
         assert g["type"] == "share" and g["members"] == 1 and g["topics"] == [topic]
     finally:
