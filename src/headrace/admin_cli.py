@@ -127,11 +127,11 @@ def topics() -> None:
 @topics.command("create")
 @bootstrap_option
 @click.option("--topic", required=True, help="The topic's name.")
-@click.option("--partitions", type=positive, default=None,
+@click.option("-p", "--partitions", type=positive, default=None,
               help="Default: the broker's num.partitions.")
-@click.option("--replication-factor", type=positive, default=None,
+@click.option("-r", "--replication-factor", type=positive, default=None,
               help="Default: the broker's default.replication.factor.")
-@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE",
+@click.option("-c", "--config", "configs", multiple=True, metavar="KEY=VALUE",
               help="A topic config, e.g. retention.ms=86400000 (repeatable).")
 @click.option("--if-not-exists", is_flag=True, help="Succeed if the topic exists already.")
 def create(bootstrap: str, topic: str, partitions: int | None,
@@ -160,11 +160,16 @@ def create(bootstrap: str, topic: str, partitions: int | None,
 
 @topics.command("list")
 @bootstrap_option
+@click.option("--exclude-internal", is_flag=True,
+              help="Leave out the internal topics (__consumer_offsets, ...).")
 @format_option
-def list_(bootstrap: str, fmt: str) -> None:
-    """Every topic's name, one per line."""
+def list_(bootstrap: str, exclude_internal: bool, fmt: str) -> None:
+    """Every topic's name, one per line (as kafka-topics.sh --list, internal ones
+    included unless --exclude-internal)."""
+    from headrace.topic_describe import INTERNAL_TOPICS
+
     md = _admin(bootstrap).list_topics(timeout=TIMEOUT_S)  # all topics: creates nothing
-    names = sorted(md.topics)
+    names = sorted(n for n in md.topics if not (exclude_internal and n in INTERNAL_TOPICS))
     if fmt == "json":
         emit_json(names)
         return
@@ -226,10 +231,23 @@ def log_dir_sizes(nodes: list[Any], wanted: dict[str, list[int]],
 
 @topics.command("describe")
 @bootstrap_option
+@click.argument("topic_args", metavar="[TOPIC]...", nargs=-1)
 @click.option("--topic", "names", multiple=True,
-              help="A topic (repeatable). Default: every topic.")
+              help="A topic (repeatable; or name them as arguments). Default: every topic.")
+@click.option("--exclude-internal", is_flag=True,
+              help="Without topics named: leave out the internal topics.")
+@click.option("--under-replicated-partitions", "under_replicated", is_flag=True,
+              help="Only partitions whose ISR is smaller than their replicas.")
+@click.option("--unavailable-partitions", "unavailable", is_flag=True,
+              help="Only partitions without a live leader.")
+@click.option("--at-min-isr-partitions", "at_min_isr", is_flag=True,
+              help="Only partitions whose ISR is exactly min.insync.replicas.")
+@click.option("--under-min-isr-partitions", "under_min_isr", is_flag=True,
+              help="Only partitions whose ISR is below min.insync.replicas.")
 @format_option
-def describe(bootstrap: str, names: tuple[str, ...], fmt: str) -> None:
+def describe(bootstrap: str, topic_args: tuple[str, ...], names: tuple[str, ...],
+             exclude_internal: bool, under_replicated: bool, unavailable: bool,
+             at_min_isr: bool, under_min_isr: bool, fmt: str) -> None:
     """Partitions, leaders, replicas and in-sync replicas, log start and end offsets and
     size on disk per partition, and config overrides. Creates nothing (an unknown topic is
     an error, whatever auto.create.topics.enable says). Answers from the brokers that are
@@ -241,11 +259,21 @@ def describe(bootstrap: str, names: tuple[str, ...], fmt: str) -> None:
 
     first = check_reachable(bootstrap)  # the address that answered is asked first
     addresses = [first, *(a for a in parse_bootstrap(bootstrap) if a != first)]
+    names = (*names, *topic_args)
     try:
         docs, notes = wire_describe(addresses,
                                     sorted(set(names)) if names else None, CLIENT_CONFIG)
     except DescribeError as e:
         _fail(str(e), e.code)
+    if exclude_internal and not names:
+        docs = [d for d in docs if not d["internal"]]
+    filters = [f for f, on in ((_under_replicated, under_replicated),
+                               (_unavailable, unavailable), (_at_min_isr, at_min_isr),
+                               (_under_min_isr, under_min_isr)) if on]
+    if filters:  # kafka-topics.sh: only the matching partitions' lines, no topic lines
+        docs = [{**d, "partitions": [p for p in d["partitions"]
+                                     if any(f(d, p) for f in filters)]} for d in docs]
+        docs = [d for d in docs if d["partitions"]]
     for note in notes:
         click.echo(f"headrace: {note}", err=True)
     if fmt == "json":
@@ -254,7 +282,32 @@ def describe(bootstrap: str, names: tuple[str, ...], fmt: str) -> None:
     from headrace.topic_describe import describe_lines
 
     for line in describe_lines(docs):
+        if filters and not line.startswith("\t"):
+            continue  # kafka-topics.sh prints only the partitions when filtering
         click.echo(line)
+
+
+def _min_isr(doc: dict[str, Any]) -> int:
+    try:
+        return int(doc["configs"].get("min.insync.replicas", "1"))
+    except ValueError:
+        return 1
+
+
+def _under_replicated(doc: dict[str, Any], p: dict[str, Any]) -> bool:
+    return len(p["isr"]) < len(p["replicas"])
+
+
+def _unavailable(doc: dict[str, Any], p: dict[str, Any]) -> bool:
+    return bool(p["offline"])
+
+
+def _at_min_isr(doc: dict[str, Any], p: dict[str, Any]) -> bool:
+    return len(p["isr"]) == _min_isr(doc)
+
+
+def _under_min_isr(doc: dict[str, Any], p: dict[str, Any]) -> bool:
+    return len(p["isr"]) < _min_isr(doc)
 
 
 @topics.command("add-partitions")
@@ -275,12 +328,45 @@ def add_partitions(bootstrap: str, topic: str, partitions: int) -> None:
 
 @topics.command("delete")
 @bootstrap_option
-@click.option("--topic", required=True, help="The topic to delete, with its records.")
-def delete(bootstrap: str, topic: str) -> None:
-    """Delete a topic and its records."""
+@click.argument("topic_args", metavar="[TOPIC]...", nargs=-1)
+@click.option("--topic", "names", multiple=True,
+              help="A topic to delete with its records, or a regular expression its whole "
+                   "name matches (repeatable; or name them as arguments).")
+@click.option("--if-exists", is_flag=True,
+              help="Succeed when a topic (or pattern) matches nothing.")
+def delete(bootstrap: str, topic_args: tuple[str, ...], names: tuple[str, ...],
+           if_exists: bool) -> None:
+    """Delete topics and their records (kafka-topics.sh --delete: a name is also a
+    regular expression; internal topics are never matched by a pattern)."""
+    from headrace.topic_describe import INTERNAL_TOPICS
+
+    wanted = (*names, *topic_args)
+    if not wanted:
+        raise click.UsageError("name at least one topic (an argument or --topic)")
     admin = _admin(bootstrap)
-    _result(admin.delete_topics([topic], operation_timeout=TIMEOUT_S)[topic])
-    click.echo(f"Deleted topic {topic}.")
+    existing = set(admin.list_topics(timeout=TIMEOUT_S).topics)
+    chosen: list[str] = []
+    for w in wanted:
+        if w in existing:
+            matched = [w]
+        else:
+            try:
+                pattern = re.compile(w)
+            except re.error:
+                matched = []
+            else:
+                matched = sorted(n for n in existing
+                                 if n not in INTERNAL_TOPICS and pattern.fullmatch(n))
+        if not matched and not if_exists:
+            _fail(f"topic '{w}' does not exist" + (" (as a name or a pattern)"
+                                                   if w != re.escape(w) else ""))
+        chosen += [n for n in matched if n not in chosen]
+    if not chosen:
+        return
+    futs = admin.delete_topics(chosen, operation_timeout=TIMEOUT_S)
+    for name in chosen:
+        _result(futs[name])
+        click.echo(f"Deleted topic {name}.")
 
 
 @topics.command("alter-config")

@@ -30,7 +30,7 @@ METADATA_VERSION = 12
 DESCRIBE_CONFIGS_VERSION = 4
 DEFAULT_CONFIG = 5  # DescribeConfigs' config_source for a value nobody set
 UNKNOWN_TOPIC_OR_PARTITION = 3
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 class DescribeError(Exception):

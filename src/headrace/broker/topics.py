@@ -46,6 +46,10 @@ log = logging.getLogger("headrace.topics")
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# Kafka's Topic.INTERNAL_TOPICS (Metadata's is_internal; no partitions added): the
+# compacted two above and __share_group_state (KIP-932, cleanup.policy=delete, pruned by
+# the share coordinator)
+KAFKA_INTERNAL_TOPICS = INTERNAL_TOPICS | {"__share_group_state"}
 MAX_PARTITIONS = 100_000  # per topic, per request
 INSTALL_CHUNK = 1000  # partitions made live per event-loop turn
 
@@ -579,7 +583,7 @@ class TopicAdmin:
                 ErrorCode.unknown_topic_or_partition,
                 "This server does not host this topic-partition.",
             )
-        if name in INTERNAL_TOPICS:
+        if name in KAFKA_INTERNAL_TOPICS:
             # Kafka's brokers accept this; headrace refuses it (README, "Durability and
             # hostile clients"): a group's (a transactional id's) coordinator is the
             # partition its id hashes to, modulo the partition count

@@ -44,7 +44,7 @@ from headrace.webconsole.model import (
 T = TypeVar("T")
 P = ParamSpec("P")
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 MAX_SAMPLED_GROUPS = 200  # groups whose lag is sampled each interval (the first by name)
 MAX_VALUE_BYTES = 64 * 1024  # a key, value or header value longer than this is cut
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024  # the message browser stops reading past this

@@ -35,7 +35,7 @@ from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.replica_manager import TopicPartition
 from headrace.broker.security import DESCRIBE
 from headrace.broker.security import TOPIC as ACL_TOPIC
-from headrace.broker.topics import INTERNAL_TOPICS, TopicError, validate_topic_name
+from headrace.broker.topics import KAFKA_INTERNAL_TOPICS, TopicError, validate_topic_name
 from headrace.metadata.store import TopicState
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def _partitions(broker: Broker, topic: TopicState, start: int, stop: int,
 
 def _error_topic(name: str, code: ErrorCode, authorized: int) -> dict[str, Any]:
     return {"error_code": code, "name": name, "topic_id": ZERO_UUID,
-            "is_internal": name in INTERNAL_TOPICS, "partitions": [],
+            "is_internal": name in KAFKA_INTERNAL_TOPICS, "partitions": [],
             "topic_authorized_operations": authorized}
 
 
@@ -133,7 +133,7 @@ async def handle_describe_topic_partitions(broker: Broker, ctx: RequestContext,
         stop = min(n, start + remaining)
         partitions = _partitions(broker, topic, start, stop, live) if start < stop else []
         topics.append({"error_code": ErrorCode.none, "name": name, "topic_id": topic.topic_id,
-                       "is_internal": name in INTERNAL_TOPICS, "partitions": partitions,
+                       "is_internal": name in KAFKA_INTERNAL_TOPICS, "partitions": partitions,
                        "topic_authorized_operations":
                            security.authorized_operations(ctx, ACL_TOPIC, name)})
         if stop < n:

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.security import CLUSTER, CLUSTER_NAME, CREATE, DESCRIBE, TOPIC
-from headrace.broker.topics import INTERNAL_TOPICS, TopicError, validate_topic_name
+from headrace.broker.topics import KAFKA_INTERNAL_TOPICS, TopicError, validate_topic_name
 from headrace.log.partition_log import OFFLINE_EVENTS
 from headrace.metadata.store import TopicState
 from headrace.protocol.codec import MetadataPartition, MetadataTopic, encode_metadata_body
@@ -76,7 +76,7 @@ def _topic_entry(broker: Broker, topic: TopicState, live: set[int]) -> MetadataT
             tuple(r for r in p.isr if not (r == node_id and r in offline)) if offline
             else tuple(p.isr),
             tuple(r for r in replicas if r in offline) if offline else ()))
-    return MetadataTopic(0, name, topic.topic_id, name in INTERNAL_TOPICS, partitions,
+    return MetadataTopic(0, name, topic.topic_id, name in KAFKA_INTERNAL_TOPICS, partitions,
                          UNKNOWN_AUTHORIZED_OPERATIONS)
 
 

@@ -1,0 +1,114 @@
+"""The command line Kafka and rpk users expect (issue 26, "CLI parity"), in process with
+click's CliRunner against an in-process broker: kafka-topics.sh's --exclude-internal,
+describe's partition filters, deleting several topics or a pattern with --if-exists, rpk's
+short flags, topics named as arguments everywhere."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner, Result
+from confluent_kafka import Consumer, Producer
+
+from headrace.cli import main
+from headrace.cli_support import set_verbose
+from tests.inproc import InProcessBroker
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    with InProcessBroker(tmp_path_factory.mktemp("cli-parity"), {"num.partitions": "1"}) as b:
+        yield b
+
+
+def run(*args: str) -> Result:
+    try:
+        return CliRunner().invoke(main, list(args), prog_name="headrace",
+                                  env={"HEADRACE_BOOTSTRAP": None,
+                                       "HEADRACE_COMMAND_CONFIG": None,
+                                       "HEADRACE_VERBOSE": None})
+    finally:
+        set_verbose(False)
+
+
+def ok(*args: str) -> Result:
+    r = run(*args)
+    assert r.exit_code == 0, (r.exit_code, r.stdout, r.stderr, r.exception)
+    assert "Traceback" not in r.stderr
+    return r
+
+
+def name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def test_list_includes_internal_topics_unless_excluded(broker: InProcessBroker) -> None:
+    b = broker.bootstrap
+    t = name("plain")
+    ok("topics", "create", "--topic", t, "-p", "2", "-r", "1", "-c", "retention.ms=60000",
+       "-b", b)
+    c = Consumer({"bootstrap.servers": b, "group.id": name("g")})  # makes __consumer_offsets
+    c.subscribe([t])
+    c.poll(1)
+    c.close()
+    listed = ok("topics", "list", "-b", b).stdout.split()
+    assert t in listed and "__consumer_offsets" in listed
+    listed = ok("topics", "list", "--exclude-internal", "-b", b).stdout.split()
+    assert t in listed and "__consumer_offsets" not in listed
+    doc = json.loads(ok("topics", "describe", t, "-b", b, "--format", "json").stdout)
+    (d,) = doc
+    assert d["partition_count"] == 2 and d["configs"]["retention.ms"] == "60000"
+    docs = json.loads(ok("topics", "describe", "--exclude-internal", "-b", b,
+                         "--format", "json").stdout)
+    assert t in {x["name"] for x in docs} and not any(x["internal"] for x in docs)
+
+
+def test_describe_filters_partitions_as_kafka_topics_does(broker: InProcessBroker) -> None:
+    """One broker: every partition has ISR 1 = replicas; a topic asking for
+    min.insync.replicas=2 is under its min ISR, one with the default 1 at it."""
+    b = broker.bootstrap
+    at, under = name("atmin"), name("undermin")
+    ok("topics", "create", "--topic", at, "-b", b)
+    ok("topics", "create", "--topic", under, "-c", "min.insync.replicas=2", "-b", b)
+    assert ok("topics", "describe", at, under, "--under-replicated-partitions",
+              "-b", b).stdout == ""
+    assert ok("topics", "describe", at, under, "--unavailable-partitions", "-b", b).stdout == ""
+    out = ok("topics", "describe", at, under, "--at-min-isr-partitions", "-b", b).stdout
+    assert out.startswith("\tTopic: " + at) and under not in out and "PartitionCount" not in out
+    out = ok("topics", "describe", at, under, "--under-min-isr-partitions", "-b", b).stdout
+    assert f"Topic: {under}\tPartition: 0" in out and at not in out
+    doc = json.loads(ok("topics", "describe", at, under, "--under-min-isr-partitions",
+                        "-b", b, "--format", "json").stdout)
+    assert [d["name"] for d in doc] == [under]
+
+
+def test_delete_several_topics_a_pattern_and_if_exists(broker: InProcessBroker) -> None:
+    b = broker.bootstrap
+    tag = uuid.uuid4().hex[:6]
+    topics = [f"del-{tag}-{i}" for i in range(3)]
+    keep = f"keep-{tag}"
+    for t in [*topics, keep]:
+        ok("topics", "create", "--topic", t, "-b", b)
+    p = Producer({"bootstrap.servers": b})
+    p.produce(keep, b"x")
+    p.flush(10)
+    out = ok("topics", "delete", topics[0], "--topic", f"del-{tag}-[12]", "-b", b).stdout
+    assert sorted(out.splitlines()) == [f"Deleted topic {t}." for t in topics]
+    listed = ok("topics", "list", "-b", b).stdout.split()
+    assert keep in listed and not set(topics) & set(listed)
+    r = run("topics", "delete", f"del-{tag}-9", "-b", b)
+    assert r.exit_code == 1 and "does not exist" in r.stderr
+    assert ok("topics", "delete", f"del-{tag}-9", "--if-exists", "-b", b).stdout == ""
+    r = run("topics", "delete", "-b", b)
+    assert r.exit_code == 2  # nothing named: a usage error
+    # a pattern never matches an internal topic
+    c = Consumer({"bootstrap.servers": b, "group.id": name("g")})  # makes __consumer_offsets
+    c.subscribe([keep])
+    c.poll(1)
+    c.close()
+    assert "__consumer_offsets" in ok("topics", "list", "-b", b).stdout.split()
+    assert ok("topics", "delete", "__.*", "--if-exists", "-b", b).stdout == ""
+    assert "__consumer_offsets" in ok("topics", "list", "-b", b).stdout.split()
