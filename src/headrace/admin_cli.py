@@ -656,24 +656,82 @@ def _row_doc(row: tuple[object, ...]) -> dict[str, object]:
 
 @groups.command("describe")
 @bootstrap_option
-@click.argument("group")
+@click.argument("group", required=False)
+@click.option("--all-groups", is_flag=True, help="Every consumer group, one after another.")
+@click.option("--members", "view", flag_value="members",
+              help="The members: id, host, client id and how many partitions each has.")
+@click.option("--state", "view", flag_value="state",
+              help="The group's coordinator, assignor, state and member count.")
 @format_option
-def groups_describe(bootstrap: str, group: str, fmt: str) -> None:
-    """Committed offset, log end and lag per partition, with the owning member."""
-    desc, rows = _lag_rows(bootstrap, group)
+def groups_describe(bootstrap: str, group: str | None, all_groups: bool, view: str | None,
+                    fmt: str) -> None:
+    """Committed offset, log end and lag per partition, with the owning member (or, as
+    kafka-consumer-groups.sh, the --members or --state view; --all-groups for every
+    group)."""
+    if all_groups == (group is not None):
+        raise click.UsageError("name one GROUP or give --all-groups")
+    names = [group] if group is not None else _group_ids(bootstrap)
+    docs = []
+    for i, name in enumerate(names):
+        if i and fmt != "json":
+            click.echo()
+        if view is not None:
+            docs.append(_group_view(bootstrap, name, view, fmt))
+        else:
+            docs.append(_group_offsets_view(bootstrap, name, fmt))
     if fmt == "json":
-        emit_json({"group": group, "state": state_name(desc.state),
-                   "members": [{"consumer_id": m.member_id, "client_id": m.client_id,
-                                "host": m.host} for m in desc.members],
-                   "assignor": desc.partition_assignor or None,
-                   "partitions": [_row_doc(r) for r in rows]})
-        return
+        emit_json(docs[0] if group is not None else docs)
+
+
+def _group_ids(bootstrap: str) -> list[str]:
+    admin = _admin(bootstrap)
+    res = _result(admin.list_consumer_groups(request_timeout=TIMEOUT_S))
+    return sorted(g.group_id for g in res.valid)
+
+
+def _group_view(bootstrap: str, group: str, view: str, fmt: str) -> dict[str, Any]:
+    admin = _admin(bootstrap)
+    desc = _describe_group(admin, group)
+    state = state_name(desc.state)
+    coordinator = (f"{desc.coordinator.host}:{desc.coordinator.port} "
+                   f"({desc.coordinator.id})" if desc.coordinator else "-")
+    members = [{"consumer_id": m.member_id, "host": m.host, "client_id": m.client_id,
+                "partitions": len((m.assignment.topic_partitions if m.assignment else [])
+                                  or [])} for m in desc.members]
+    doc: dict[str, Any] = {"group": group, "state": state,
+                           "assignor": desc.partition_assignor or None,
+                           "coordinator": desc.coordinator.id if desc.coordinator else None,
+                           "members": members if view == "members" else len(members)}
+    if fmt == "json":
+        return doc
+    if view == "state":
+        _table([("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"),
+                (group, coordinator, desc.partition_assignor or "-", state, len(members))])
+    elif members:
+        _table([("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"),
+                *((group, m["consumer_id"], m["host"], m["client_id"], m["partitions"])
+                  for m in members)])
+    else:
+        click.echo(f"Consumer group '{group}' has no active members.")
+    return doc
+
+
+def _group_offsets_view(bootstrap: str, group: str, fmt: str) -> dict[str, Any]:
+    desc, rows = _lag_rows(bootstrap, group)
+    doc = {"group": group, "state": state_name(desc.state),
+           "members": [{"consumer_id": m.member_id, "client_id": m.client_id,
+                        "host": m.host} for m in desc.members],
+           "assignor": desc.partition_assignor or None,
+           "partitions": [_row_doc(r) for r in rows]}
+    if fmt == "json":
+        return doc
     click.echo(f"Consumer group '{group}': state {state_name(desc.state)}, "
                f"{len(desc.members)} member(s), assignor {desc.partition_assignor or '-'}")
     if not desc.members:
         click.echo(f"Consumer group '{group}' has no active members.")
     click.echo()
     _table([_DESCRIBE_HEADER, *rows])
+    return doc
 
 
 @groups.command("lag")
@@ -703,6 +761,67 @@ def groups_delete(bootstrap: str, group_ids: tuple[str, ...]) -> None:
     for group in group_ids:
         _result(futs[group])
         click.echo(f"Deleted consumer group '{group}'.")
+
+
+def _topic_selection(values: tuple[str, ...], admin: Any) -> dict[str, list[int]]:
+    """kafka-consumer-groups.sh's ``--topic T`` (every partition) or ``--topic T:0,2``."""
+    out: dict[str, list[int]] = {}
+    for v in values:
+        name, _, parts = v.partition(":")
+        if parts:
+            try:
+                chosen = sorted({int(x) for x in parts.split(",") if x.strip()})
+            except ValueError:
+                raise click.BadParameter(f"{v!r}: partitions are numbers, as T:0,1",
+                                         param_hint="--topic") from None
+        else:
+            (t,) = _describe_topics(admin, [name])
+            chosen = sorted(p.id for p in t.partitions)
+        out.setdefault(name, [])
+        out[name] = sorted(set(out[name]) | set(chosen))
+    return out
+
+
+@groups.command("delete-offsets")
+@bootstrap_option
+@click.argument("group")
+@click.option("--topic", "topics", multiple=True, required=True, metavar="T[:P,P...]",
+              help="A topic (every partition) or some of its partitions (repeatable).")
+def groups_delete_offsets(bootstrap: str, group: str, topics: tuple[str, ...]) -> None:
+    """Delete a group's committed offsets of some partitions (OffsetDelete, API 47; as
+    kafka-consumer-groups.sh --delete-offsets): refused for a topic the group's members
+    still consume (GROUP_SUBSCRIBED_TO_TOPIC)."""
+    from kio.schema.errors import ErrorCode
+
+    admin = _admin(bootstrap)
+    selection = _topic_selection(topics, admin)
+    md = admin.list_topics(timeout=TIMEOUT_S)
+    first = next(iter(md.brokers.values()), None)
+    if first is None:
+        _fail(f"no broker is known to {bootstrap}")
+    found = _broker_request(first.host, first.port, 10, 4,
+                            {"key_type": 0, "coordinator_keys": [group]})
+    c = found.coordinators[0]
+    if c.error_code != ErrorCode.none:
+        _fail(f"no coordinator for group {group!r}: {ErrorCode(c.error_code).name.upper()}")
+    resp = _broker_request(c.host, c.port, 47, 0, {"group_id": group, "topics": [
+        {"name": t, "partitions": [{"partition_index": p} for p in ps]}
+        for t, ps in selection.items()]})
+    if resp.error_code != ErrorCode.none:
+        code = ErrorCode(resp.error_code)
+        if code is ErrorCode.group_id_not_found:
+            _fail(f"consumer group '{group}' does not exist")
+        _fail(f"group '{group}': {code.name.upper()}")
+    rows, failed = [], False
+    for t in resp.topics:
+        for rp in t.partitions:
+            code = ErrorCode(rp.error_code)
+            failed = failed or code is not ErrorCode.none
+            rows.append((t.name, rp.partition_index,
+                         "Successful" if code is ErrorCode.none else code.name.upper()))
+    _table([("TOPIC", "PARTITION", "STATUS"), *rows])
+    if failed:
+        _fail("some offsets were not deleted")
 
 
 def _parse_datetime(text: str) -> int:
@@ -1123,6 +1242,47 @@ def cluster_info(bootstrap: str, fmt: str) -> None:
     _table([("BROKER", "HOST", "PORT", "RACK", "CONTROLLER"),
             *((n.id, n.host, n.port, n.rack or "-", "yes" if n.id == controller else "")
               for n in nodes)])
+
+
+@click.command("health")
+@bootstrap_option
+@format_option
+def cluster_health(bootstrap: str, fmt: str) -> None:
+    """Is the cluster healthy (as rpk cluster health): the brokers up, those down (named
+    as replicas but not registered), the controller, partitions without a live leader and
+    under-replicated ones. Exit 0 when healthy (a controller, no broker down, no leaderless
+    or under-replicated partition), 1 when not: for scripts."""
+    admin = _admin(bootstrap)
+    md = admin.list_topics(timeout=TIMEOUT_S)
+    up = sorted(md.brokers)
+    known: set[int] = set()
+    leaderless: list[str] = []
+    under: list[str] = []
+    for name, t in sorted(md.topics.items()):
+        if t.error is not None:
+            continue
+        for i, p in sorted(t.partitions.items()):
+            known |= set(p.replicas)
+            if p.leader < 0 or p.leader not in md.brokers:
+                leaderless.append(f"{name}-{i}")
+            if len(p.isrs) < len(p.replicas):
+                under.append(f"{name}-{i}")
+    down = sorted(known - set(up))
+    controller = md.controller_id if md.controller_id >= 0 else None
+    healthy = controller is not None and not down and not leaderless and not under
+    if fmt == "json":
+        emit_json({"healthy": healthy, "controller": controller, "brokers_up": up,
+                   "brokers_down": down, "leaderless_partitions": leaderless,
+                   "under_replicated_partitions": under})
+    else:
+        click.echo(f"Healthy:                          {'true' if healthy else 'false'}")
+        click.echo(f"Controller ID:                    {'-' if controller is None else controller}")
+        click.echo(f"All nodes:                        {up + down}")
+        click.echo(f"Nodes down:                       {down}")
+        click.echo(f"Leaderless partitions ({len(leaderless)}):       {leaderless[:20]}")
+        click.echo(f"Under-replicated partitions ({len(under)}): {under[:20]}")
+    if not healthy:
+        raise SystemExit(EXIT_FAILED)
 
 
 # ---------------------------------------------------------------------- configs

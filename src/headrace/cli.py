@@ -261,9 +261,17 @@ def dev_certs(directory: Path, hosts: tuple[str, ...], clients: tuple[str, ...])
 
 
 def _register_subcommands() -> None:
-    from headrace.admin_cli import cluster_info, configs, groups, topics, transactions
+    from headrace.admin_cli import (
+        cluster_health,
+        cluster_info,
+        configs,
+        groups,
+        topics,
+        transactions,
+    )
 
     cluster.add_command(cluster_info)
+    cluster.add_command(cluster_health)
     main.add_command(configs)
     main.add_command(topics)
     main.add_command(groups)

@@ -112,3 +112,53 @@ def test_delete_several_topics_a_pattern_and_if_exists(broker: InProcessBroker) 
     assert "__consumer_offsets" in ok("topics", "list", "-b", b).stdout.split()
     assert ok("topics", "delete", "__.*", "--if-exists", "-b", b).stdout == ""
     assert "__consumer_offsets" in ok("topics", "list", "-b", b).stdout.split()
+
+
+def test_groups_views_all_groups_and_delete_offsets(broker: InProcessBroker) -> None:
+    """kafka-consumer-groups.sh's --members, --state, --all-groups and --delete-offsets
+    (OffsetDelete, API 47; a topic with partition numbers as T:0,1)."""
+    b = broker.bootstrap
+    t, group = name("gv"), name("g")
+    ok("topics", "create", "--topic", t, "-p", "2", "-b", b)
+    p = Producer({"bootstrap.servers": b})
+    for i in range(4):
+        p.produce(t, b"x", partition=i % 2)
+    p.flush(10)
+    c = Consumer({"bootstrap.servers": b, "group.id": group, "auto.offset.reset": "earliest",
+                  "client.id": "parity-client"})
+    c.subscribe([t])
+    got = 0
+    import time
+    deadline = time.monotonic() + 30
+    while got < 4 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got += 1
+    c.commit(asynchronous=False)
+    try:
+        out = ok("groups", "describe", group, "--members", "-b", b).stdout
+        assert "CONSUMER-ID" in out and "parity-client" in out and "#PARTITIONS" in out
+        doc = json.loads(ok("groups", "describe", group, "--state", "-b", b,
+                            "--format", "json").stdout)
+        assert doc["state"] == "STABLE" and doc["members"] == 1
+        docs = json.loads(ok("groups", "describe", "--all-groups", "-b", b,
+                             "--format", "json").stdout)
+        assert group in {d["group"] for d in docs}
+        # the group still consumes the topic: Kafka refuses
+        r = run("groups", "delete-offsets", group, "--topic", f"{t}:0", "-b", b)
+        assert r.exit_code == 1 and "GROUP_SUBSCRIBED_TO_TOPIC" in r.stdout
+    finally:
+        c.close()
+    out = ok("groups", "delete-offsets", group, "--topic", f"{t}:0", "-b", b).stdout
+    assert "Successful" in out
+    doc = json.loads(ok("groups", "describe", group, "-b", b, "--format", "json").stdout)
+    assert {p["partition"] for p in doc["partitions"]} == {1}  # partition 0's offset went
+    r = run("groups", "describe", "-b", b)
+    assert r.exit_code == 2  # neither a group nor --all-groups
+
+
+def test_cluster_health(broker: InProcessBroker) -> None:
+    doc = json.loads(ok("cluster", "health", "-b", broker.bootstrap, "--format", "json").stdout)
+    assert doc["healthy"] is True and doc["controller"] == 0
+    assert doc["brokers_up"] == [0] and doc["brokers_down"] == []
+    assert "Healthy:" in ok("cluster", "health", "-b", broker.bootstrap).stdout
