@@ -839,40 +839,76 @@ def _parse_datetime(text: str) -> int:
 @groups.command("reset-offsets")
 @bootstrap_option
 @click.argument("group")
-@click.option("--topic", required=True, help="Topic whose partitions are reset (all of them).")
+@click.option("--topic", "topics", multiple=True, metavar="T[:P,P...]",
+              help="A topic (every partition) or some of its partitions (repeatable).")
+@click.option("--all-topics", is_flag=True,
+              help="Every topic the group has committed offsets for.")
+@click.option("--from-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A CSV of topic,partition,offset lines (as --export writes): those "
+                   "offsets, clamped to each log's range.")
 @click.option("--to-earliest", is_flag=True, help="To each partition's log start offset.")
 @click.option("--to-latest", is_flag=True, help="To each partition's log end offset.")
+@click.option("--to-current", is_flag=True, help="To the committed offset (e.g. to --export it).")
 @click.option("--to-offset", type=click.IntRange(min=0), default=None,
               help="To this offset (clamped to the log's range).")
 @click.option("--to-datetime", default=None, metavar="YYYY-MM-DDTHH:mm:SS[.sss][+hh:mm]",
               help="To the first record at or after this time.")
+@click.option("--by-duration", default=None, metavar="PnDTnHnMnS",
+              help="To the first record at or after now minus this ISO-8601 duration.")
 @click.option("--shift-by", type=int, default=None,
               help="Move each committed offset by N (negative: back).")
 @click.option("--dry-run", is_flag=True, help="Show the new offsets only (the default).")
 @click.option("--execute", is_flag=True, help="Commit the new offsets.")
-def groups_reset_offsets(bootstrap: str, group: str, topic: str, to_earliest: bool,
-                         to_latest: bool, to_offset: int | None, to_datetime: str | None,
-                         shift_by: int | None, dry_run: bool, execute: bool) -> None:
-    """Reset a group's committed offsets for a topic; the group must be inactive."""
+@click.option("--export", is_flag=True,
+              help="Print the new offsets as CSV (topic,partition,offset) for --from-file.")
+def groups_reset_offsets(bootstrap: str, group: str, topics: tuple[str, ...],
+                         all_topics: bool, from_file: str | None, to_earliest: bool,
+                         to_latest: bool, to_current: bool, to_offset: int | None,
+                         to_datetime: str | None, by_duration: str | None,
+                         shift_by: int | None, dry_run: bool, execute: bool,
+                         export: bool) -> None:
+    """Reset a group's committed offsets (kafka-consumer-groups.sh --reset-offsets); the
+    group must be inactive."""
+    import time
+
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-    modes = [to_earliest, to_latest, to_offset is not None, to_datetime is not None,
-             shift_by is not None]
+    from headrace.broker.share_partitions import parse_duration_ms
+
+    modes = [to_earliest, to_latest, to_current, to_offset is not None,
+             to_datetime is not None, by_duration is not None, shift_by is not None,
+             from_file is not None]
     if sum(modes) != 1:
-        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, "
-                               "--to-datetime, --shift-by")
+        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-current, "
+                               "--to-offset, --to-datetime, --by-duration, --shift-by, "
+                               "--from-file")
+    if from_file is None and sum([bool(topics), all_topics]) != 1:
+        raise click.UsageError("give --topic (repeatable) or --all-topics")
     if dry_run and execute:
         raise click.UsageError("--dry-run and --execute are exclusive")
     ts = _parse_datetime(to_datetime) if to_datetime is not None else None
+    if by_duration is not None:
+        duration = parse_duration_ms(by_duration)
+        if duration is None:
+            raise click.BadParameter(f"{by_duration!r} is no ISO-8601 duration (PnDTnHnMnS)",
+                                     param_hint="--by-duration")
+        ts = int(time.time() * 1000) - duration
     admin = _admin(bootstrap)
     desc = _result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group])
     state = state_name(desc.state)
     if desc.members or state not in _INACTIVE_STATES:
         _fail(f"assignments can only be reset if the group '{group}' is inactive, "
               f"but the current state is {state}.")
-    (t,) = _describe_topics(admin, [topic])  # never auto-creates the topic
-    tps = [(topic, p) for p in sorted(p.id for p in t.partitions)]
     committed = _committed(admin, group)
+    from_csv: dict[tuple[str, int], int] = {}
+    if from_file is not None:
+        from_csv = _read_offsets_csv(from_file)
+        tps = sorted(from_csv)
+        _describe_topics(admin, sorted({t for t, _ in tps}))  # never auto-creates a topic
+    elif all_topics:
+        tps = sorted(committed)
+    else:
+        tps = sorted((t, p) for t, ps in _topic_selection(topics, admin).items() for p in ps)
     consumer = _offsets_consumer(bootstrap)
     try:
         marks = _watermarks(consumer, tps)
@@ -886,23 +922,32 @@ def groups_reset_offsets(bootstrap: str, group: str, topic: str, to_earliest: bo
     new: dict[tuple[str, int], int] = {}
     for tp in tps:
         low, high = marks[tp]
+        current = committed.get(tp, NO_OFFSET)
         if to_earliest:
             target = low
         elif to_latest:
             target = high
+        elif to_current:
+            target = current if current >= 0 else low
         elif to_offset is not None:
             target = to_offset
         elif shift_by is not None:
-            current = committed.get(tp, NO_OFFSET)
             target = (current if current >= 0 else low) + shift_by
+        elif from_file is not None:
+            target = from_csv[tp]
         else:
             found_offset = by_time.get(tp, -1)
             target = found_offset if found_offset >= 0 else high
         new[tp] = min(max(target, low), high)
-    _table([("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
-            *((group, tp[0], tp[1], off) for tp, off in new.items())])
+    if export:
+        for (t, p), off in new.items():
+            click.echo(f"{t},{p},{off}")
+    else:
+        _table([("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
+                *((group, tp[0], tp[1], off) for tp, off in new.items())])
     if not execute:
-        click.echo("(dry run: nothing committed; add --execute to commit)")
+        if not export:
+            click.echo("(dry run: nothing committed; add --execute to commit)")
         return
     req = [ConsumerGroupTopicPartitions(
         group, [TopicPartition(tp, p, off) for (tp, p), off in new.items()])]
@@ -910,7 +955,28 @@ def groups_reset_offsets(bootstrap: str, group: str, topic: str, to_earliest: bo
     failed = [tp for tp in res.topic_partitions or [] if tp.error is not None]
     if failed:
         _fail("; ".join(f"{tp.topic}-{tp.partition}: {tp.error}" for tp in failed))
-    click.echo(f"Reset offsets of group '{group}' for topic {topic}.")
+    if not export:
+        names = ", ".join(sorted({t for t, _ in new}))
+        click.echo(f"Reset offsets of group '{group}' for {names or 'no partition'}.")
+
+
+def _read_offsets_csv(path: str) -> dict[tuple[str, int], int]:
+    """kafka-consumer-groups.sh's reset file: ``topic,partition,offset`` per line."""
+    out: dict[tuple[str, int], int] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split(",")
+            try:
+                if len(parts) != 3:
+                    raise ValueError
+                out[(parts[0], int(parts[1]))] = int(parts[2])
+            except ValueError:
+                raise click.BadParameter(f"line {n}: expected topic,partition,offset, got "
+                                         f"{line!r}", param_hint="--from-file") from None
+    return out
 
 
 # ---------------------------------------------------------------------- transactions

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -162,3 +163,50 @@ def test_cluster_health(broker: InProcessBroker) -> None:
     assert doc["healthy"] is True and doc["controller"] == 0
     assert doc["brokers_up"] == [0] and doc["brokers_down"] == []
     assert "Healthy:" in ok("cluster", "health", "-b", broker.bootstrap).stdout
+
+
+def test_reset_offsets_selections_export_and_from_file(broker: InProcessBroker,
+                                                       tmp_path: Any) -> None:
+    """kafka-consumer-groups.sh --reset-offsets: T:P selections, --all-topics,
+    --to-current with --export (CSV), --from-file of that CSV, --by-duration."""
+    import time
+
+    b = broker.bootstrap
+    t, group = name("rs"), name("g")
+    ok("topics", "create", "--topic", t, "-p", "2", "-b", b)
+    p = Producer({"bootstrap.servers": b})
+    for i in range(10):
+        p.produce(t, b"x", partition=i % 2)
+    p.flush(10)
+    c = Consumer({"bootstrap.servers": b, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe([t])
+    got = 0
+    deadline = time.monotonic() + 30
+    while got < 10 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got += 1
+    c.commit(asynchronous=False)
+    c.close()
+    deadline = time.monotonic() + 20
+    while "no active members" not in ok("groups", "describe", group, "-b", b).stdout:
+        assert time.monotonic() < deadline, "the group never became empty"
+        time.sleep(0.1)
+    csv = ok("groups", "reset-offsets", group, "--all-topics", "--to-current", "--export",
+             "-b", b).stdout
+    assert sorted(csv.split()) == [f"{t},0,5", f"{t},1,5"]
+    ok("groups", "reset-offsets", group, "--topic", f"{t}:1", "--to-earliest", "--execute",
+       "-b", b)
+    doc = json.loads(ok("groups", "describe", group, "-b", b, "--format", "json").stdout)
+    assert {q["partition"]: q["current_offset"] for q in doc["partitions"]} == {0: 5, 1: 0}
+    saved = tmp_path / "offsets.csv"
+    saved.write_text(csv)
+    ok("groups", "reset-offsets", group, "--from-file", str(saved), "--execute", "-b", b)
+    doc = json.loads(ok("groups", "describe", group, "-b", b, "--format", "json").stdout)
+    assert {q["partition"]: q["current_offset"] for q in doc["partitions"]} == {0: 5, 1: 5}
+    dry = ok("groups", "reset-offsets", group, "--all-topics", "--by-duration", "PT1H",
+             "--export", "-b", b).stdout
+    assert sorted(dry.split()) == [f"{t},0,0", f"{t},1,0"]  # everything is from the last hour
+    r = run("groups", "reset-offsets", group, "--all-topics", "--by-duration", "soon", "-b", b)
+    assert r.exit_code == 2
