@@ -873,7 +873,7 @@ def groups_reset_offsets(bootstrap: str, group: str, topics: tuple[str, ...],
 
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-    from headrace.broker.share_partitions import parse_duration_ms
+    from headrace.config import parse_duration_ms
 
     modes = [to_earliest, to_latest, to_current, to_offset is not None,
              to_datetime is not None, by_duration is not None, shift_by is not None,

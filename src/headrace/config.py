@@ -15,6 +15,7 @@ import re
 import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -1143,3 +1144,18 @@ def _group_expectation(d: ConfigDef, raw: Any) -> str:
     except ValueError:
         return f"Not a number of type {d.kind.upper()}"
     return f"Value must be at least {d.at_least}"
+
+
+_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
+
+
+def parse_duration_ms(text: str) -> int | None:
+    """An ISO-8601 duration as Java's ``Duration.parse`` reads the common forms
+    (``PnDTnHnMn.nS``), in milliseconds; None when it is not one."""
+    m = _DURATION.match(text.strip().upper())
+    if m is None or not any(m.groups()):
+        return None
+    days, hours, minutes, seconds = m.groups()
+    td = timedelta(days=int(days or 0), hours=int(hours or 0), minutes=int(minutes or 0),
+                   seconds=float(seconds or 0))
+    return int(td.total_seconds() * 1000)

@@ -36,11 +36,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -51,6 +49,7 @@ from headrace.broker.share_persister import (
     StateKey,
     WriteEntry,
 )
+from headrace.config import parse_duration_ms
 from headrace.log.errors import LogError
 from headrace.protocol.records import InvalidRecordError, iter_batches
 from headrace.share.partition import (
@@ -123,21 +122,6 @@ def group_settings(broker: Broker, group_id: str) -> ShareGroupSettings:
         isolation_level=(IsolationLevel.READ_COMMITTED if isolation == "read_committed"
                          else IsolationLevel.READ_UNCOMMITTED),
     )
-
-
-_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
-
-
-def parse_duration_ms(text: str) -> int | None:
-    """An ISO-8601 duration as Java's ``Duration.parse`` reads the common forms
-    (``PnDTnHnMn.nS``), in milliseconds; None when it is not one."""
-    m = _DURATION.match(text.strip().upper())
-    if m is None or not any(m.groups()):
-        return None
-    days, hours, minutes, seconds = m.groups()
-    td = timedelta(days=int(days or 0), hours=int(hours or 0), minutes=int(minutes or 0),
-                   seconds=float(seconds or 0))
-    return int(td.total_seconds() * 1000)
 
 
 @dataclass(slots=True)
