@@ -45,8 +45,13 @@ def main(command_config: Path | None, verbose: bool) -> None:
     """headrace: a Kafka-protocol commit log in Python.
 
     The admin commands find a broker with -b/--bootstrap-server HOST:PORT, else
-    $HEADRACE_BOOTSTRAP, else 127.0.0.1:9092."""
+    $HEADRACE_BOOTSTRAP, else the profile in use (headrace profile), else 127.0.0.1:9092."""
     set_verbose(verbose)
+    from headrace.profiles import apply_current, current_command_config
+
+    apply_current()  # the profile in use, below the command's options and the environment
+    if command_config is None:
+        command_config = current_command_config()
     if command_config is not None:
         from headrace.admin_cli import CLIENT_CONFIG, client_config
 
@@ -279,6 +284,9 @@ def _register_subcommands() -> None:
     from headrace.share_cli import share_groups
 
     main.add_command(share_groups)
+    from headrace.profiles import profile
+
+    main.add_command(profile)
     from headrace.security.cli import acls, quotas, users
 
     main.add_command(acls)

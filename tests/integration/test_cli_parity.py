@@ -210,3 +210,41 @@ def test_reset_offsets_selections_export_and_from_file(broker: InProcessBroker,
     assert sorted(dry.split()) == [f"{t},0,0", f"{t},1,0"]  # everything is from the last hour
     r = run("groups", "reset-offsets", group, "--all-topics", "--by-duration", "soon", "-b", b)
     assert r.exit_code == 2
+
+
+def test_connection_profiles(broker: InProcessBroker, tmp_path: Any) -> None:
+    """rpk-style profiles: a bootstrap address (and a --command-config) chosen once; the
+    command's -b and $HEADRACE_BOOTSTRAP still win."""
+    env = {"HEADRACE_BOOTSTRAP": None, "HEADRACE_COMMAND_CONFIG": None,
+           "HEADRACE_VERBOSE": None, "HEADRACE_CONFIG_DIR": str(tmp_path / "cfg")}
+
+    def prun(*args: str, **extra: str) -> Result:
+        try:
+            return CliRunner().invoke(main, list(args), prog_name="headrace",
+                                      env={**env, **extra})
+        finally:
+            set_verbose(False)
+
+    t = name("prof")
+    ok("topics", "create", "--topic", t, "-b", broker.bootstrap)
+    r = prun("profile", "create", "local", "-b", broker.bootstrap, "--use")
+    assert r.exit_code == 0, r.output
+    r = prun("topics", "list")  # no -b: the profile's address
+    assert r.exit_code == 0 and t in r.stdout.split(), (r.stdout, r.stderr)
+    dead = "127.0.0.1:1"
+    assert prun("topics", "list", "-b", dead).exit_code == 3  # -b wins
+    assert prun("topics", "list", HEADRACE_BOOTSTRAP=dead).exit_code == 3  # so does the env
+    tls = tmp_path / "tls.properties"
+    tls.write_text("security.protocol=SSL\n")
+    assert prun("profile", "create", "tls", "-b", broker.bootstrap,
+                "--command-config", str(tls)).exit_code == 0
+    listed = prun("profile", "list").stdout.splitlines()
+    assert listed[0].startswith("* local") and listed[1].startswith("  tls")
+    assert prun("profile", "use", "tls").exit_code == 0
+    r = prun("topics", "list")  # its command-config applies: TLS against a plain listener
+    assert r.exit_code == 4 and "TLS" in r.stderr
+    assert prun("profile", "use", "nope").exit_code == 1
+    assert prun("profile", "delete", "tls").exit_code == 0
+    doc = json.loads(prun("profile", "list", "--format", "json").stdout)
+    assert [(d["name"], d["in_use"]) for d in doc] == [("local", False)]
+    assert (tmp_path / "cfg" / "profiles.json").stat().st_mode & 0o777 == 0o600
