@@ -47,7 +47,10 @@ def main(command_config: Path | None, verbose: bool) -> None:
     The admin commands find a broker with -b/--bootstrap-server HOST:PORT, else
     $HEADRACE_BOOTSTRAP, else the profile in use (headrace profile), else 127.0.0.1:9092."""
     set_verbose(verbose)
+    from headrace.admin_cli import CLIENT_CONFIG
     from headrace.profiles import apply_current, current_command_config
+
+    CLIENT_CONFIG.clear()  # this invocation's settings only (several run in one process)
 
     apply_current()  # the profile in use, below the command's options and the environment
     if command_config is None:

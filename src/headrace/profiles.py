@@ -19,7 +19,14 @@ from typing import Any
 
 import click
 
-from headrace.cli_support import BOOTSTRAP_ENV, emit_json, fail, format_option, parse_bootstrap
+from headrace.cli_support import (
+    BOOTSTRAP_ENV,
+    bootstrap_option,
+    emit_json,
+    fail,
+    format_option,
+    parse_bootstrap,
+)
 
 PROFILES_FILE = "profiles.json"
 COMMAND_CONFIG_ENV = "HEADRACE_COMMAND_CONFIG"
@@ -99,14 +106,17 @@ def profile() -> None:
 
 @profile.command("create")
 @click.argument("name")
-@click.option("-b", "--bootstrap-server", "bootstrap", required=True, metavar="HOST:PORT",
-              help="host:port of a broker (or several, comma-separated).")
+@bootstrap_option(default=None, help="host:port of a broker (or several, comma-separated): "
+                                     "the profile's address.")
 @click.option("--command-config", type=click.Path(dir_okay=False, exists=True,
                                                   path_type=Path), default=None,
               help="Client properties (TLS, SASL) for this cluster.")
 @click.option("--use", "use_it", is_flag=True, help="Use it from now on.")
-def create(name: str, bootstrap: str, command_config: Path | None, use_it: bool) -> None:
+def create(name: str, bootstrap: str | None, command_config: Path | None,
+           use_it: bool) -> None:
     """Create (or replace) a profile."""
+    if bootstrap is None:
+        raise click.UsageError("give the profile's address: -b HOST:PORT")
     try:
         parse_bootstrap(bootstrap)
     except ValueError as e:
