@@ -126,7 +126,8 @@ def topics() -> None:
 
 @topics.command("create")
 @bootstrap_option
-@click.option("--topic", required=True, help="The topic's name.")
+@click.argument("topic_arg", metavar="[TOPIC]", required=False)
+@click.option("--topic", default=None, help="The topic's name (or give it as the argument).")
 @click.option("-p", "--partitions", type=positive, default=None,
               help="Default: the broker's num.partitions.")
 @click.option("-r", "--replication-factor", type=positive, default=None,
@@ -134,10 +135,14 @@ def topics() -> None:
 @click.option("-c", "--config", "configs", multiple=True, metavar="KEY=VALUE",
               help="A topic config, e.g. retention.ms=86400000 (repeatable).")
 @click.option("--if-not-exists", is_flag=True, help="Succeed if the topic exists already.")
-def create(bootstrap: str, topic: str, partitions: int | None,
+def create(bootstrap: str, topic_arg: str | None, topic: str | None, partitions: int | None,
            replication_factor: int | None, configs: tuple[str, ...],
            if_not_exists: bool) -> None:
     """Create a topic."""
+    if (topic is None) == (topic_arg is None):
+        raise click.UsageError("name the topic once: as the argument or with --topic")
+    topic = topic if topic is not None else topic_arg
+    assert topic is not None
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 

@@ -72,7 +72,7 @@ def test_describe_filters_partitions_as_kafka_topics_does(broker: InProcessBroke
     min.insync.replicas=2 is under its min ISR, one with the default 1 at it."""
     b = broker.bootstrap
     at, under = name("atmin"), name("undermin")
-    ok("topics", "create", "--topic", at, "-b", b)
+    ok("topics", "create", at, "-b", b)  # the topic as an argument, as produce takes it
     ok("topics", "create", "--topic", under, "-c", "min.insync.replicas=2", "-b", b)
     assert ok("topics", "describe", at, under, "--under-replicated-partitions",
               "-b", b).stdout == ""
@@ -105,6 +105,7 @@ def test_delete_several_topics_a_pattern_and_if_exists(broker: InProcessBroker) 
     assert ok("topics", "delete", f"del-{tag}-9", "--if-exists", "-b", b).stdout == ""
     r = run("topics", "delete", "-b", b)
     assert r.exit_code == 2  # nothing named: a usage error
+    assert run("topics", "create", "a", "--topic", "b", "-b", b).exit_code == 2  # named twice
     # a pattern never matches an internal topic
     c = Consumer({"bootstrap.servers": b, "group.id": name("g")})  # makes __consumer_offsets
     c.subscribe([keep])
