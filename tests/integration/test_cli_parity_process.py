@@ -42,3 +42,45 @@ def test_the_new_options_through_the_real_entry_point(tmp_path: Path) -> None:
         assert r.returncode == 0 and json.loads(r.stdout) == []
         r = run("groups", "reset-offsets", "g", "--all-topics", "--by-duration", "later")
         assert r.returncode == 2 and "Traceback" not in r.stderr
+        # every other new option, as a script runs it
+        assert run("topics", "create", "--topic", "t2", "-r", "1").returncode == 0
+        assert "__consumer_offsets" not in run("topics", "list", "--exclude-internal").stdout
+        for flag in ("--under-replicated-partitions", "--unavailable-partitions"):
+            r = run("topics", "describe", "t2", flag)
+            assert r.returncode == 0 and r.stdout == "", (flag, r.stdout, r.stderr)
+        r = run("topics", "describe", "--exclude-internal", "--at-min-isr-partitions")
+        assert r.returncode == 0 and "\tTopic: t2\tPartition: 0" in r.stdout
+        from confluent_kafka import Consumer, Producer
+
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        for _ in range(4):
+            p.produce("t2", b"x")
+        p.flush(10)
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "pg",
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        c.subscribe(["t2"])
+        seen = 0
+        import time
+        deadline = time.monotonic() + 30
+        while seen < 4 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            seen += m is not None and not m.error()
+        c.commit(asynchronous=False)
+        r = run("groups", "describe", "pg", "--members")
+        assert r.returncode == 0 and "#PARTITIONS" in r.stdout
+        c.close()
+        deadline = time.monotonic() + 20
+        while "no active members" not in run("groups", "describe", "pg").stdout:
+            assert time.monotonic() < deadline
+        r = run("groups", "reset-offsets", "pg", "--topic", "t2:0", "--to-current", "--export")
+        assert r.returncode == 0 and r.stdout.split() == ["t2,0,4"]
+        saved = tmp_path / "offsets.csv"
+        saved.write_text("t2,0,1\n")
+        r = run("groups", "reset-offsets", "pg", "--from-file", str(saved), "--execute")
+        assert r.returncode == 0, r.stderr
+        r = run("groups", "reset-offsets", "pg", "--all-topics", "--to-earliest", "--export")
+        assert r.stdout.split() == ["t2,0,0"]
+        r = run("groups", "delete-offsets", "pg", "--topic", "t2")
+        assert r.returncode == 0 and "Successful" in r.stdout
+        assert run("profile", "list").stdout.startswith("* here")
+        assert run("profile", "delete", "here").returncode == 0
