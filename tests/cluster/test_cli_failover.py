@@ -85,3 +85,18 @@ def test_topics_describe_answers_from_the_live_brokers(healthy: Cluster) -> None
         assert re.search(rf"Partition: {p}\tLeader: none\t.*LogEndOffset: -\t.*\(offline\)$",
                          out, re.M), out
     assert "-1001" not in out and "-1\t" not in out
+
+    # issue 26 (CLI parity): during the same outage the new commands answer in seconds and
+    # say what is wrong: cluster health is unhealthy (exit 1) and names the broker down and
+    # the leaderless partition; describe's filter shows just that partition
+    r, took = run_timed(["cluster", "health", "-b", dead_first, "--format", "json"],
+                        timeout=60)
+    assert r.returncode == 1 and took < ANSWER_S, (r.returncode, took, r.stderr)
+    health = json.loads(r.stdout)
+    assert health["healthy"] is False and victim in health["brokers_down"]
+    assert f"{single}-{lost[0]}" in health["leaderless_partitions"]
+    r, took = run_timed(["topics", "describe", single, "--unavailable-partitions",
+                         "-b", dead_first], timeout=60)
+    assert r.returncode == 0 and took < ANSWER_S, (took, r.stderr)
+    shown = [int(m) for m in re.findall(rb"Partition: (\d+)\t", r.stdout)]
+    assert shown == lost
