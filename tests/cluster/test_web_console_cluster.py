@@ -125,8 +125,10 @@ def test_console_through_a_coordinator_kill_and_restart(healthy: Cluster) -> Non
                 "`#groups-table tr[data-group=\"${g}\"] td[data-col=\"lag\"]`); "
                 "return lag(a) && lag(a).textContent === '20' && lag(b) && "
                 "lag(b).textContent === '10'; }", arg=[a, b])
-            # one lag total for a group on the page: the table's and the group page's
-            assert page.inner_text("#group-total-lag") == "10"
+            # one lag total for a group on the page: the table's and the group page's (the
+            # detail is filled after the table: awaited, not read at once)
+            page.wait_for_function(
+                "() => document.querySelector('#group-total-lag').textContent === '10'")
             page.evaluate(RECORDER)
 
             cluster.brokers[victim].kill()
