@@ -79,6 +79,15 @@ def cpu_s(pid: int) -> float:
         return 0.0
 
 
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy (every core; not idle, not iowait)."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return (sum(fields[:8]) - fields[3] - fields[4]) / CLK
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def rss_mb(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -403,10 +412,21 @@ class ScaleRun:
             cpu = cpu_s(pid)
             procs[name] = {"rss_mb": round(rss_mb(pid)), "fds": open_fds(pid),
                            "cpu_s": round(cpu - (cpu0 or {}).get(name, 0.0), 1)}
-        return {"zookeeper": self.zk_counts(), "processes": procs}
+        out: dict[str, Any] = {"zookeeper": self.zk_counts(), "processes": procs}
+        if cpu0 is not None and "_wall" in cpu0:
+            # is the machine itself the limit? Its busy cores over the phase (of
+            # os.cpu_count()), and this process's own share (the probing clients)
+            wall = max(time.monotonic() - cpu0["_wall"], 1e-9)
+            out["machine"] = {
+                "cores": os.cpu_count(),
+                "busy_cores": round((machine_busy_s() - cpu0["_machine"]) / wall, 2),
+                "bench_cpu_s": round(cpu_s(os.getpid()) - cpu0["_bench"], 1)}
+        return out
 
     def cpu_now(self) -> dict[str, float]:
-        return {name: cpu_s(pid) for name, pid in self.processes().items()}
+        out = {name: cpu_s(pid) for name, pid in self.processes().items()}
+        out.update(_wall=time.monotonic(), _machine=machine_busy_s(), _bench=cpu_s(os.getpid()))
+        return out
 
     # -- phases -----------------------------------------------------------------------
 
