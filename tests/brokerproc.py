@@ -16,6 +16,8 @@ import threading
 import time
 from pathlib import Path
 
+from tests.ports import reserve_port
+
 _LISTENING = re.compile(r"listening on ([\d.]+):(\d+)")
 
 
@@ -24,7 +26,8 @@ class BrokerProcess:
                  port: int = 0) -> None:
         self.data_dir = Path(data_dir)
         self.overrides = dict(overrides or {})
-        self.port = port
+        # outside the ephemeral range, so that a restart finds it free (tests/ports.py)
+        self.port = port or reserve_port()
         self.proc: subprocess.Popen[str] | None = None
         self.stderr_lines: list[str] = []
 

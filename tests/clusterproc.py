@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,6 +33,7 @@ from typing import Any
 
 from headrace.cluster.zk_layout import LayoutError
 from tests.brokerproc import _LISTENING, wait_until
+from tests.ports import reserve_port
 
 SESSION_TIMEOUT_MS = 3000
 LAG_TIME_MS = 3000
@@ -45,9 +45,8 @@ FAULT_TIMEOUTS = {
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port a broker can be restarted on (outside the ephemeral range: tests/ports.py)."""
+    return reserve_port()
 
 
 class ClusterBroker:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from headrace.broker.embedded import EmbeddedBroker
+from tests.ports import reserve_port
 
 _LOGGERS = ("headrace", "asyncio")
 
@@ -41,7 +42,7 @@ class InProcessBroker:
         self.overrides = dict(overrides or {})
         self.proc = None  # no process: ``alive`` says whether the broker's thread runs
         self._embedded: EmbeddedBroker | None = None
-        self.port = 0
+        self.port = reserve_port()  # outside the ephemeral range (tests/ports.py)
         self.stderr_lines: list[str] = []
         self._handler: _Lines | None = None
         self._levels: dict[str, int] = {}
@@ -55,8 +56,8 @@ class InProcessBroker:
         return e is not None and e._thread is not None and e._thread.is_alive()
 
     def start(self, timeout_s: float = 30.0) -> InProcessBroker:
-        """Start on ``port`` (0 the first time: a free one; a restart keeps the port, as
-        ``BrokerProcess`` does, so that clients reconnect to the same address)."""
+        """Start on ``port`` (a restart keeps it, as ``BrokerProcess`` does, so that
+        clients reconnect to the same address)."""
         self.stderr_lines = []
         self._handler = _Lines(self.stderr_lines)
         for name in _LOGGERS:

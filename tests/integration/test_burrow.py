@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -27,6 +26,7 @@ import pytest
 
 from tests.brokerproc import BrokerProcess, wait_until
 from tests.clients import create_topic
+from tests.ports import reserve_port
 from tests.zk import zookeeper  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.timeout(240)
@@ -48,9 +48,7 @@ def lag_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProce
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return reserve_port()  # outside the ephemeral range (tests/ports.py)
 
 
 def _write_config(d: Path, zk: str, bootstrap: str, http_port: int) -> None:

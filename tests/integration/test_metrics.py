@@ -30,6 +30,7 @@ from tests.clients import create_topic
 from tests.conftest import require_tool
 from tests.inproc import InProcessBroker
 from tests.kafka_wire import WireClient
+from tests.ports import reserve_port
 from tests.readme import commands
 
 pytestmark = pytest.mark.timeout(120)
@@ -38,9 +39,7 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return reserve_port()  # outside the ephemeral range (tests/ports.py)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -25,6 +24,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from tests.brokerproc import wait_until
 from tests.conftest import require_tool
+from tests.ports import reserve_port
 from tests.readme import ROOT, commands, readme_block
 
 pytestmark = pytest.mark.timeout(240)
@@ -33,9 +33,7 @@ VENV = Path(sys.executable).parent.parent  # the venv running the tests
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return reserve_port()  # outside the ephemeral range (tests/ports.py)
 
 
 class Shell:

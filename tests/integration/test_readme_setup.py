@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.brokerproc import wait_until
+from tests.ports import reserve_port
 from tests.readme import ROOT, commands
 
 pytestmark = pytest.mark.timeout(400)
@@ -36,9 +36,7 @@ def _in_clone() -> None:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return reserve_port()  # outside the ephemeral range (tests/ports.py)
 
 
 def test_ci_runs_the_readmes_test_command() -> None:

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.brokerproc import wait_until
+from tests.ports import reserve_port
 from tests.readme import readme_block
 
 pytestmark = pytest.mark.timeout(180)
@@ -39,11 +40,7 @@ def headrace_argv(line: str) -> list[str]:
 
 
 def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return reserve_port()  # outside the ephemeral range (tests/ports.py)
 
 
 def start_broker(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +26,7 @@ from kafka.admin import ConfigResource, ConfigResourceType  # type: ignore[impor
 
 from headrace.cluster.zookeeper_server import ZooKeeperServer
 from tests.kafka_wire import WireClient
+from tests.ports import reserve_port
 from tests.zk import chroot, zookeeper  # noqa: F401  (the module's ZooKeeper server)
 
 DATA = Path(__file__).parents[1] / "data"
@@ -92,10 +92,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    return reserve_port()  # outside the ephemeral range (tests/ports.py)
 
 
 def serves_clients(bootstrap: str) -> None:
