@@ -132,11 +132,13 @@ def test_readme_quix_windowed_count_is_exactly_once_through_a_broker_kill(
         wait_until(lambda: _committed_all(cluster), 90, interval_s=0.5,
                    what="the app committing the first window's views")
 
-        # KNOWN BUG (README, "Stream processing with Quix Streams"): when the killed broker
-        # coordinates the app's group and transactions, the app blocks in
-        # send_offsets_to_transaction for good (found in this test, 2 runs in 3; under
-        # investigation). Until it is fixed, the broker killed is one that coordinates
-        # neither: it leads partitions of the app's topics, which move.
+        # KNOWN BUG (README, "Stream processing with Quix Streams"; librdkafka #5511): when
+        # the killed broker coordinates the app's group, the app blocks in
+        # send_offsets_to_transaction for good (found in this test, 2 runs in 3; the
+        # producer queues TxnOffsetCommit on the dead broker's decommissioned handle).
+        # Until librdkafka fixes it, the broker killed is one that coordinates neither
+        # the group nor the transactions: it leads partitions of the app's topics, which
+        # move.
         busy = _coordinators(cluster)
         spare = [i for i in cluster.brokers if i not in busy]
         assert spare, f"every broker coordinates the app: {busy}"
