@@ -8,12 +8,23 @@ side by side in one run, with each broker's CPU beside its figures.
 confluent-kafka on both sides (the C load generator has no transactions); 100-byte
 values into one 4-partition topic per phase. A phase that fails on a broker (e.g. no
 transaction support) is reported as such, not hidden.
+
+The transactional topic is also read by the C load generator (``bench/build/loadgen -C``,
+built by ``bench/setup.sh``), read_uncommitted and read_committed, three times each: the
+Python consume loop tops out near the broker's rate (about 1M records/s), and with
+librdkafka's defaults it also idles: a partition holding ``queued.min.messages`` (100,000)
+undelivered records makes the client wait ``fetch.queue.backoff.ms`` (1 s since 2.4)
+before fetching it again, which a broker faster than the application's loop triggers and
+a slower one may not. The C reader is not that far behind, so its rows compare the
+brokers; each shows broker CPU-seconds per million records beside the rate.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -95,6 +106,34 @@ def consume(b: BrokerProcess, topic: str, records: int, isolation: str) -> dict[
     c.close()
     return {"records": got, "records_per_s": round(got / dt),
             "broker_cpu_s": round(cpu(b) - c0, 2)}
+
+
+LOADGEN = Path(__file__).resolve().parent / "build" / "loadgen"
+
+
+def consume_c(b: BrokerProcess, topic: str, records: int, isolation: str,
+              runs: int = 3) -> dict[str, Any]:
+    """``loadgen -C`` over the topic ``runs`` times: the median rate, its spread, and the
+    broker's CPU per million records (median)."""
+    rates: list[float] = []
+    per_m: list[float] = []
+    for _ in range(runs):
+        c0 = cpu(b)
+        out = subprocess.run([str(LOADGEN), "-C", "-b", b.bootstrap, "-t", topic,
+                              "-p", str(PARTS), "-n", str(records),
+                              "-X", f"isolation.level={isolation}"],
+                             capture_output=True, text=True, timeout=300)
+        line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "{}"
+        r = json.loads(line)
+        if int(r.get("records", 0)) < records:
+            return {"error": f"loadgen read {r.get('records', 0)} of {records}: "
+                             f"{out.stderr.strip()[-100:]}"}
+        rates.append(float(r["records_per_s"]))
+        per_m.append((cpu(b) - c0) / records * 1e6)
+    return {"records_per_s": round(statistics.median(rates)),
+            "spread": [round(min(rates)), round(max(rates))],
+            "broker_cpu_s": round(statistics.median(per_m) * records / 1e6, 2),
+            "broker_cpu_s_per_m": round(statistics.median(per_m), 2)}
 
 
 def ctp_latency(b: BrokerProcess, seconds: float, rate: int) -> dict[str, Any]:
@@ -187,6 +226,16 @@ def run(name: str, records: int) -> dict[str, Any]:
                             else {"error": "no transactional topic"})
             except Exception as e:
                 out[iso] = {"error": str(e)[:120]}
+        for iso in ("read_uncommitted", "read_committed"):
+            if not LOADGEN.is_file():
+                out[f"c {iso}"] = {"error": "no bench/build/loadgen (bash bench/setup.sh)"}
+                continue
+            say(f"{name}: C reader of the transactional topic, {iso}, 3 runs ...")
+            try:
+                out[f"c {iso}"] = (consume_c(b, topic, records, iso) if topic
+                                   else {"error": "no transactional topic"})
+            except Exception as e:
+                out[f"c {iso}"] = {"error": str(e)[:120]}
         say(f"{name}: consume-transform-produce latency at 500 records/s for 10 s ...")
         try:
             out["ctp"] = ctp_latency(b, 10, 500)
@@ -218,6 +267,15 @@ def main() -> int:
     for iso in ("read_uncommitted", "read_committed"):
         print(f"| consume the txn x1000 topic, {iso}: records/s | "
               + " | ".join(cell(results[n][iso]) for n in names) + " |")
+    for iso in ("read_uncommitted", "read_committed"):
+        row = []
+        for n in names:
+            r = results[n][f"c {iso}"]
+            row.append(f"failed: {r['error']}" if "error" in r else
+                       f"{r['records_per_s']:,} ({r['spread'][0]:,}-{r['spread'][1]:,}; "
+                       f"{r['broker_cpu_s_per_m']} CPU-s per M)")
+        print(f"| C reader (loadgen), txn x1000 topic, {iso}: records/s, median of 3 | "
+              + " | ".join(row) + " |")
     for k in ("p50_ms", "p99_ms", "p999_ms"):
         print(f"| consume-transform-produce latency {k[:-3]} (ms) | "
               + " | ".join(str(results[n]["ctp"].get(k, results[n]["ctp"].get("error")))
