@@ -34,9 +34,10 @@ import shutil
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -139,8 +140,8 @@ class Partition:
 
     def _after_append(self) -> None:
         self._advance_hw()
-        if self.wake is not None and len(self.state.isr) > 1:
-            self.wake(self.tp)  # followers long-polling for new data
+        if self.wake is not None and len(self.state.replicas) > 1:
+            self.wake(self.tp)  # followers long-polling for new data, in the ISR or not
 
     def _advance_hw(self) -> None:
         core = self.core
@@ -225,6 +226,10 @@ class Partition:
         if tuple(state.isr) != core.isr and core.set_isr(
                 state.isr, self.log.log_end_offset, now_ms):
             self._hw_moved()
+        if self.wake is not None:
+            # a follower's session looks at the partition again: one taken out of the ISR
+            # while caught up rejoins at its next fetch, not at the session's full pass
+            self.wake(self.tp)
 
     def become_leader(self, now_ms: int) -> None:
         """Lead at ``state``'s epoch, from the log end offset (Kafka's ``makeLeader``)."""
@@ -314,6 +319,10 @@ class ReplicaManager:
         # high watermarks from replication-offset-checkpoint (a cluster's replicas)
         self.hw_checkpoint: dict[TopicPartition, int] = {}
         self._watchers: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+        # follower fetch sessions (fetch_sessions.FetchSession) subscribed to a partition
+        # for as long as it is in the session: a wake marks it dirty there and wakes the
+        # session's parked fetch (weak: an evicted session needs no unsubscribing)
+        self._session_subs: dict[Any, weakref.WeakSet[Any]] = {}
         self._removers: list[threading.Thread] = []
         # logs whose leader-epoch checkpoint changed and is not written yet (their own
         # order: one entry per log however often it changed); see ``write_epochs_loop``
@@ -703,6 +712,8 @@ class ReplicaManager:
             raise LogError(ErrorCode.offset_out_of_range,
                            f"The offset {target} for partition {tp} is not valid")
         plog.increment_log_start_offset(target)
+        if p.wake is not None:
+            p.wake(tp)  # followers' sessions send the new log start
         return plog.log_start_offset
 
     async def sync_log_starts(self, tps: Iterable[TopicPartition]) -> set[TopicPartition]:
@@ -861,6 +872,39 @@ class ReplicaManager:
             for fut in s:
                 if not fut.done():
                     fut.set_result(None)
+        subs = self._session_subs.get(tp)
+        if subs:
+            for session in subs:
+                session.dirty.add(tp)
+                waiter = session.waiter
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
+
+    def subscribe_session(self, session: Any, keys: Iterable[Any]) -> None:
+        """``session`` (a ``FetchSession``) learns of every wake of ``keys`` from now on."""
+        subs = self._session_subs
+        for key in keys:
+            found = subs.get(key)
+            if found is None:
+                found = subs[key] = weakref.WeakSet()
+            found.add(session)
+
+    def unsubscribe_session(self, session: Any, keys: Iterable[Any]) -> None:
+        subs = self._session_subs
+        for key in keys:
+            found = subs.get(key)
+            if found is not None:
+                found.discard(session)
+                if not found:
+                    del subs[key]
+
+    def wake_sessions(self) -> None:
+        """Wake every fetch parked on a session (the broker is stopping)."""
+        for subs in list(self._session_subs.values()):
+            for session in list(subs):
+                waiter = session.waiter
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
 
 
 def _write_epochs(items: list[tuple[PartitionLog, int, bytes]]) -> None:

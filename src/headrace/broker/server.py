@@ -1530,6 +1530,7 @@ class Broker:
             self.share_persister.close()
         for tp in list(self.replicas._watchers):
             self.replicas.wake(tp)
+        self.replicas.wake_sessions()
         conns = list(self.connections)
         for c in conns:
             c.closed = True

@@ -18,7 +18,7 @@ response is encoded by hand around them (``codec.encode_fetch_body``) and writte
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -231,16 +231,20 @@ def _read_all(
 
 
 def _session_plan(broker: Broker, session: FetchSession, named: set[tuple[str, int]],
-                  replica_id: int, by_id: bool, first: bool) -> _Plan:
+                  replica_id: int, by_id: bool, first: bool,
+                  candidates: Iterable[tuple[str, int]] | None = None) -> _Plan:
     """The session partitions an incremental fetch must read: those the request named and
-    those with anything new for the follower. A quiet one (the follower is at the log end
-    offset and HW, LSO and log start are as last sent) is only noted as caught up, as a
-    read would (``first`` pass): so a follower of many partitions costs the leader a few
-    dict lookups per idle partition, not a read and a response entry. A quiet partition
-    whose follower is out of the ISR goes through the whole follower bookkeeping, so that
-    it rejoins: a caught-up follower taken out by the controller (its ZooKeeper session
-    expired) has no new offset to name, and would otherwise stay out until new records
-    arrive."""
+    those with anything new for the follower, among ``candidates`` (None: every partition
+    of the session, its full pass; see fetch_sessions.py). A quiet one (the follower is at
+    the log end offset and HW, LSO and log start are as last sent) is only noted as caught
+    up, as a read would (``first`` pass): so a follower of many partitions costs the leader
+    a few dict lookups per idle partition, not a read and a response entry. A quiet
+    partition whose follower is out of the ISR goes through the whole follower
+    bookkeeping, so that it rejoins: a caught-up follower taken out by the controller (its
+    ZooKeeper session expired) has no new offset to name, and would otherwise stay out
+    until new records arrive. A partition that is not quiet stays in the session's
+    ``dirty`` set, so the next round looks at it again (a read cut short by the response's
+    byte limit, an error) even if nothing wakes it."""
     # This loop runs over every partition of the session on every fetch (thousands: a
     # follower of 10,000 partitions); its checks go cheapest first and skip what cannot
     # differ (bench/cluster_bench.py --scale measured it at 42% of a leader's samples).
@@ -249,7 +253,13 @@ def _session_plan(broker: Broker, session: FetchSession, named: set[tuple[str, i
     now_ms = broker.clock.wall_ms()
     partitions: Mapping[Any, Partition] = broker.replicas.partitions
     active: dict[str, list[CachedPartition]] = {}
-    for key, cached in session.partitions.items():
+    cache = session.partitions
+    if candidates is None:
+        items: Iterable[tuple[tuple[str, int], CachedPartition]] = cache.items()
+    else:
+        items = [(key, c) for key in candidates if (c := cache.get(key)) is not None]
+    dirty = session.dirty
+    for key, cached in items:
         if key not in named:
             part = partitions.get(key)
             if part is not None and part.leading:
@@ -274,9 +284,17 @@ def _session_plan(broker: Broker, session: FetchSession, named: set[tuple[str, i
                         else:
                             part.follower_caught_up(replica_id, now_ms)
                     continue
+        dirty.add(key)
         active.setdefault(key[0], []).append(cached)
     return _Plan(broker, [_SessionTopic(name, parts) for name, parts in active.items()],
                  by_id)
+
+
+def _full_pass_ms(broker: Broker) -> int:
+    """How often a session's round looks at all of its partitions: a quarter of
+    ``replica.lag.time.max.ms`` (so a quiet follower's caught-up time is never older than
+    that, far from the limit), at most 5 s, at least 0.1 s."""
+    return max(100, min(int(broker.config["replica.lag.time.max.ms"]) // 4, 5000))
 
 
 def _replica_id(ctx: RequestContext, req: Any) -> int:
@@ -330,25 +348,39 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             if session.epoch != session_epoch:
                 return encode_fetch_body(ctx.api_version, 0,
                                          int(ErrorCode.invalid_fetch_session_epoch), 0, [])
-            session.update(req.topics, req.forgotten_topics_data)
+            added, dropped = session.update(req.topics, req.forgotten_topics_data)
+            if added:
+                broker.replicas.subscribe_session(session, added)
+            if dropped:
+                broker.replicas.unsubscribe_session(session, dropped)
             session.epoch = next_epoch(session.epoch)
             incremental = True
         elif session_epoch == INITIAL_EPOCH and replica_id >= 0 and not by_id:
             session = sessions.create(replica_id, req.topics, now_ms)
+            if session is not None:
+                session.last_full_ms = now_ms  # this full fetch reads every partition
+                broker.replicas.subscribe_session(session, session.partitions)
+    watched: list[TopicPartition] = []
     if incremental:
         assert session is not None
         named = {(str(t.topic), int(p.partition)) for t in req.topics or ()
                  for p in t.partitions or ()}
-        # (topic, partition) tuples: equal, and hashing equal, to TopicPartitions
-        watched: list[TopicPartition] = list(session.partitions)  # type: ignore[arg-type]
-        plan = _session_plan(broker, session, named, replica_id, by_id, True)
+        now_ms = broker.clock.wall_ms()
+        candidates: set[tuple[str, int]] | None = None
+        if not session.full_pass_due(now_ms, _full_pass_ms(broker)):
+            candidates = named | session.dirty
+        else:
+            session.last_full_ms = now_ms
+        session.dirty = set()  # what is still not quiet goes back in (_session_plan)
+        plan = _session_plan(broker, session, named, replica_id, by_id, True, candidates)
     else:
         plan = _Plan(broker, req.topics, by_id, readable)
         watched = plan.tps()
 
     topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id,
                                          replica_id)
-    if total < min_bytes and max_wait_ms > 0 and not any_error and watched:
+    if total < min_bytes and max_wait_ms > 0 and not any_error and (
+            watched or (incremental and session is not None and session.partitions)):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
         tps = watched
@@ -356,16 +388,33 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             left = deadline - loop.time()
             if left <= 0 or broker.stopping:
                 break
-            fut = broker.replicas.watch(tps)
-            try:
-                await asyncio.wait_for(fut, left)
-            except TimeoutError:
-                pass
-            finally:
-                broker.replicas.unwatch(tps, fut)
             if incremental:
+                # parked on the session: a wake of any of its partitions marks it dirty and
+                # completes the waiter (ReplicaManager.wake); then those are read, with
+                # the ones already found not quiet (read with nothing to send yet: a high
+                # watermark alone does not complete a fetch)
                 assert session is not None
-                plan = _session_plan(broker, session, set(), replica_id, by_id, False)
+                carry, session.dirty = session.dirty, set()
+                fut: asyncio.Future[None] = loop.create_future()
+                session.waiter = fut
+                try:
+                    await asyncio.wait_for(fut, left)
+                except TimeoutError:
+                    pass
+                finally:
+                    if session.waiter is fut:
+                        session.waiter = None
+                woken, session.dirty = session.dirty, set()
+                plan = _session_plan(broker, session, set(), replica_id, by_id, False,
+                                     woken | carry)
+            else:
+                fut = broker.replicas.watch(tps)
+                try:
+                    await asyncio.wait_for(fut, left)
+                except TimeoutError:
+                    pass
+                finally:
+                    broker.replicas.unwatch(tps, fut)
             topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id,
                                                  replica_id, first=False)
     if replica_id < 0:  # BytesOutPerSec and records out: consumers' reads, per topic

@@ -1,0 +1,146 @@
+"""A follower's round costs what changed (``cluster/replica_fetcher.py``; issue 21 item 5,
+R-REP-3): after the session's full fetch, an incremental Fetch names only the partitions
+whose position moved (an append, a truncation) or that were added again with a new state,
+and forgets the removed ones; an answer for a partition replaced while the request was
+out is not applied to the new one."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace as NS
+from typing import Any
+
+from headrace.broker.replica_manager import TopicPartition
+from headrace.cluster.replica_fetcher import FetchState, Fetcher
+
+LEADER, ME = 1, 2
+
+
+class FakeLog:
+    def __init__(self, leo: int) -> None:
+        self.log_end_offset = leo
+        self.log_start_offset = 0
+        self.high_watermark = leo
+        self.leader_epochs = [(3, 0)]
+        self.offline = None
+        self.appended: list[bytes] = []
+
+    def append_as_follower(self, records: bytes) -> None:
+        self.appended.append(records)
+        self.log_end_offset += 1
+
+    def latest_epoch(self) -> int:
+        return 3
+
+
+class FakeConnection:
+    """Answers every Fetch with the session id 7 and the ``answer`` partitions (records)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.answer: list[tuple[str, int]] = []
+
+    async def request(self, api_key: int, version: int, body: dict[str, Any],
+                      timeout_s: float) -> Any:
+        self.requests.append(body)
+        by_topic: dict[str, list[Any]] = {}
+        for topic, index in self.answer:
+            by_topic.setdefault(topic, []).append(NS(
+                partition_index=index, error_code=0, high_watermark=0, log_start_offset=0,
+                diverging_epoch=NS(epoch=-1, end_offset=-1), records=b"batch"))
+        self.answer = []
+        return NS(error_code=0, session_id=7, responses=[
+            NS(topic=t, partitions=ps) for t, ps in by_topic.items()])
+
+
+def named(body: dict[str, Any]) -> set[tuple[str, int]]:
+    return {(t["topic"], p["partition"]) for t in body["topics"] for p in t["partitions"]}
+
+
+def forgotten(body: dict[str, Any]) -> set[tuple[str, int]]:
+    return {(t["topic"], i) for t in body["forgotten_topics_data"] for i in t["partitions"]}
+
+
+def make(n: int) -> tuple[Fetcher, dict[TopicPartition, Any]]:
+    parts = {TopicPartition("t", i): NS(tp=TopicPartition("t", i), leading=False,
+                                        log=FakeLog(10)) for i in range(n)}
+    config = {"replica.fetch.wait.max.ms": "500", "replica.fetch.min.bytes": "1",
+              "replica.fetch.max.bytes": "1048576",
+              "replica.fetch.response.max.bytes": "10485760",
+              "replica.fetch.backoff.ms": "1000", "request.timeout.ms": "30000",
+              "num.replica.fetchers": "1"}
+    manager = NS(node_id=ME, config=config, replicas=NS(get=parts.get))
+    f = Fetcher(manager, LEADER, 0)  # type: ignore[arg-type]
+    for tp in parts:
+        f.add(tp, FetchState(LEADER, 3))
+    return f, parts
+
+
+def test_incremental_rounds_name_only_what_moved() -> None:
+    async def run() -> None:
+        f, parts = make(500)
+        conn = FakeConnection()
+        await f._truncate(conn)  # type: ignore[arg-type]
+        await f._fetch(conn)  # type: ignore[arg-type]
+        assert len(named(conn.requests[-1])) == 500  # the session's full fetch
+        assert conn.requests[-1]["session_epoch"] == 0
+        await f._fetch(conn)  # type: ignore[arg-type]
+        assert named(conn.requests[-1]) == set() and forgotten(conn.requests[-1]) == set()
+        # the leader sends records for partition 4: its position moves, and only it is named
+        conn.answer = [("t", 4)]
+        await f._fetch(conn)  # type: ignore[arg-type]
+        assert parts[TopicPartition("t", 4)].log.appended == [b"batch"]
+        await f._fetch(conn)  # type: ignore[arg-type]
+        body = conn.requests[-1]
+        assert named(body) == {("t", 4)}
+        assert body["topics"][0]["partitions"][0]["fetch_offset"] == 11
+        # removed: forgotten; added again with a new state at the same position: named
+        f.remove(TopicPartition("t", 9))
+        await f._fetch(conn)  # type: ignore[arg-type]
+        assert forgotten(conn.requests[-1]) == {("t", 9)}
+        f.add(TopicPartition("t", 9), FetchState(LEADER, 3))
+        await f._truncate(conn)  # type: ignore[arg-type]
+        await f._fetch(conn)  # type: ignore[arg-type]
+        assert named(conn.requests[-1]) == {("t", 9)}
+        # replaced while its request was out: the answer is not applied to the new state
+        conn.answer = [("t", 9)]
+        old_request = conn.request
+
+        async def replaced_meanwhile(*args: Any) -> Any:
+            resp = await old_request(*args)
+            f.remove(TopicPartition("t", 9))
+            f.add(TopicPartition("t", 9), FetchState(LEADER, 4))
+            return resp
+
+        conn.request = replaced_meanwhile  # type: ignore[method-assign]
+        f._unsent.add(TopicPartition("t", 9))
+        f._sent.pop(TopicPartition("t", 9))
+        await f._fetch(conn)  # type: ignore[arg-type]
+        assert parts[TopicPartition("t", 9)].log.appended == []
+
+    asyncio.run(run())
+
+
+def test_a_failed_request_names_its_partitions_again() -> None:
+    async def run() -> None:
+        f, parts = make(5)
+        conn = FakeConnection()
+        await f._truncate(conn)  # type: ignore[arg-type]
+        await f._fetch(conn)  # type: ignore[arg-type]
+        parts[TopicPartition("t", 2)].log.log_end_offset = 12
+        f._stale.add(TopicPartition("t", 2))
+
+        async def fail(*args: Any) -> Any:
+            raise OSError("connection reset")
+
+        ok = conn.request
+        conn.request = fail  # type: ignore[method-assign]
+        try:
+            await f._fetch(conn)  # type: ignore[arg-type]
+        except OSError:
+            pass
+        conn.request = ok  # type: ignore[method-assign]
+        await f._fetch(conn)  # type: ignore[arg-type]
+        assert named(conn.requests[-1]) == {("t", 2)}
+
+    asyncio.run(run())
