@@ -11,6 +11,7 @@ quiet ones."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 from pathlib import Path
 from types import SimpleNamespace as NS
@@ -128,8 +129,9 @@ def test_a_wake_marks_every_subscribed_session_and_completes_its_parked_fetch(
 
     asyncio.run(run())
     # a session dropped by the cache (evicted, closed) is forgotten with it
-    del b
-    import gc
-
+    _, c, _ = make(2)
+    rm.subscribe_session(c, [("t", 1)])
+    assert len(rm._session_subs[("t", 1)]) == 2
+    del c
     gc.collect()
-    assert len(rm._session_subs[("t", 1)]) == 1
+    assert list(rm._session_subs[("t", 1)]) == [a]

@@ -7,11 +7,12 @@ out is not applied to the new one."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from types import SimpleNamespace as NS
 from typing import Any
 
 from headrace.broker.replica_manager import TopicPartition
-from headrace.cluster.replica_fetcher import FetchState, Fetcher
+from headrace.cluster.replica_fetcher import Fetcher, FetchState
 
 LEADER, ME = 1, 2
 
@@ -135,10 +136,8 @@ def test_a_failed_request_names_its_partitions_again() -> None:
 
         ok = conn.request
         conn.request = fail  # type: ignore[method-assign]
-        try:
+        with contextlib.suppress(OSError):
             await f._fetch(conn)  # type: ignore[arg-type]
-        except OSError:
-            pass
         conn.request = ok  # type: ignore[method-assign]
         await f._fetch(conn)  # type: ignore[arg-type]
         assert named(conn.requests[-1]) == {("t", 2)}
