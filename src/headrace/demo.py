@@ -333,13 +333,21 @@ def _input_rows(query: Any) -> int:
     return sum(p["numInputRows"] for p in query.recentProgress)
 
 
-def _latest(bootstrap: str, topics: tuple[str, ...]) -> dict[tuple[str, int], int]:
+# How long a required end-offset query may wait for leaders: Kafka's
+# default.api.timeout.ms. With --cluster a partition of the killed (or just restarted)
+# broker has no leader for the session timeout plus the election, which a loaded machine
+# stretched past 10 s (a CI run with a busy core beside it failed so).
+LATEST_TIMEOUT_S = 60.0
+
+
+def _latest(bootstrap: str, topics: tuple[str, ...],
+            timeout_s: float = LATEST_TIMEOUT_S) -> dict[tuple[str, int], int]:
     from headrace.spark import kafka_io
 
     conf = {"bootstrap.servers": bootstrap}
-    md = kafka_io.topic_partitions(conf, 10.0)
+    md = kafka_io.topic_partitions(conf, min(timeout_s, 10.0))
     tps = {(t, p) for t in topics if t in md for p in range(md[t])}
-    return kafka_io.list_offsets(conf, tps, "latest", 10.0)
+    return kafka_io.list_offsets(conf, tps, "latest", timeout_s)
 
 
 DEMO_FAILPOINT_ENV = "HEADRACE_DEMO_FAILPOINT_BATCH"
@@ -787,7 +795,7 @@ def _run_demo(duration_s: float, rate: int, bootstrap: str | None, workdir: Path
             if time.monotonic() >= next_report:
                 next_report += 5
                 try:
-                    latest = _latest(bootstrap, topics)
+                    latest = _latest(bootstrap, topics, 10.0)  # a progress line only
                 except Exception:  # a leader moving (the --cluster fault): no line this time
                     say(f"  {time.monotonic() - t_produce:5.1f} s  produced "
                         f"{producer.stats.acked:7d}  (end offsets unavailable while a "
