@@ -25,7 +25,7 @@ each worker then starts its own ZooKeeper and clusters, which is correct but cos
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 
@@ -34,6 +34,10 @@ from tests.clusterproc import Cluster, ClusterUnhealthy
 from tests.zk import shared_zookeeper
 
 HEALTH_DEADLINE_S = 90.0
+# a failed test's report carries what each broker logged during it (its last lines): a
+# flake seen once in a loaded CI run can be read afterwards, not only re-run
+FAILURE_LOG_LINES = 300
+_LOG_MARKS = pytest.StashKey[tuple[Cluster, dict[int, int]]]()
 
 # Every cluster's settings. No automatic preferred-leader rebalance: every election in a
 # cluster test is one the test causes (Kafka's default moves a leader back to its
@@ -108,7 +112,8 @@ def cluster_overrides() -> dict[str, str]:
 
 
 @pytest.fixture
-def healthy(cluster_pool: ClusterPool, cluster_overrides: dict[str, str]) -> Iterator[Cluster]:
+def healthy(cluster_pool: ClusterPool, cluster_overrides: dict[str, str],
+            request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """The module's cluster, healthy before the test and restored to health after it."""
     c = cluster_pool.get(cluster_overrides)
     try:
@@ -119,6 +124,7 @@ def healthy(cluster_pool: ClusterPool, cluster_overrides: dict[str, str]) -> Ite
         c = cluster_pool.get(cluster_overrides)
         c.wait_healthy(HEALTH_DEADLINE_S)
     c.new_tracebacks()  # reported by the teardown that found them
+    request.node.stash[_LOG_MARKS] = (c, {i: len(b.log) for i, b in c.brokers.items()})
     yield c
     failures = []
     try:
@@ -132,3 +138,20 @@ def healthy(cluster_pool: ClusterPool, cluster_overrides: dict[str, str]) -> Ite
     if failures:
         pytest.fail("the test left its cluster unhealthy (brokers resumed and restarted, "
                     "then health waited for): " + "\n".join(failures), pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report gets a section per broker: the lines it logged since the
+    test began (the last FAILURE_LOG_LINES)."""
+    report = yield
+    marks = item.stash.get(_LOG_MARKS, None)
+    if marks is not None and report.failed and call.when in ("call", "teardown"):
+        cluster, start = marks
+        for i, b in cluster.brokers.items():
+            lines = list(b.log)[start.get(i, 0):]
+            if lines:
+                report.sections.append((f"broker {i} log during the test",
+                                        "".join(lines[-FAILURE_LOG_LINES:])))
+    return report

@@ -398,10 +398,11 @@ class ClusterNode:
         if state.zk_version >= 0 and 0 <= state.zk_version < old.zk_version:
             return
         new_epoch = state.leader_epoch != old.leader_epoch
-        if (old.leader == state.leader == self.node_id and not p.isr_change_in_flight
-                and old.isr != state.isr):
+        if (old.leader == state.leader == self.node_id and old.isr != state.isr
+                and (p.core is None or p.core.pending is None
+                     or tuple(state.isr) != p.core.pending.isr)):
             # the controller changed the ISR of a partition led here (one written by this
-            # broker is counted in _isr_written)
+            # broker is counted in _isr_applied)
             self.broker.metrics.isr_changed(len(old.isr), len(state.isr))
         fresh_state = replace(state, replicas=list(state.replicas), isr=list(state.isr))
         if self.fenced:
@@ -431,8 +432,10 @@ class ClusterNode:
                 self.broker.txns.partition_led(p.tp)
                 self.broker.share_coordinator.partition_led(p.tp)
                 self.replicas.wake(p.tp)
-            else:
-                p.update_state(fresh_state, now)  # the ISR or the replicas may have changed
+            else:  # the ISR or the replicas may have changed
+                settled = p.update_state(fresh_state, now)
+                if settled is not None:  # our change, seen before its write's answer
+                    self._isr_applied(p, old.isr, settled.reason)
             return
         # a follower (or nobody leads)
         p.state = fresh_state
@@ -524,9 +527,15 @@ class ClusterNode:
                 or p.state.zk_version > version):
             return False
         p.isr_committed(change, replace(new, zk_version=version), self.broker.clock.wall_ms())
-        self.broker.metrics.isr_changed(len(acted.isr), len(p.state.isr))
-        log.debug("ISR of %s: %s -> %s (%s)", p.tp, acted.isr, p.state.isr, change.reason)
-        self._isr_changes.append(f"{p.tp}: {acted.isr} -> {p.state.isr} ({change.reason})")
+        self._isr_applied(p, acted.isr, change.reason)
+        return True
+
+    def _isr_applied(self, p: Partition, before: list[int], reason: str) -> None:
+        """This leader's ISR change took effect (its write answered, or the state came
+        back through the metadata first, whichever is seen first; the other then finds
+        nothing pending): counted and logged once."""
+        self.broker.metrics.isr_changed(len(before), len(p.state.isr))
+        log.debug("ISR of %s: %s -> %s (%s)", p.tp, before, p.state.isr, reason)
+        self._isr_changes.append(f"{p.tp}: {before} -> {p.state.isr} ({reason})")
         if len(self._isr_changes) == 1:
             asyncio.get_running_loop().call_later(0.5, self._log_isr_changes)
-        return True

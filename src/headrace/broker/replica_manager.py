@@ -107,10 +107,6 @@ class Partition:
     def leader_epoch(self) -> int:
         return self.state.leader_epoch
 
-    @property
-    def isr_change_in_flight(self) -> bool:
-        return self.core is not None and self.core.pending is not None
-
     def is_leader(self, node_id: int) -> bool:
         return self.leading and self.state.leader == node_id
 
@@ -205,23 +201,26 @@ class Partition:
         if self.core is not None:
             self.core.isr_failed(change)
 
-    def update_state(self, state: PartitionState, now_ms: int) -> None:
+    def update_state(self, state: PartitionState, now_ms: int) -> IsrChange | None:
         """New state from the metadata for the leader and epoch acted on (the controller
-        changed the ISR, a reassignment the replicas)."""
+        changed the ISR, a reassignment the replicas). Returns this leader's pending ISR
+        change if the state settled it as taken (its write's answer not yet seen, or
+        lost): the caller reports it, as it would on the answer."""
         self.state = state
         core = self.core
         if core is None or core.leader_epoch != state.leader_epoch:
-            return
+            return None
         if tuple(state.replicas) != core.replicas:
             core.set_replicas(state.replicas)
         pending = core.pending
         if pending is not None:
             # a newer state settles a pending change: ours if it lists that ISR (its answer
-            # may have been lost), else someone else decided and ours will be refused
+            # may have been lost, or the watch came first), else someone else decided and
+            # ours will be refused
             if tuple(state.isr) == pending.isr:
                 if core.isr_committed(pending, self.log.log_end_offset, now_ms):
                     self._hw_moved()
-                return
+                return pending
             core.isr_failed(pending)
         if tuple(state.isr) != core.isr and core.set_isr(
                 state.isr, self.log.log_end_offset, now_ms):
@@ -230,6 +229,7 @@ class Partition:
             # a follower's session looks at the partition again: one taken out of the ISR
             # while caught up rejoins at its next fetch, not at the session's full pass
             self.wake(self.tp)
+        return None
 
     def become_leader(self, now_ms: int) -> None:
         """Lead at ``state``'s epoch, from the log end offset (Kafka's ``makeLeader``)."""
