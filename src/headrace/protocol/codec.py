@@ -396,79 +396,113 @@ def encode_metadata_body(
     api_version: int, throttle_time_ms: int, brokers: Sequence[tuple[int, str, int, str | None]],
     cluster_id: str | None, controller_id: int, topics: Sequence[MetadataTopic],
     cluster_authorized_operations: int,
+    topic_bytes: Callable[[MetadataTopic], bytes] | None = None,
 ) -> EncodedBody:
     """A MetadataResponse (v0-v12) body, the bytes kio writes for the same fields (a unit
     test compares them for every version). By hand because kio's generic writer took about
     0.1 ms per partition: a Metadata of every topic held the event loop for a second at
     10,000 partitions (``bench/cluster_bench.py --scale``). ``brokers``: (node id, host,
-    port, rack).
+    port, rack). ``topic_bytes``: a topic's encoding at this version
+    (``encode_metadata_topic``), where the caller keeps them (a topic that did not change
+    is not encoded again); None encodes every topic here.
 
     Fields by version: throttle_time_ms v3+; a broker's rack v1+; cluster_id v2+;
-    controller_id v1+; a topic's topic_id v10+, is_internal v1+, authorized operations
-    v8+, its name nullable from v12; a partition's leader_epoch v7+, offline_replicas v5+;
-    cluster_authorized_operations v8-v10; compact arrays and strings and an (empty)
-    tagged-field section per structure from v9.
+    controller_id v1+; cluster_authorized_operations v8-v10; compact arrays and strings and
+    an (empty) tagged-field section per structure from v9; a topic's fields at
+    ``encode_metadata_topic``.
     """
     v = api_version
     flexible = v >= METADATA_FLEXIBLE_VERSION
     out = bytearray()
-
-    def length(n: int) -> bytes:
-        return _uvarint(n + 1) if flexible else _I32.pack(n)
-
-    def string(text: str | None) -> bytes:
-        if text is None:
-            return b"\0" if flexible else b"\xff\xff"
-        raw = text.encode()
-        return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
-
     tag = b"\0" if flexible else b""
-    out += length(len(brokers))
+    out += _length(flexible, len(brokers))
     for node_id, host, port, rack in brokers:
-        out += _I32.pack(node_id) + string(host) + _I32.pack(port)
+        out += _I32.pack(node_id) + _string(flexible, host) + _I32.pack(port)
         if v >= 1:
-            out += string(rack)
+            out += _string(flexible, rack)
         out += tag
     if v >= 2:
-        out += string(cluster_id)
+        out += _string(flexible, cluster_id)
     if v >= 1:
         out += _I32.pack(controller_id)
-    out += length(len(topics))
-    arrays: dict[tuple[int, ...], bytes] = {}  # a few distinct replica lists, many times
-
-    def int32s(nodes: tuple[int, ...]) -> bytes:
-        b = arrays.get(nodes)
-        if b is None:
-            b = arrays[nodes] = length(len(nodes)) + struct.pack(f">{len(nodes)}i", *nodes)
-        return b
-
-    for t in topics:
-        out += _I16.pack(t.error_code) + string(t.name)
-        if v >= 10:
-            out += t.topic_id.bytes
-        if v >= 1:
-            out += _BOOL.pack(t.is_internal)
-        out += length(len(t.partitions))
-        for p in t.partitions:
-            if v >= 7:
-                out += _I16_I32_I32_I32.pack(p.error_code, p.partition_index, p.leader_id,
-                                             p.leader_epoch)
-            else:
-                out += _I16_I32_I32.pack(p.error_code, p.partition_index, p.leader_id)
-            out += int32s(p.replica_nodes)
-            out += int32s(p.isr_nodes)
-            if v >= 5:
-                out += int32s(p.offline_replicas)
-            out += tag
-        if v >= 8:
-            out += _I32.pack(t.topic_authorized_operations)
-        out += tag
+    out += _length(flexible, len(topics))
+    if topic_bytes is None:
+        arrays: dict[tuple[int, ...], bytes] = {}
+        for t in topics:
+            out += encode_metadata_topic(v, t, arrays)
+    else:
+        for t in topics:
+            out += topic_bytes(t)
     if 8 <= v <= 10:
         out += _I32.pack(cluster_authorized_operations)
     out += tag
     if v >= 3:  # throttle_time_ms first, a chunk of its own (a quota may set it)
         return EncodedBody([_I32.pack(throttle_time_ms), bytes(out)], 4 + len(out), 0)
     return EncodedBody([bytes(out)], len(out))
+
+
+def _length(flexible: bool, n: int) -> bytes:
+    return _uvarint(n + 1) if flexible else _I32.pack(n)
+
+
+def _string(flexible: bool, text: str | None) -> bytes:
+    if text is None:
+        return b"\0" if flexible else b"\xff\xff"
+    raw = text.encode()
+    return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+
+
+def encode_metadata_topic(api_version: int, t: MetadataTopic,
+                          arrays: dict[tuple[int, ...], bytes] | None = None) -> bytes:
+    """One topic of a MetadataResponse at ``api_version`` (``metadata_topic_ends`` around
+    ``encode_metadata_partition`` of each partition)."""
+    if arrays is None:
+        arrays = {}
+    head, tail = metadata_topic_ends(api_version, t)
+    return b"".join([head, *(encode_metadata_partition(api_version, p, arrays)
+                             for p in t.partitions), tail])
+
+
+def metadata_topic_ends(api_version: int, t: MetadataTopic) -> tuple[bytes, bytes]:
+    """A MetadataResponse topic's bytes before its partitions and after them. Fields by
+    version: topic_id v10+, is_internal v1+, authorized operations v8+, the name nullable
+    from v12."""
+    v = api_version
+    flexible = v >= METADATA_FLEXIBLE_VERSION
+    head = _I16.pack(t.error_code) + _string(flexible, t.name)
+    if v >= 10:
+        head += t.topic_id.bytes
+    if v >= 1:
+        head += _BOOL.pack(t.is_internal)
+    head += _length(flexible, len(t.partitions))
+    tail = _I32.pack(t.topic_authorized_operations) if v >= 8 else b""
+    return head, tail + b"\0" if flexible else tail
+
+
+def encode_metadata_partition(api_version: int, p: MetadataPartition,
+                              arrays: dict[tuple[int, ...], bytes]) -> bytes:
+    """One partition of a MetadataResponse topic: its leader_epoch v7+, offline_replicas
+    v5+. ``arrays``: replica lists already encoded at this version (a few distinct ones,
+    many times)."""
+    v = api_version
+    flexible = v >= METADATA_FLEXIBLE_VERSION
+
+    def int32s(nodes: tuple[int, ...]) -> bytes:
+        b = arrays.get(nodes)
+        if b is None:
+            b = arrays[nodes] = (_length(flexible, len(nodes))
+                                 + struct.pack(f">{len(nodes)}i", *nodes))
+        return b
+
+    if v >= 7:
+        out = _I16_I32_I32_I32.pack(p.error_code, p.partition_index, p.leader_id,
+                                    p.leader_epoch)
+    else:
+        out = _I16_I32_I32.pack(p.error_code, p.partition_index, p.leader_id)
+    out += int32s(p.replica_nodes) + int32s(p.isr_nodes)
+    if v >= 5:
+        out += int32s(p.offline_replicas)
+    return out + b"\0" if flexible else out
 
 
 def encode_api_versions_fallback(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import operator
 import uuid
 import weakref
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -19,7 +20,14 @@ from headrace.broker.security import CLUSTER, CLUSTER_NAME, CREATE, DESCRIBE, TO
 from headrace.broker.topics import KAFKA_INTERNAL_TOPICS, TopicError, validate_topic_name
 from headrace.log.partition_log import OFFLINE_EVENTS
 from headrace.metadata.store import TopicState
-from headrace.protocol.codec import MetadataPartition, MetadataTopic, encode_metadata_body
+from headrace.protocol.codec import (
+    MetadataPartition,
+    MetadataTopic,
+    encode_metadata_body,
+    encode_metadata_partition,
+    encode_metadata_topic,
+    metadata_topic_ends,
+)
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -30,9 +38,15 @@ UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648
 # Each broker's last entry per topic, with what it was computed from: the topic's state
 # object, its partitions' state objects (the stores replace a partition's state object on
 # every change, never edit it), the live brokers and the count of logs gone offline in this
-# process. A Metadata of 30,000 partitions took ~0.3 s of the event loop per request, and
-# clients ask again on every NOT_LEADER during a failover (bench/cluster_bench.py --scale).
-_CacheEntry = tuple[TopicState, tuple[object, ...], frozenset[int], int, MetadataTopic]
+# process; then the entry's encodings by API version, and those of the entry before it. A
+# Metadata of 30,000 partitions took ~0.3 s of the event loop per request, and clients
+# ask again on every NOT_LEADER during a failover (bench/cluster_bench.py --scale): a
+# topic whose states did not change is neither rebuilt nor encoded again, and one that
+# changed rebuilds and encodes only its changed partitions.
+# An encoding: the partition entries it encoded, each one's bytes, and the whole topic's.
+_Encoding = tuple[Sequence[MetadataPartition], list[bytes], bytes]
+_CacheEntry = tuple[TopicState, tuple[object, ...], frozenset[int], int, MetadataTopic,
+                    dict[int, _Encoding], dict[int, _Encoding]]
 _CACHES: weakref.WeakKeyDictionary[Any, dict[str, _CacheEntry]] = weakref.WeakKeyDictionary()
 
 
@@ -46,22 +60,69 @@ def topic_entry(broker: Broker, topic: TopicState, live: set[int] | None = None
         cache = _CACHES[broker] = {}
     hit = cache.get(topic.name)
     offline_events = OFFLINE_EVENTS[0]
-    if (hit is not None and hit[0] is topic and hit[3] == offline_events
-            and hit[2] == live and len(hit[1]) == len(topic.partitions)
-            and all(map(operator.is_, hit[1], topic.partitions))):
-        return hit[4]
-    entry = _topic_entry(broker, topic, live)
-    cache[topic.name] = (topic, tuple(topic.partitions), frozenset(live), offline_events,
-                         entry)
+    states = topic.partitions
+    before: dict[int, _Encoding] = {}
+    if hit is not None and hit[3] == offline_events and hit[2] == live:
+        if (hit[0] is topic and len(hit[1]) == len(states)
+                and all(map(operator.is_, hit[1], states))):
+            return hit[4]
+        entry = _topic_entry(broker, topic, live, hit[1], hit[4].partitions)
+        before = {**hit[6], **hit[5]}  # any earlier encoding: reused where it matches
+    else:
+        entry = _topic_entry(broker, topic, live)
+    cache[topic.name] = (topic, tuple(states), frozenset(live), offline_events, entry, {},
+                         before)
     return entry
 
 
-def _topic_entry(broker: Broker, topic: TopicState, live: set[int]) -> MetadataTopic:
+def topic_bytes_of(broker: Broker, api_version: int) -> Callable[[MetadataTopic], bytes]:
+    """A topic entry's encoding at ``api_version`` (``encode_metadata_body``'s
+    ``topic_bytes``), kept with the entry while it stays current; a partition entry taken
+    over from the entry before keeps its bytes too."""
+    cache = _CACHES.get(broker) or {}
+    arrays: dict[tuple[int, ...], bytes] = {}
+    v = api_version
+
+    def topic_bytes(t: MetadataTopic) -> bytes:
+        hit = cache.get(t.name) if t.name is not None else None
+        if hit is None or hit[4] is not t:
+            return encode_metadata_topic(v, t, arrays)
+        done = hit[5].get(v)
+        if done is not None:
+            return done[2]
+        old = hit[6].get(v)
+        parts = t.partitions
+        if old is None:
+            chunks = [encode_metadata_partition(v, p, arrays) for p in parts]
+        else:
+            old_parts, old_chunks, _ = old
+            n = min(len(old_parts), len(parts))
+            chunks = [old_chunks[i] if i < n and old_parts[i] is p
+                      else encode_metadata_partition(v, p, arrays)
+                      for i, p in enumerate(parts)]
+        head, tail = metadata_topic_ends(v, t)
+        whole = b"".join([head, *chunks, tail])
+        hit[5][v] = (parts, chunks, whole)
+        return whole
+
+    return topic_bytes
+
+
+def _topic_entry(broker: Broker, topic: TopicState, live: set[int],
+                 before: tuple[object, ...] = (),
+                 before_entries: Sequence[MetadataPartition] = ()) -> MetadataTopic:
+    """``before``/``before_entries``: the partition states and entries of the topic's last
+    entry, computed with the same live brokers and offline logs: an entry whose state
+    object is the same is taken as it is."""
     partitions = []
     hosted_partitions = broker.replicas.partitions
     name = topic.name
     node_id = broker.node_id
+    n_before = min(len(before), len(before_entries))
     for i, p in enumerate(topic.partitions):
+        if i < n_before and before[i] is p:
+            partitions.append(before_entries[i])
+            continue
         replicas = p.replicas
         offline = [r for r in replicas if r not in live]
         hosted = hosted_partitions.get((name, i))  # type: ignore[call-overload]
@@ -146,7 +207,8 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     return encode_metadata_body(
         ctx.api_version, 0,
         [(b.node_id, b.host, b.port, b.rack) for b in broker.advertised_brokers(ctx.listener)],
-        store.cluster_id, store.controller_id(), topics, cluster_operations)
+        store.cluster_id, store.controller_id(), topics, cluster_operations,
+        topic_bytes_of(broker, ctx.api_version))
 
 
 def _invalid_before_v12(ctx: RequestContext, req: Any) -> Any:
