@@ -542,7 +542,7 @@ class ScaleRun:
                 retry.append((m.topic(), m.partition()))
 
         cpu0 = self.cpu_now()
-        killed_at = time.monotonic()
+        killed_at, killed_wall = time.monotonic(), time.time()
         self.cluster.brokers[victim].kill()
         spy = self.profile_dir  # py-spy profiles of the survivors through the failover
         if spy:
@@ -559,6 +559,9 @@ class ScaleRun:
         for t, q in sample:
             owner[(t, q)].produce(t, b"x", partition=q, on_delivery=dr)
         moved_s: float | None = None
+        # when Metadata first named a live leader for each probed partition: with the
+        # acknowledgements, where a failover's time goes (leaders late, or writes after)
+        led_at: dict[tuple[str, int], float] = {}
         deadline = killed_at + timeout_s
         # a Metadata of every partition every 0.5 s: asked back to back, the survivors
         # spent a fifth of their event loop answering the benchmark's own polling
@@ -573,6 +576,10 @@ class ScaleRun:
                 next_md = time.monotonic() + 0.5
                 with contextlib.suppress(Exception):
                     now_md = self.metadata(md_admin)
+                    seen = time.monotonic() - killed_at
+                    for t, q in sample:
+                        if (t, q) not in led_at and now_md[t][q].leader in live_ids:
+                            led_at[(t, q)] = seen
                     if all(now_md[t][q].leader in live_ids for t, q in led):
                         moved_s = time.monotonic() - killed_at
             if moved_s is not None and len(acked) == len(sample):
@@ -587,7 +594,10 @@ class ScaleRun:
                   "all_probes_acked_s": round(done[-1], 2) if len(done) == len(sample)
                   else None,
                   "median_probe_s": round(statistics.median(done), 2) if done else None,
-                  "delivery_errors": errors, "acked_by_second": _histogram(done), **during}
+                  "delivery_errors": errors, "acked_by_second": _histogram(done),
+                  "led_by_second": _histogram(list(led_at.values())),
+                  # the kill's wall-clock time, to read the brokers' logs (--keep) against
+                  "killed_at_unix": round(killed_wall, 3), **during}
         return result
 
     def rejoin(self, victim: int, timeout_s: float) -> dict[str, Any]:

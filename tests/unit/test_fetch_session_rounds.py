@@ -90,6 +90,29 @@ def test_a_woken_partition_found_quiet_leaves_the_dirty_set() -> None:
     assert parts[("t", 1)].caught_up == [1000]  # looked at: caught up, as a read would say
 
 
+def test_a_quiet_follower_out_of_the_isr_woken_while_parked_rejoins_at_the_next_round(
+        ) -> None:
+    """The controller took the caught-up follower out of the ISR (its session expired and
+    came back) while its fetch was parked: the wake's re-read finds the partition quiet,
+    but only a round's bookkeeping (``first``) proposes the follower again. It stays dirty
+    for the next round instead of waiting for the full pass (up to 5 s)."""
+    broker, session, parts = make(3)
+    fetched: list[tuple[Any, int, int]] = []
+    broker.follower_fetched = lambda part, replica, offset: fetched.append(
+        (part, replica, offset))
+    parts[("t", 1)].state.isr = (1,)  # update_state woke it: dirty, the parked fetch woken
+    woken, session.dirty = {("t", 1)}, set()
+    plan = _session_plan(broker, session, set(), FOLLOWER, False, False, woken)
+    assert planned(plan) == set() and fetched == []
+    assert session.dirty == {("t", 1)}  # kept for the next round
+    # the follower's next request (an incremental round: named | dirty)
+    candidates, session.dirty = session.dirty, set()
+    plan = _session_plan(broker, session, set(), FOLLOWER, False, True, candidates)
+    assert planned(plan) == set()
+    assert fetched == [(parts[("t", 1)], FOLLOWER, 10)]  # proposed for the ISR again
+    assert session.dirty == set()
+
+
 def test_the_full_pass_comes_every_quarter_of_the_lag_time() -> None:
     broker = NS(config={"replica.lag.time.max.ms": "30000"})
     assert _full_pass_ms(broker) == 5000  # capped

@@ -242,7 +242,8 @@ def _session_plan(broker: Broker, session: FetchSession, named: set[tuple[str, i
     partition whose follower is out of the ISR goes through the whole follower
     bookkeeping, so that it rejoins: a caught-up follower taken out by the controller (its
     ZooKeeper session expired) has no new offset to name, and would otherwise stay out
-    until new records arrive. A partition that is not quiet stays in the session's
+    until new records arrive (a parked fetch's re-read, not ``first``, leaves it dirty for
+    the next round's bookkeeping). A partition that is not quiet stays in the session's
     ``dirty`` set, so the next round looks at it again (a read cut short by the response's
     byte limit, an error) even if nothing wakes it."""
     # This loop runs over every partition of the session on every fetch (thousands: a
@@ -283,6 +284,10 @@ def _session_plan(broker: Broker, session: FetchSession, named: set[tuple[str, i
                             broker.follower_fetched(part, replica_id, cached.fetch_offset)
                         else:
                             part.follower_caught_up(replica_id, now_ms)
+                    elif replica_id not in part.state.isr:
+                        # a parked fetch's re-read (an ISR change woke it): the next
+                        # round's bookkeeping proposes the follower again
+                        dirty.add(key)
                     continue
         dirty.add(key)
         active.setdefault(key[0], []).append(cached)
