@@ -14,6 +14,7 @@ import click
 
 from headrace.cli_support import EXIT_CODES_HELP, EXIT_USAGE, HeadraceGroup, parse_pair, set_verbose
 from headrace.config import BrokerConfig, ConfigError, load_properties
+from headrace.gc_policy import GcPolicy
 
 LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
                           case_sensitive=False)
@@ -128,6 +129,8 @@ def broker(
         try:
             b = Broker(config)
             await b.start()
+            # this process is a broker: its long-lived objects leave the full collections
+            GcPolicy().install()
         except StartupError as e:
             click.echo(f"headrace: cannot start broker: {e}", err=True)
             return 1
