@@ -8,6 +8,7 @@ import asyncio
 import itertools
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -271,23 +272,36 @@ async def test_states_arrive_by_notification_and_a_reader_behind_the_purge_reads
     assert len(kept) == 3  # the oldest removed
 
     # b stops reading notifications (its watch callback does nothing) while more states
-    # are written and older notifications removed; when it reads again it reads all
+    # are written and older notifications removed; when it reads again it reads all. The
+    # switch waits for a read already under way in b's worker (swapping the method alone
+    # let one started before it read the new states: loaded CI run 63)
     real = b._read_state_changes
+    gate = threading.Lock()
+    reading = [True]
 
-    def rearm_only() -> list[tuple[str, Any]]:
-        b._children(L.STATE_CHANGES, "state_changes")
-        return []
+    def gated() -> list[tuple[str, Any]]:
+        with gate:
+            if reading[0]:
+                return real()
+            b._children(L.STATE_CHANGES, "state_changes")  # re-arm only
+            return []
 
-    b._read_state_changes = rearm_only  # type: ignore[method-assign]
+    def switch(on: bool) -> None:
+        with gate:
+            reading[0] = on
+
+    b._read_state_changes = gated  # type: ignore[method-assign]
+    await asyncio.to_thread(switch, False)
     try:
         for p in range(4):
             st = a.topic("n").partitions[p]  # type: ignore[union-attr]
             new = PartitionState([1, 2], 2, 1, [2, 1], 1, epoch, st.zk_version)
             assert (await asyncio.to_thread(a.write_partition_states, [("n", p, new)], epoch,
                                             version))[0] is not None
+        await until(lambda: a.topic("n").partitions[3].leader == 2)  # type: ignore[union-attr]
+        assert b.topic("n").partitions[0].leader == 1  # type: ignore[union-attr]
     finally:
-        b._read_state_changes = real  # type: ignore[method-assign]
-    assert b.topic("n").partitions[0].leader == 1  # type: ignore[union-attr]
+        await asyncio.to_thread(switch, True)
     await until(lambda: a.topic("n").partitions[3].leader == 2)  # type: ignore[union-attr]
     st = a.topic("n").partitions[0]  # type: ignore[union-attr]
     assert await asyncio.to_thread(a.update_isr, "n", 0, replace(st, isr=[2])) is not None
