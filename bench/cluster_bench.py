@@ -503,7 +503,23 @@ class ScaleRun:
         producer.flush(5)
         return {"acked": len(acked), "all_acked_s": round(took, 1)
                 if len(acked) == self.partitions else None, "delivery_errors": errors,
-                **self.snapshot(cpu0)}
+                # one record per partition was sent: more means the client sent some again
+                # (its own retries of a request it gave up on, not idempotent here)
+                "records_written": self.records_written(), **self.snapshot(cpu0)}
+
+    def records_written(self) -> int | None:
+        """The sum of every partition's log end offset (ListOffsets latest)."""
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        try:
+            req = {TopicPartition(t, q): OffsetSpec.latest()
+                   for t, n in self.topics.items() for q in range(n)}
+            futs = self.admin.list_offsets(req, request_timeout=60)
+            return sum(f.result().offset for f in futs.values())
+        except Exception as e:  # a measurement, not the phase: say it and go on
+            say(f"records_written: {type(e).__name__}: {e}")
+            return None
 
     def failover(self, probe: int, timeout_s: float) -> dict[str, Any]:
         md = self.metadata(self.admin)

@@ -12,7 +12,7 @@ The policy (Instagram's, with ``gc.freeze``): what survives a full collection th
 ``FREEZE_PAUSE_S`` or more is long-lived, so it is moved to the permanent generation, which
 collections never scan; the next full collection looks only at what is newer. A broker whose
 full collections stay short (up to a few thousand partitions) never freezes anything.
-Freezing is checked every ``CHECK_S``. Reference counting still frees frozen objects that
+Reference counting still frees frozen objects that
 become garbage; only garbage in reference cycles among frozen objects (a connection open at
 the freeze and closed later, say) stays, so every ``THAW_S`` the permanent generation is put
 back (``gc.unfreeze``): the next full collection reclaims such cycles, and its survivors
@@ -26,36 +26,49 @@ process (tests, ``headrace.testing``) leaves that process's collector alone.
 from __future__ import annotations
 
 import gc
-import threading
 import time
 from typing import Any
 
-CHECK_S = 1.0
 FREEZE_PAUSE_S = 0.1
 THAW_S = 600.0
 
 
 class GcPolicy:
-    """Freeze the survivors of each long full collection (``install`` starts it)."""
+    """Freeze the survivors of each long full collection (``install`` starts it).
 
-    def __init__(self, thaw_s: float = THAW_S, freeze_pause_s: float = FREEZE_PAUSE_S
-                 ) -> None:
+    All of it runs in the collector's callback, on the thread whose allocation set off the
+    collection: the freeze at the end of a long full collection (the collection is over, so
+    its lists are whole), the thaw at the start of the first full collection ``thaw_s``
+    after the last one (that collection then looks at everything). No thread of its own,
+    and nothing frozen while a collection is halfway."""
+
+    def __init__(self, thaw_s: float = THAW_S, freeze_pause_s: float = FREEZE_PAUSE_S,
+                 clock: Any = time.monotonic) -> None:
         self.thaw_s = thaw_s
         self.freeze_pause_s = freeze_pause_s
-        self._long_full = 0  # the count at the last full collection of freeze_pause_s+
-        self.full_collections = 0  # full collections seen (the callback's count)
-        self.frozen_after = 0  # the long full collection acted on last
+        self.clock = clock
+        self.full_collections = 0  # full collections seen
+        self.freezes = 0
+        self.thaws = 0
         self.pause_s = [0.0, 0.0, 0.0]  # time spent collecting, per generation
         self.max_pause_s = [0.0, 0.0, 0.0]
         self._started = 0.0
-        self._last_thaw: float | None = None  # the first step's time
-        self._stop = threading.Event()
+        self._last_thaw: float | None = None  # the first full collection's time
 
     def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        generation = int(info.get("generation", 0))
         if phase == "start":
+            if generation == 2:
+                now = self.clock()
+                if self._last_thaw is None:
+                    self._last_thaw = now
+                elif now - self._last_thaw >= self.thaw_s:
+                    self._last_thaw = now
+                    if gc.get_freeze_count():
+                        gc.unfreeze()  # this collection looks at everything once
+                        self.thaws += 1
             self._started = time.perf_counter()
             return
-        generation = int(info.get("generation", 0))
         took = time.perf_counter() - self._started
         self.pause_s[generation] += took
         if took > self.max_pause_s[generation]:
@@ -63,37 +76,14 @@ class GcPolicy:
         if generation == 2:
             self.full_collections += 1
             if took >= self.freeze_pause_s:
-                self._long_full = self.full_collections
-
-    def step(self, now: float) -> str | None:
-        """One check: freeze after a full collection, thaw every ``thaw_s``. Returns what
-        it did ("freeze", "thaw") or None."""
-        if self._last_thaw is None:
-            self._last_thaw = now
-        if now - self._last_thaw >= self.thaw_s:
-            self._last_thaw = now
-            gc.unfreeze()  # the next full collection looks at everything once
-            self.frozen_after = self._long_full
-            return "thaw"
-        if self._long_full > self.frozen_after:
-            self.frozen_after = self._long_full
-            gc.freeze()
-            return "freeze"
-        return None
+                gc.freeze()  # its survivors are long-lived: out of the next ones
+                self.freezes += 1
 
     def install(self) -> None:
-        """One full collection now (the broker just loaded its logs: frozen if it was
-        long), then the check every ``CHECK_S`` from a daemon thread."""
+        """From now on (the broker just loaded its logs: one full collection at once)."""
         gc.callbacks.append(self._callback)
         gc.collect()
-        self.step(time.monotonic())
-        threading.Thread(target=self._run, name="gc-policy", daemon=True).start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(CHECK_S):
-            self.step(time.monotonic())
 
     def uninstall(self) -> None:
-        self._stop.set()
         if self._callback in gc.callbacks:
             gc.callbacks.remove(self._callback)

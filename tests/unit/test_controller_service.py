@@ -185,6 +185,33 @@ def test_a_refused_write_rereads_that_partition_only() -> None:
     assert t.partitions[1].isr == [3] and t.partitions[1].leader == 3
 
 
+def test_a_refused_election_is_decided_again_before_the_isr_only_batch() -> None:
+    """Broker 2 dies; partition 1 (it led) had its state changed meanwhile, so its
+    election is refused: it is re-read and elected again before the ISR removals of the
+    partitions broker 2 followed are written (at 30,000 partitions they took seconds, and
+    the refused partitions stayed leaderless behind them)."""
+    store = Store({"t": TopicState("t", uuid.uuid4(), spread(6, [1, 2, 3]))},
+                  {1: 1, 2: 2, 3: 3})
+    svc = service(store)
+    t = store.topics()["t"]
+
+    async def run() -> None:
+        await won(svc)
+        store.refuse[("t", 1)] = replace(t.partitions[1], isr=[2, 3], zk_version=7)
+        store.epochs = {1: 1, 3: 3}
+        svc.brokers_changed()
+        await svc._reconcile()
+
+    asyncio.run(run())
+    batches = [sorted(p for _, p, _ in b) for b in store.batches]
+    led_by_2 = [1, 4]
+    assert batches[0] == led_by_2  # the elections (1 refused)
+    assert batches[1] == [1]  # 1 again, on the re-read, before...
+    assert batches[2] == [0, 2, 3, 5]  # ...the ISR-only changes
+    assert t.partitions[1].leader == 3
+    assert all(2 not in t.partitions[p].isr for p in range(6))
+
+
 def test_a_notified_state_is_an_isr_change_of_one_partition() -> None:
     """A leader's ISR write reaches the controller as a notification of one partition: a
     dead broker it still lists is taken out; nothing else is decided."""
