@@ -9,14 +9,18 @@ message.timestamp.before/after.max.ms of the broker's clock; bad records are nam
 from __future__ import annotations
 
 import struct
+from unittest.mock import patch
 
 import crc32c
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from tests.batches import encode_record, make_batch
 
 from headrace.clock import ManualClock
 from headrace.config import LogConfig
+from headrace.log import validator
 from headrace.log.partition_log import PartitionLog
 from headrace.log.validator import validate_batches
 from headrace.protocol import records as R
@@ -258,3 +262,56 @@ def test_a_batch_of_a_million_tiny_records_is_checked_in_bounded_memory() -> Non
     assert e.error_code == ErrorCode.invalid_record
     assert len(e.record_errors) == validator.MAX_RECORD_ERRORS
     assert f"due to {n} record errors in total" in str(e)
+
+
+_small_record = st.tuples(
+    st.integers(-3, 3),  # offset delta: its index plus this (mostly 0)
+    st.one_of(st.integers(-2 * HOUR, 2 * HOUR), st.sampled_from(
+        [-NOW - 1, 2**63 - 1 - NOW, -(2**63) - NOW, 10**16])),  # timestamp delta
+    st.one_of(st.none(), st.binary(max_size=4)),  # key
+    st.one_of(st.none(), st.binary(max_size=8)),  # value
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(records=st.lists(_small_record, min_size=1, max_size=R.SMALL_BATCH),
+       compact=st.booleans(), log_append_time=st.booleans(),
+       shift=st.sampled_from([0, 0, 0, 1, -1]),
+       flip=st.one_of(st.none(), st.tuples(st.integers(0, 10**6), st.integers(1, 255))))
+def test_a_small_batch_is_judged_as_the_numpy_path_judges_it(
+        records: list[tuple[int, int, bytes | None, bytes | None]], compact: bool,
+        log_append_time: bool, shift: int, flip: tuple[int, int] | None) -> None:
+    """Batches of up to SMALL_BATCH records are checked by plain loops (numpy's fixed cost
+    was most of a one-record Produce's validation): whatever the records, broken framing
+    included, the outcome is the numpy path's, error code, message and record errors."""
+    body = bytearray(b"".join(
+        encode_record(i + (d if i % 3 == 0 else 0), t, k, v, [])
+        for i, (d, t, k, v) in enumerate(records)))
+    if flip is not None and body:  # a damaged byte: framing errors too
+        body[flip[0] % len(body)] ^= flip[1]
+    batch = raw_batch(bytes(body), max(len(records) + shift, 1))
+    config = LogConfig(cleanup_policy="compact" if compact else "delete",
+                       message_timestamp_type="LogAppendTime" if log_append_time
+                       else "CreateTime")
+
+    def outcome() -> tuple[int, str, tuple[tuple[int, str], ...]] | None:
+        try:
+            check(batch, config)
+        except R.InvalidRecordError as e:
+            return int(e.error_code), str(e), e.record_errors
+        return None
+
+    small = outcome()
+    with patch.object(validator, "SMALL_BATCH", 0):  # every batch through numpy
+        bulk = outcome()
+    assert small == bulk
+
+
+def test_a_ten_byte_timestamp_delta_wraps_to_int64_as_kafka_reads_it() -> None:
+    """A timestamp delta varint of ten bytes whose high bits pass int64 (Java's
+    readVarlong drops them) is read as int64, then judged: INVALID_TIMESTAMP, not an
+    overflow escaping the validator (it closed the producer's connection)."""
+    delta = bytes([0xFF] * 9 + [0x7F])  # 70 bits set: wraps to -(2**63) after zigzag
+    body = b"\x00" + delta + b"\x00" + b"\x01" + b"\x01" + b"\x00"  # no key, no value
+    batch = raw_batch(bytes([len(body) * 2]) + body, 1)
+    assert refused(batch).error_code == ErrorCode.invalid_timestamp

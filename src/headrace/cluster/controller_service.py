@@ -276,7 +276,8 @@ class ControllerService:
             if held and self.ctl is ctl:
                 batch, held = held, []
                 await self._write_effects(ctl, batch)
-        if held and ctl is not None and self.ctl is ctl:  # the re-read failed: the ISR changes go out anyway
+        if held and ctl is not None and self.ctl is ctl:
+            # the re-read failed: the ISR changes go out anyway
             await self._write_effects(ctl, held)
 
     async def _write_assignment(self, ctl: pure.Controller, a: pure.WriteAssignment) -> None:

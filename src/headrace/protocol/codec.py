@@ -365,6 +365,66 @@ def encode_fetch_body(
     return EncodedBody(chunks, size)
 
 
+# ---------------------------------------------------------------------- Produce by hand
+
+PRODUCE_FLEXIBLE_VERSION = 9
+_I32_I16_I64 = struct.Struct(">ihq")
+
+
+@dataclass(slots=True)
+class ProducePartition:
+    """One partition's answer in a ProduceResponse (``encode_produce_body``); the produce
+    handler fills it in and may change ``error_code`` while it waits for replication."""
+
+    index: int
+    error_code: int
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+    record_errors: tuple[tuple[int, str], ...] = ()
+
+
+def encode_produce_body(api_version: int,
+                        responses: list[tuple[str, list[ProducePartition]]]) -> EncodedBody:
+    """A ProduceResponse (v0-v12) body, its throttle_time_ms (v1+) a chunk of its own
+    (``EncodedBody.with_throttle_time``). Every request's hot path: kio's generic writer
+    took about an eighth of a one-record Produce's broker CPU. The tagged fields of v10+
+    (KIP-951's current leader and node endpoints) keep their defaults, so are not
+    written."""
+    flexible = api_version >= PRODUCE_FLEXIBLE_VERSION
+    out = bytearray(_length(flexible, len(responses)))
+    for name, partitions in responses:
+        out += _string(flexible, name)
+        out += _length(flexible, len(partitions))
+        for p in partitions:
+            out += _I32_I16_I64.pack(p.index, p.error_code, p.base_offset)
+            if api_version >= 2:
+                out += _I64.pack(p.log_append_time_ms)
+            if api_version >= 5:
+                out += _I64.pack(p.log_start_offset)
+            if api_version >= 8:
+                out += _length(flexible, len(p.record_errors))
+                for batch_index, message in p.record_errors:
+                    out += _I32.pack(batch_index)
+                    out += _string(flexible, message)
+                    if flexible:
+                        out += b"\0"
+                out += _string(flexible, p.error_message)
+            if flexible:
+                out += b"\0"
+        if flexible:
+            out += b"\0"
+    head = bytes(out)
+    if api_version < 1:
+        return EncodedBody([head], len(head))
+    tail = b"\0" if flexible else b""
+    return EncodedBody([head, _NO_THROTTLE, tail], len(head) + 4 + len(tail), 1)
+
+
+_NO_THROTTLE = bytes(4)
+
+
 # ---------------------------------------------------------------------- Metadata by hand
 
 METADATA_FLEXIBLE_VERSION = 9

@@ -803,8 +803,10 @@ def _scan_fields(view: memoryview, arr: npt.NDArray[np.uint8], starts: I64) -> R
     return RecordScan(ts_delta, off_delta, key_len, value_len, header_count)
 
 
-# Up to this many records a plain loop beats numpy's fixed cost (~150 us a batch).
-_SMALL_BATCH = 80
+
+SMALL_BATCH = 80
+"""Up to this many records a plain loop beats numpy's fixed cost (~150 us a batch)."""
+_SMALL_BATCH = SMALL_BATCH
 
 
 def _small_varint(data: memoryview, pos: int, end: int, max_size: int, i: int) -> tuple[int, int]:
@@ -827,12 +829,42 @@ def _small_varint(data: memoryview, pos: int, end: int, max_size: int, i: int) -
         pos += 1
         raw |= (b & 0x7F) << shift
         if b < 0x80:
+            # 64 bits, as Java's readVarlong and the numpy path keep (a tenth byte's high
+            # bits are dropped): never a value past int64
+            raw &= 0xFFFFFFFFFFFFFFFF
             return (raw >> 1) ^ -(raw & 1), pos
         shift += 7
 
 
+def scan_small_records(data: memoryview | bytes, count: int
+                       ) -> tuple[list[int], list[int], list[int], list[int],
+                                  list[int]] | None:
+    """The fields of a small records block (at most ``SMALL_BATCH`` records) as plain
+    lists (timestamp deltas, offset deltas, key lengths, value lengths, header counts),
+    with ``iter_record_scans``' framing checks; None when the block is not small or is
+    broken (``iter_record_scans`` then says how). For a batch of a few records, numpy's
+    fixed cost per operation is most of the work: a caller checks the lists in Python."""
+    view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data
+    if not 1 <= count <= _SMALL_BATCH or count > len(view) // 7:
+        return None
+    try:
+        return _scan_small_lists(view, count)
+    except FramingError:
+        return None
+
+
 def _scan_small(data: memoryview, count: int) -> RecordScan:
     """``scan_records`` for a few records: the same checks, one record at a time."""
+    ts_deltas, off_deltas, key_lens, value_lens, header_counts = _scan_small_lists(data,
+                                                                                   count)
+    return RecordScan(np.array(ts_deltas, dtype=np.int64), np.array(off_deltas, dtype=np.int64),
+                      np.array(key_lens, dtype=np.int64), np.array(value_lens, dtype=np.int64),
+                      np.array(header_counts, dtype=np.int64))
+
+
+def _scan_small_lists(data: memoryview, count: int) -> tuple[
+        list[int], list[int], list[int], list[int], list[int]]:
+    """``_scan_small``'s fields as lists."""
     n = len(data)
     ts_deltas = [0] * count
     off_deltas = [0] * count
@@ -903,9 +935,7 @@ def _scan_small(data: memoryview, count: int) -> RecordScan:
     if pos != n:
         raise FramingError(count - 1, f"record lengths add up to {pos} bytes, short of the {n} "
                                   "records bytes")
-    return RecordScan(np.array(ts_deltas, dtype=np.int64), np.array(off_deltas, dtype=np.int64),
-                      np.array(key_lens, dtype=np.int64), np.array(value_lens, dtype=np.int64),
-                      np.array(header_counts, dtype=np.int64))
+    return ts_deltas, off_deltas, key_lens, value_lens, header_counts
 
 
 def _check_within(p: I64, end: I64, field_name: str) -> None:
