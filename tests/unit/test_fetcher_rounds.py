@@ -13,6 +13,12 @@ from typing import Any
 
 from headrace.broker.replica_manager import TopicPartition
 from headrace.cluster.replica_fetcher import Fetcher, FetchState
+from headrace.protocol.codec import (
+    FetchPartition,
+    decode_request,
+    encode_fetch_body,
+    encode_response_chunks,
+)
 
 LEADER, ME = 1, 2
 
@@ -35,23 +41,45 @@ class FakeLog:
 
 
 class FakeConnection:
-    """Answers every Fetch with the session id 7 and the ``answer`` partitions (records)."""
+    """Answers every Fetch with the session id 7 and the ``answer`` partitions (records),
+    over the wire's bytes: the request as the broker decodes it, the answer as the broker
+    encodes it."""
+
+    client_id = "follower"
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.answer: list[tuple[str, int]] = []
+        self._correlation = 0
+
+    def next_correlation_id(self) -> int:
+        self._correlation += 1
+        return self._correlation
 
     async def request(self, api_key: int, version: int, body: dict[str, Any],
                       timeout_s: float) -> Any:
-        self.requests.append(body)
-        by_topic: dict[str, list[Any]] = {}
+        raise AssertionError(f"unexpected request (API key {api_key})")
+
+    async def exchange(self, frame: bytes, timeout_s: float) -> bytes:
+        req = decode_request(frame[4:])
+        assert req.header.api_key == 1 and req.header.api_version == 12
+        b = req.body
+        self.requests.append({
+            "session_epoch": int(b.session_epoch),
+            "topics": [{"topic": str(t.topic), "partitions": [
+                {"partition": int(p.partition), "fetch_offset": int(p.fetch_offset)}
+                for p in t.partitions]} for t in b.topics],
+            "forgotten_topics_data": [{"topic": str(t.topic), "partitions": [
+                int(i) for i in t.partitions]} for t in b.forgotten_topics_data]})
+        by_topic: dict[str, list[FetchPartition]] = {}
         for topic, index in self.answer:
-            by_topic.setdefault(topic, []).append(NS(
-                partition_index=index, error_code=0, high_watermark=0, log_start_offset=0,
-                diverging_epoch=NS(epoch=-1, end_offset=-1), records=b"batch"))
+            p = FetchPartition(index, 0, None)
+            p.high_watermark = p.last_stable_offset = p.log_start_offset = 0
+            p.records, p.records_size = [b"batch"], 5
+            by_topic.setdefault(topic, []).append(p)
         self.answer = []
-        return NS(error_code=0, session_id=7, responses=[
-            NS(topic=t, partitions=ps) for t, ps in by_topic.items()])
+        body = encode_fetch_body(12, 0, 0, 7, list(by_topic.items()))
+        return b"".join(encode_response_chunks(1, 12, req.header.correlation_id, body))[4:]
 
 
 def named(body: dict[str, Any]) -> set[tuple[str, int]]:
@@ -105,15 +133,15 @@ def test_incremental_rounds_name_only_what_moved() -> None:
         assert named(conn.requests[-1]) == {("t", 9)}
         # replaced while its request was out: the answer is not applied to the new state
         conn.answer = [("t", 9)]
-        old_request = conn.request
+        old_exchange = conn.exchange
 
         async def replaced_meanwhile(*args: Any) -> Any:
-            resp = await old_request(*args)
+            resp = await old_exchange(*args)
             f.remove(TopicPartition("t", 9))
             f.add(TopicPartition("t", 9), FetchState(LEADER, 4))
             return resp
 
-        conn.request = replaced_meanwhile  # type: ignore[method-assign]
+        conn.exchange = replaced_meanwhile  # type: ignore[method-assign]
         f._unsent.add(TopicPartition("t", 9))
         f._sent.pop(TopicPartition("t", 9))
         await f._fetch(conn)  # type: ignore[arg-type]
@@ -134,11 +162,11 @@ def test_a_failed_request_names_its_partitions_again() -> None:
         async def fail(*args: Any) -> Any:
             raise OSError("connection reset")
 
-        ok = conn.request
-        conn.request = fail  # type: ignore[method-assign]
+        ok = conn.exchange
+        conn.exchange = fail  # type: ignore[method-assign]
         with contextlib.suppress(OSError):
             await f._fetch(conn)  # type: ignore[arg-type]
-        conn.request = ok  # type: ignore[method-assign]
+        conn.exchange = ok  # type: ignore[method-assign]
         await f._fetch(conn)  # type: ignore[arg-type]
         assert named(conn.requests[-1]) == {("t", 2)}
 

@@ -117,44 +117,33 @@ class BrokerConnection:
                 self._writer.close()
         self._reader = self._writer = None
 
+    def next_correlation_id(self) -> int:
+        """The correlation id of the next request (``exchange``)."""
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        return self._correlation
+
     async def request(self, api_key: int, version: int, body: dict[str, Any],
                       timeout_s: float) -> Any:
-        reader, writer = self._reader, self._writer  # close() may run while we wait
-        if writer is None or reader is None:
-            raise BrokerConnectionError("not connected")
         cls = load_request_schema(api_key, version)
         hdr = cls.__header_schema__
-        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        correlation_id = self.next_correlation_id()
         buf = io.BytesIO()
         buf.write(b"\0\0\0\0")
         entity_writer(hdr)(buf, hdr(request_api_key=i16(api_key),
                                     request_api_version=i16(version),
-                                    correlation_id=i32(self._correlation),
+                                    correlation_id=i32(correlation_id),
                                     client_id=self.client_id))
         entity_writer(cls)(buf, build(cls, body))
         payload = buf.getbuffer()
         _SIZE.pack_into(payload, 0, len(payload) - 4)
-        try:
-            writer.write(bytes(payload))
-            del payload
-            await asyncio.wait_for(writer.drain(), timeout_s)
-            head = await asyncio.wait_for(reader.readexactly(4), timeout_s)
-            (size,) = _SIZE.unpack(head)
-            if not 0 < size <= self.max_response_bytes:
-                raise BrokerConnectionError(f"response frame of {size} bytes")
-            frame = await asyncio.wait_for(reader.readexactly(size), timeout_s)
-            if self._reader is not reader:
-                raise OSError("the connection was closed meanwhile")
-        except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
-            self.close()
-            raise BrokerConnectionError(
-                f"request to {self.host}:{self.port} failed: {e!r}") from None
+        frame = await self.exchange(bytes(payload), timeout_s)
+        del payload
         rcls = load_response_schema(api_key, version)
         try:
             header, n = entity_reader(rcls.__header_schema__)(frame, 0)
-            if header.correlation_id != self._correlation:
+            if header.correlation_id != correlation_id:
                 raise BrokerConnectionError(
-                    f"response {header.correlation_id}, expected {self._correlation}")
+                    f"response {header.correlation_id}, expected {correlation_id}")
             body_obj, _ = entity_reader(rcls)(frame, n)
         except BrokerConnectionError:
             self.close()
@@ -163,3 +152,30 @@ class BrokerConnection:
             self.close()
             raise BrokerConnectionError(f"undecodable response: {e}") from None
         return body_obj
+
+    async def exchange(self, request: bytes, timeout_s: float) -> bytes:
+        """Send one whole request frame (size prefix included); the response frame after
+        its size prefix. The caller checks its correlation id."""
+        reader, writer = self._reader, self._writer  # close() may run while we wait
+        if writer is None or reader is None:
+            raise BrokerConnectionError("not connected")
+        try:
+            # one deadline for the exchange (a wait_for per step made a task per step)
+            async with asyncio.timeout(timeout_s):
+                writer.write(request)
+                await writer.drain()
+                head = await reader.readexactly(4)
+                (size,) = _SIZE.unpack(head)
+                if not 0 < size <= self.max_response_bytes:
+                    raise BrokerConnectionError(f"response frame of {size} bytes")
+                frame = await reader.readexactly(size)
+            if self._reader is not reader:
+                raise OSError("the connection was closed meanwhile")
+        except BrokerConnectionError:
+            self.close()  # a frame size out of bounds: the stream cannot be read on
+            raise
+        except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
+            self.close()
+            raise BrokerConnectionError(
+                f"request to {self.host}:{self.port} failed: {e!r}") from None
+        return frame

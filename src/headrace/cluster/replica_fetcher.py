@@ -57,6 +57,12 @@ from headrace.cluster.client import BrokerConnection, BrokerConnectionError
 from headrace.log.errors import LogError
 from headrace.metadata.store import BrokerInfo
 from headrace.protocol.records import InvalidRecordError
+from headrace.protocol.replica_fetch import (
+    FetchDecodeError,
+    PartitionRequest,
+    decode_fetch_response,
+    encode_fetch_request,
+)
 from headrace.replication.epochs import latest_epoch, truncation
 
 if TYPE_CHECKING:
@@ -66,8 +72,7 @@ from headrace.security.listeners import InterBrokerClient
 
 log = logging.getLogger("headrace.replication")
 
-FETCH, OFFSET_FOR_LEADER_EPOCH = 1, 23
-FETCH_VERSION, OFFSET_FOR_LEADER_EPOCH_VERSION = 12, 3
+OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION = 23, 3
 CONNECT_TIMEOUT_S = 5.0
 UNKNOWN_EPOCH_RETRY_S = 0.1
 PAUSE_S = 1.0
@@ -511,21 +516,28 @@ class Fetcher:
     async def _request(self, conn: BrokerConnection,
                        send: dict[TopicPartition, tuple[int, int, int, int]],
                        forgotten: dict[str, list[int]], epoch: int) -> Any:
-        topics: dict[str, list[dict[str, Any]]] = {}
+        topics: dict[str, list[PartitionRequest]] = {}
+        max_bytes = self.max_bytes
         for tp, (offset, log_start, leader_epoch, last_epoch) in send.items():
-            topics.setdefault(tp.topic, []).append({
-                "partition": tp.partition, "current_leader_epoch": leader_epoch,
-                "fetch_offset": offset, "last_fetched_epoch": last_epoch,
-                "log_start_offset": log_start, "partition_max_bytes": self.max_bytes})
-        return await conn.request(FETCH, FETCH_VERSION, {
-            "replica_id": self.manager.node_id, "max_wait": self.wait_ms,
-            "min_bytes": self.min_bytes, "max_bytes": self.response_max_bytes,
-            "isolation_level": 0, "session_id": self._session_id, "session_epoch": epoch,
-            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
-            "forgotten_topics_data": [{"topic": t, "partitions": ps}
-                                      for t, ps in forgotten.items()],
-            "rack_id": "",
-        }, self.request_timeout_s)
+            topics.setdefault(tp.topic, []).append(
+                (tp.partition, leader_epoch, offset, last_epoch, log_start, max_bytes))
+        # encoded and decoded by hand (protocol/replica_fetch.py): kio's generic writer and
+        # reader were most of a follower's CPU per round
+        correlation_id = conn.next_correlation_id()
+        frame = await conn.exchange(encode_fetch_request(
+            correlation_id, conn.client_id, self.manager.node_id, self.wait_ms,
+            self.min_bytes, self.response_max_bytes, self._session_id, epoch,
+            list(topics.items()), list(forgotten.items())), self.request_timeout_s)
+        try:
+            answered, resp = decode_fetch_response(frame)
+        except FetchDecodeError as e:
+            conn.close()
+            raise BrokerConnectionError(f"undecodable fetch response: {e}") from None
+        if answered != correlation_id:
+            conn.close()
+            raise BrokerConnectionError(
+                f"fetch response {answered}, expected {correlation_id}")
+        return resp
 
     def reset_session(self) -> None:
         """The next Fetch is a full one that asks for a new session."""
