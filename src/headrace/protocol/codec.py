@@ -425,6 +425,35 @@ def encode_produce_body(api_version: int,
 _NO_THROTTLE = bytes(4)
 
 
+# ---------------------------------------------------------------------- OffsetCommit by hand
+
+OFFSET_COMMIT_FLEXIBLE_VERSION = 8
+
+
+def encode_offset_commit_body(api_version: int,
+                              topics: list[tuple[str, list[tuple[int, int]]]]) -> EncodedBody:
+    """An OffsetCommitResponse (v0-v9) body from (topic, [(partition, error code)]); its
+    throttle_time_ms (v3+) a chunk of its own (``EncodedBody.with_throttle_time``). Every
+    commit's hot path: a synchronous committer waits for it."""
+    flexible = api_version >= OFFSET_COMMIT_FLEXIBLE_VERSION
+    out = bytearray(_length(flexible, len(topics)))
+    for name, partitions in topics:
+        out += _string(flexible, name)
+        out += _length(flexible, len(partitions))
+        for index, error_code in partitions:
+            out += _I32_I16.pack(index, error_code)
+            if flexible:
+                out += b"\0"
+        if flexible:
+            out += b"\0"
+    if flexible:
+        out += b"\0"
+    body = bytes(out)
+    if api_version < 3:
+        return EncodedBody([body], len(body))
+    return EncodedBody([_NO_THROTTLE, body], 4 + len(body), 0)
+
+
 # ---------------------------------------------------------------------- Metadata by hand
 
 METADATA_FLEXIBLE_VERSION = 9

@@ -9,18 +9,14 @@ to OffsetFetch only after that. Metadata is round-tripped (at most 4096 bytes).
 
 from __future__ import annotations
 
-import datetime
-import sys
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32Timedelta
 
 from headrace.broker.handlers.base import RequestContext, handler
 from headrace.broker.security import GROUP, READ, TOPIC
 from headrace.group.coordinator import CommitEntry
-from headrace.protocol.codec import response_class
+from headrace.protocol.codec import encode_offset_commit_body
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
@@ -79,26 +75,9 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: Any) ->
             write_err = ErrorCode.coordinator_not_available
         for e, code in zip(entries, entry_errors, strict=True):
             errors[(e.topic, e.partition)] = code if code is not ErrorCode.none else write_err
-    # built directly (not through ``ctx.response``): this is every commit's hot path
-    resp_cls, topic_cls, part_cls = _response_classes(ctx.api_version)
-    topics = tuple(
-        topic_cls(name=t.name, partitions=tuple(
-            part_cls(partition_index=p.partition_index,
-                     error_code=errors[(str(t.name), int(p.partition_index))])
-            for p in t.partitions))
-        for t in req.topics
-    )
-    if ctx.api_version >= 3:
-        return resp_cls(throttle_time=_NO_THROTTLE, topics=topics)
-    return resp_cls(topics=topics)
-
-
-_NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
-
-
-@cache
-def _response_classes(version: int) -> tuple[Any, Any, Any]:
-    """OffsetCommitResponse of ``version`` and its topic and partition entity classes."""
-    cls = response_class(8, version)
-    module = sys.modules[cls.__module__]
-    return cls, module.OffsetCommitResponseTopic, module.OffsetCommitResponsePartition
+    # encoded by hand: this is every commit's hot path
+    return encode_offset_commit_body(ctx.api_version, [
+        (str(t.name), [(int(p.partition_index),
+                        int(errors[(str(t.name), int(p.partition_index))]))
+                       for p in t.partitions])
+        for t in req.topics])

@@ -1,6 +1,7 @@
-"""The hand-written ProduceResponse encoder writes what kio's generic writer writes, at
-every version the broker serves (v3-v12; v0-v2 are refused before the handler,
-``protocol/legacy.py``) (R-PROTO-3): a client reads the same answer."""
+"""The hand-written ProduceResponse and OffsetCommitResponse encoders write what kio's
+generic writer writes, at every version the broker serves (Produce v3-v12, v0-v2 being
+refused before the handler, ``protocol/legacy.py``; OffsetCommit v2-v9) (R-PROTO-3): a
+client reads the same answer."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from headrace.protocol.codec import (
     ProducePartition,
+    encode_offset_commit_body,
     encode_produce_body,
     encode_response,
     encode_response_chunks,
@@ -76,3 +78,31 @@ def test_the_hand_written_produce_response_is_kios(
     throttled = b"".join(encode_response_chunks(
         0, version, cid, body.with_throttle_time(throttle_ms)))
     assert throttled == _kio_bytes(version, cid, responses, throttle_ms)
+
+
+@settings(max_examples=200, deadline=None)
+@given(version=st.integers(2, 9), cid=st.integers(0, 2**31 - 1),
+       topics=st.lists(st.tuples(st.text(min_size=1, max_size=30), st.lists(
+           st.tuples(st.integers(0, 2**31 - 1), _codes.map(int)), max_size=4)), max_size=4),
+       throttle_ms=st.integers(0, 10**6))
+def test_the_hand_written_offset_commit_response_is_kios(
+        version: int, cid: int, topics: list[tuple[str, list[tuple[int, int]]]],
+        throttle_ms: int) -> None:
+    """OffsetCommit's answer (every synchronous commit waits for it) is kio's too."""
+    body = encode_offset_commit_body(version, topics)
+
+    def kio_bytes(throttle: int) -> bytes:
+        data: dict[str, object] = {"topics": [
+            {"name": name, "partitions": [{"partition_index": i, "error_code": c}
+                                          for i, c in parts]} for name, parts in topics]}
+        if version >= 3:
+            data["throttle_time"] = throttle
+        return encode_response(8, version, cid, build(response_class(8, version), data))
+
+    assert b"".join(encode_response_chunks(8, version, cid, body)) == kio_bytes(0)
+    throttled = body.with_throttle_time(throttle_ms)
+    if version >= 3:
+        assert b"".join(encode_response_chunks(8, version, cid, throttled)) == kio_bytes(
+            throttle_ms)
+    else:
+        assert throttled is body
