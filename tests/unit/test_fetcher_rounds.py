@@ -12,6 +12,7 @@ from types import SimpleNamespace as NS
 from typing import Any
 
 from headrace.broker.replica_manager import TopicPartition
+from headrace.cluster.client import BrokerConnection
 from headrace.cluster.replica_fetcher import Fetcher, FetchState
 from headrace.protocol.codec import (
     FetchPartition,
@@ -46,6 +47,10 @@ class FakeConnection:
     encodes it."""
 
     client_id = "follower"
+    read_response = BrokerConnection.read_response  # kio's reader, as the real connection
+
+    def close(self) -> None:
+        pass
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []

@@ -138,6 +138,12 @@ class BrokerConnection:
         _SIZE.pack_into(payload, 0, len(payload) - 4)
         frame = await self.exchange(bytes(payload), timeout_s)
         del payload
+        return self.read_response(api_key, version, frame, correlation_id)
+
+    def read_response(self, api_key: int, version: int, frame: bytes,
+                      correlation_id: int) -> Any:
+        """The body of a response frame (after its size prefix), read by kio's native
+        reader; one that does not parse or answers another request closes the connection."""
         rcls = load_response_schema(api_key, version)
         try:
             header, n = entity_reader(rcls.__header_schema__)(frame, 0)

@@ -1,23 +1,17 @@
-"""PURE: Fetch v12 as a follower speaks it, by hand (R-REP-3).
+"""PURE: a follower's Fetch v12 request, by hand (R-REP-3).
 
 A follower sends a Fetch to its leader for every round of replication: with RF 3 and acks=all
-each acknowledged Produce costs two of them on the leader's followers, and kio's generic
-writer and reader (a dataclass and a validated primitive per field) were most of a
-follower's CPU. ``encode_fetch_request`` writes the request frame (size prefix and request
-header v2 included) byte for byte as kio writes it; ``decode_fetch_response`` reads a
-FetchResponse v12 frame (after its size prefix) into plain objects with the names kio's
-entities use, the records as zero-copy slices of the frame.
-
-Hostile input: every length and count the leader claims is checked against the bytes it
-sent before anything is allocated; anything that does not parse raises
-``FetchDecodeError``, never another exception.
+each acknowledged Produce costs a round on each follower, and kio's generic writer (its
+entities built from dicts, a validated primitive per field) took 37 us of it.
+``encode_fetch_request`` writes the request frame (size prefix and request header v2
+included) byte for byte as kio writes it, in about 3 us. The response is read with kio's
+native reader (about 2 us; it refuses a count the bytes cannot hold without allocating it).
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import NamedTuple
 
 FETCH_KEY = 1
 FETCH_VERSION = 12
@@ -27,50 +21,10 @@ _I32 = struct.Struct(">i")
 _HEADER = struct.Struct(">hhi")  # api key, api version, correlation id
 _BODY_HEAD = struct.Struct(">iiiibii")  # replica, max wait, min bytes, max bytes, iso, session
 _PARTITION = struct.Struct(">iiqiqi")  # partition, leader epoch, offset, last epoch, start, max
-_RESP_HEAD = struct.Struct(">ihi")  # throttle, error, session
-_PART_HEAD = struct.Struct(">ihqqq")  # index, error, hw, lso, log start
-_ABORTED = struct.Struct(">qq")
-_DIVERGING = struct.Struct(">iq")
 
 # (partition, current_leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset,
 #  partition_max_bytes)
 PartitionRequest = tuple[int, int, int, int, int, int]
-
-
-class FetchDecodeError(ValueError):
-    """A FetchResponse that does not parse: the connection is not to be trusted."""
-
-
-class DivergingEpoch(NamedTuple):
-    epoch: int
-    end_offset: int
-
-
-NO_DIVERGENCE = DivergingEpoch(-1, -1)
-
-
-class FetchedPartition(NamedTuple):
-    partition_index: int
-    error_code: int
-    high_watermark: int
-    last_stable_offset: int
-    log_start_offset: int
-    aborted_transactions: tuple[tuple[int, int], ...] | None
-    preferred_read_replica: int
-    records: memoryview | None
-    diverging_epoch: DivergingEpoch
-
-
-class FetchedTopic(NamedTuple):
-    topic: str
-    partitions: list[FetchedPartition]
-
-
-class FetchResponse(NamedTuple):
-    throttle_time_ms: int
-    error_code: int
-    session_id: int
-    responses: list[FetchedTopic]
 
 
 def _uvarint(n: int) -> bytes:
@@ -124,125 +78,3 @@ def encode_fetch_request(
     out += b"\0"
     _I32.pack_into(out, 0, len(out) - 4)
     return bytes(out)
-
-
-class _Reader:
-    """Bounds-checked reads from one frame."""
-
-    __slots__ = ("data", "end", "pos", "view")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.view = memoryview(data)
-        self.pos = 0
-        self.end = len(data)
-
-    def unpack(self, s: struct.Struct) -> tuple[int, ...]:
-        pos = self.pos
-        if pos + s.size > self.end:
-            raise FetchDecodeError(f"the response ends inside a field at byte {pos}")
-        self.pos = pos + s.size
-        return s.unpack_from(self.data, pos)
-
-    def uvarint(self) -> int:
-        data, pos, end = self.data, self.pos, self.end
-        value = shift = 0
-        for _ in range(5):
-            if pos >= end:
-                raise FetchDecodeError("the response ends inside a varint")
-            b = data[pos]
-            pos += 1
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                self.pos = pos
-                return value
-            shift += 7
-        raise FetchDecodeError("a varint longer than 5 bytes")
-
-    def count(self, least_size: int) -> int:
-        """A compact array's length (-1: null), each element at least ``least_size`` bytes:
-        a count the remaining bytes cannot hold is refused before anything is allocated."""
-        n = self.uvarint() - 1
-        if n > (self.end - self.pos) // least_size:
-            raise FetchDecodeError(f"an array of {n} elements in {self.end - self.pos} bytes")
-        return n
-
-    def bytes_(self) -> memoryview | None:
-        n = self.uvarint() - 1
-        if n < 0:
-            return None
-        pos = self.pos
-        if pos + n > self.end:
-            raise FetchDecodeError(f"{n} bytes claimed, {self.end - pos} left")
-        self.pos = pos + n
-        return self.view[pos:pos + n]
-
-    def string(self) -> str:
-        raw = self.bytes_()
-        if raw is None:
-            raise FetchDecodeError("a null topic name")
-        try:
-            return str(raw, "utf-8")
-        except UnicodeDecodeError:
-            raise FetchDecodeError("a topic name that is not UTF-8") from None
-
-    def tags(self) -> dict[int, memoryview]:
-        """A tagged-field section: {tag: its bytes} (skipped by size when not wanted)."""
-        n = self.uvarint()  # a plain count, not a compact array's count + 1
-        if n > (self.end - self.pos) // 2:
-            raise FetchDecodeError(f"{n} tagged fields in {self.end - self.pos} bytes")
-        found: dict[int, memoryview] = {}
-        for _ in range(n):
-            tag = self.uvarint()
-            raw = self.bytes_sized(self.uvarint())
-            found[tag] = raw
-        return found
-
-    def bytes_sized(self, n: int) -> memoryview:
-        pos = self.pos
-        if pos + n > self.end:
-            raise FetchDecodeError(f"a tagged field of {n} bytes, {self.end - pos} left")
-        self.pos = pos + n
-        return self.view[pos:pos + n]
-
-
-def decode_fetch_response(frame: bytes) -> tuple[int, FetchResponse]:
-    """(correlation id, the response) of a FetchResponse v12 frame (after its size
-    prefix). Raises ``FetchDecodeError`` for anything that does not parse."""
-    r = _Reader(frame)
-    (correlation_id,) = r.unpack(_I32)
-    r.tags()  # response header v1
-    throttle, error, session = r.unpack(_RESP_HEAD)
-    topics: list[FetchedTopic] = []
-    for _ in range(max(r.count(3), 0)):
-        name = r.string()
-        partitions: list[FetchedPartition] = []
-        for _ in range(max(r.count(_PART_HEAD.size + 7), 0)):
-            index, code, hw, lso, start = r.unpack(_PART_HEAD)
-            n_aborted = r.count(_ABORTED.size + 1)
-            aborted: tuple[tuple[int, int], ...] | None = None
-            if n_aborted >= 0:
-                items = []
-                for _ in range(n_aborted):
-                    producer_id, first_offset = r.unpack(_ABORTED)
-                    r.tags()
-                    items.append((producer_id, first_offset))
-                aborted = tuple(items)
-            (preferred,) = r.unpack(_I32)
-            records = r.bytes_()
-            diverging = NO_DIVERGENCE
-            tagged = r.tags()
-            raw = tagged.get(0)
-            if raw is not None:
-                sub = _Reader(bytes(raw))
-                epoch, end_offset = sub.unpack(_DIVERGING)
-                sub.tags()
-                diverging = DivergingEpoch(epoch, end_offset)
-            partitions.append(FetchedPartition(index, code, hw, lso, start, aborted,
-                                               preferred, records, diverging))
-        r.tags()
-        topics.append(FetchedTopic(name, partitions))
-    r.tags()
-    if r.pos != r.end:
-        raise FetchDecodeError(f"{r.end - r.pos} bytes after the response")
-    return correlation_id, FetchResponse(throttle, error, session, topics)
