@@ -5,7 +5,7 @@ one machine, with confluent-kafka clients.
    records into 8 partitions, side by side in one run, with each broker's CPU
    (user+sys seconds from /proc over the phase) beside the figures.
 2. End-to-end acks=all latency (p50/p99/p99.9 of the delivery reports) at a fixed rate,
-   RF 1 vs RF 3.
+   RF 1 vs RF 3, from the C load generator (``loadgen -r``) when it is built.
 3. Failover: kill -9 the leader of a 1-partition RF 3 topic during a steady acks=all
    stream; the time from the kill to the first acknowledgement of a record sent after it.
    Then the same for a broker leading ``--big`` partitions (default 1,000: a 3,000-partition
@@ -182,6 +182,27 @@ class Bench:
             records * size / wall / 1e6, 1), "failed": failed[0], "broker_cpu": cpu}
 
     def latency(self, name: str, rate: int, seconds: float, size: int = 1024) -> dict[str, Any]:
+        """acks=all delivery latency at ``rate`` records/s: with the C load generator when
+        it is built (``-r``: a fixed schedule; a Python loop polling every millisecond took
+        most of a core of this 2-core machine, beside the three brokers it measures), else
+        with a confluent-kafka producer in this process. The brokers' CPU beside it."""
+        n = int(rate * seconds)
+        pids = self.pids()
+        cpu0 = {i: cpu_s(pid) for i, pid in pids.items()}
+        t0 = time.monotonic()
+        if LOADGEN.is_file():
+            out = subprocess.run([str(LOADGEN), "-P", "-b", self.bootstrap, "-t", name,
+                                  "-s", str(size), "-n", str(n), "-r", str(rate),
+                                  "-T", str(seconds * 3 + 30), "-X", "acks=all",
+                                  "-X", "enable.idempotence=true", "-X", "linger.ms=0"],
+                                 capture_output=True, text=True, timeout=seconds * 3 + 60)
+            wall = time.monotonic() - t0
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            return {"p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "p999_ms": r["p999_ms"],
+                    "acked": r["delivered"], "sent": r["records"], "client": "C loadgen",
+                    "client_cpu": r["client_cpu"],
+                    "broker_cpu": {i: round((cpu_s(pid) - cpu0[i]) / wall, 2)
+                                   for i, pid in pids.items()}}
         p = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
                       "enable.idempotence": True, "linger.ms": 0})
         lat: list[float] = []
@@ -194,7 +215,6 @@ class Bench:
         p.produce(name, value, key=repr(time.monotonic()).encode())
         p.flush(30)
         lat.clear()  # the warm-up record (metadata, connection) is not measured
-        n = int(rate * seconds)
         t0 = time.monotonic()
         for i in range(n):
             due = t0 + i / rate
@@ -207,8 +227,11 @@ class Bench:
         def pct(q: float) -> float:
             return round(lat[min(len(lat) - 1, int(q * len(lat)))] * 1000, 2) if lat else -1
 
+        wall = time.monotonic() - t0
         return {"p50_ms": pct(0.5), "p99_ms": pct(0.99), "p999_ms": pct(0.999),
-                "acked": len(lat), "sent": n}
+                "acked": len(lat), "sent": n, "client": "confluent-kafka (Python)",
+                "broker_cpu": {i: round((cpu_s(pid) - cpu0[i]) / wall, 2)
+                               for i, pid in pids.items()}}
 
     def leaders(self, name: str) -> dict[int, int]:
         md = self.admin.list_topics(topic=name, timeout=10).topics[name]

@@ -3,11 +3,14 @@
  * benchmark (a Python produce loop tops out near 300k records/s on this machine).
  * Built by bench/setup.sh against Debian's librdkafka-dev into bench/build/loadgen.
  *
- *   loadgen -P -b HOST:PORT -t TOPIC [-p PARTITIONS] [-s SIZE] [-n COUNT] [-X key=value]...
+ *   loadgen -P -b HOST:PORT -t TOPIC [-p PARTITIONS] [-s SIZE] [-n COUNT] [-r RATE] [-X key=value]...
  *   loadgen -C -b HOST:PORT -t TOPIC [-p PARTITIONS] [-n COUNT] [-T SECONDS] [-X key=value]...
  *
  * -P produces COUNT records of SIZE bytes round-robin over PARTITIONS partitions and
- * waits for every delivery report; -C reads COUNT records from the beginning of all
+ * waits for every delivery report; with -r, RATE records per second on a fixed schedule
+ * (a latency measurement: one record is sent and delivered first, for the connection and
+ * metadata, and not counted), waiting for the next send inside rd_kafka_poll so that
+ * delivery reports are timed as they arrive; -C reads COUNT records from the beginning of all
  * PARTITIONS partitions (assigned, no group). -X passes any librdkafka property. -T caps
  * the run (default 300 s). One JSON line on stdout: records, seconds, records/s, MB/s,
  * failures, delivery latency percentiles (produce) and the generator's own CPU.
@@ -78,11 +81,11 @@ static void set(rd_kafka_conf_t *conf, const char *key, const char *value) {
 int main(int argc, char **argv) {
     int produce = -1, partitions = 1, size = 100;
     long count = 100000;
-    double cap_s = 300;
+    double cap_s = 300, rate = 0;
     const char *brokers = NULL, *topic = NULL;
     char *extra[64];
     int n_extra = 0, opt;
-    while ((opt = getopt(argc, argv, "PCb:t:p:s:n:T:X:")) != -1) {
+    while ((opt = getopt(argc, argv, "PCb:t:p:s:n:T:r:X:")) != -1) {
         switch (opt) {
         case 'P': produce = 1; break;
         case 'C': produce = 0; break;
@@ -92,15 +95,16 @@ int main(int argc, char **argv) {
         case 's': size = atoi(optarg); break;
         case 'n': count = atol(optarg); break;
         case 'T': cap_s = atof(optarg); break;
+        case 'r': rate = atof(optarg); break;
         case 'X':
             if (n_extra == 64) die("-X", "at most 64");
             extra[n_extra++] = optarg;
             break;
-        default: die("usage", "loadgen -P|-C -b BROKERS -t TOPIC [-p N] [-s SIZE] [-n COUNT] [-T S] [-X k=v]");
+        default: die("usage", "loadgen -P|-C -b BROKERS -t TOPIC [-p N] [-s SIZE] [-n COUNT] [-T S] [-r RATE] [-X k=v]");
         }
     }
     if (produce < 0 || !brokers || !topic) die("usage", "need -P or -C, -b and -t");
-    if (partitions < 1 || size < 0 || count < 1) die("usage", "bad -p, -s or -n");
+    if (partitions < 1 || size < 0 || count < 1 || rate < 0) die("usage", "bad -p, -s, -n or -r");
 
     char err[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -130,9 +134,30 @@ int main(int argc, char **argv) {
         rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
         rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
         if (!rk) die("producer", err);
+        if (rate > 0) { /* warm-up: connection and metadata before the clock, not counted */
+            sent_at[0] = now_ns();
+            rd_kafka_resp_err_t e = rd_kafka_producev(
+                rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(0),
+                RD_KAFKA_V_VALUE(payload, (size_t)size), RD_KAFKA_V_OPAQUE((void *)(uintptr_t)0),
+                RD_KAFKA_V_END);
+            if (e) die("produce", rd_kafka_err2str(e));
+            rd_kafka_flush(rk, 30000);
+            delivered = failed = 0;
+        }
         uint64_t deadline = now_ns() + (uint64_t)(cap_s * 1e9);
         t0 = now_ns();
         for (long i = 0; i < count && now_ns() < deadline; i++) {
+            if (rate > 0) { /* the fixed schedule: record i is due at t0 + i / rate */
+                uint64_t due = t0 + (uint64_t)((double)i * 1e9 / rate);
+                uint64_t now;
+                while ((now = now_ns()) < due) {
+                    /* at least 1 ms: rd_kafka_poll returns at the first event, so a
+                     * delivery report is timed when it arrives; a send may be up to 1 ms
+                     * late, and the schedule (absolute) catches up */
+                    uint64_t left_ms = (due - now) / 1000000;
+                    rd_kafka_poll(rk, left_ms > 1 ? (int)left_ms : 1);
+                }
+            }
             sent_at[i] = now_ns();
             for (;;) {
                 rd_kafka_resp_err_t e = rd_kafka_producev(
@@ -144,7 +169,7 @@ int main(int argc, char **argv) {
                 rd_kafka_poll(rk, 1);
             }
             done++;
-            if ((i & 1023) == 0) rd_kafka_poll(rk, 0);
+            if (rate > 0 || (i & 1023) == 0) rd_kafka_poll(rk, 0);
         }
         rd_kafka_flush(rk, (int)(cap_s * 1000));
         t1 = now_ns();

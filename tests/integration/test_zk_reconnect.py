@@ -303,6 +303,11 @@ async def test_a_read_that_fails_is_read_again_not_forgotten(rig: Rig) -> None:
                                 rig.epoch_version)
         await until(lambda: all(rig.state("y", p).leader == 2 for p in range(2)), 5,
                     "the states of y")
+        # the controller's own cache too, as the fixture waits for t's: its write below is
+        # conditional on the version it holds (a loaded run lost this race)
+        await until(lambda: (t := rig.controller.topic("y")) is not None and all(
+            t.partitions[p].leader == 2 and t.partitions[p].zk_version >= 0
+            for p in range(2)), 5, "the states of y (controller)")
         await rig.write_state("y", 1, leader=1, leader_epoch=1, isr=[1])
         await until(lambda: rig.state("y", 1).leader == 1, 5, "a later change of y-1")
     finally:

@@ -294,3 +294,19 @@ def test_legacy_offsets_before(timestamp: int, max_num: int, expected: list[int]
 def test_legacy_offsets_before_negative_count_fails_the_partition() -> None:
     with pytest.raises(ValueError):
         legacy_offsets_before(_SEGS, -1, -1)
+
+
+def test_the_fuzz_harness_reads_a_v0_answer_with_the_hand_codec() -> None:
+    """The request fuzzer draws ListOffsets v0 now and then (an advertised version kio has
+    no schema for): its checker reads the broker's answer with this module's decoder, and
+    refuses a torn one, instead of failing on kio's missing schema (a loaded run's
+    ``test_mutant_stream_against_broker`` failed so)."""
+    from tests.fuzz.wire import check_response
+
+    request = struct.pack(">hhi", 2, 0, 77) + b"\x00\x02me" + (
+        b"\xff\xff\xff\xff" b"\x00\x00\x00\x01" b"\x00\x01t" b"\x00\x00\x00\x01"
+        b"\x00\x00\x00\x00" + struct.pack(">q", -1) + b"\x00\x00\x00\x01")
+    body = encode_list_offsets_v0([("t", [ListOffsetsPartitionResponseV0(0, 0, (5,))])])
+    check_response(request, struct.pack(">i", 77) + body)
+    with pytest.raises(ProtocolError):
+        check_response(request, struct.pack(">i", 77) + body[:-3])

@@ -156,6 +156,8 @@ class ProducerIdAllocator:
         self._store = store
         self._next = 0
         self._end = 0
+        # when InitProducerId last logged that no block could be reserved (monotonic)
+        self.unavailable_logged_at: float | None = None
 
     def next(self) -> int:
         if self._next >= self._end:

@@ -90,6 +90,7 @@ from headrace.metadata.store import (
     AclEntries,
     BrokerInfo,
     MetadataError,
+    MetadataWriteError,
     PartitionState,
     TopicState,
     UserCredentials,
@@ -1246,6 +1247,16 @@ class ZkMetadataStore:
         return out
 
     def allocate_producer_ids(self, count: int) -> int:
+        """The first id of a new block of at least ``count`` (Kafka's
+        ``/latest_producer_id_block``, a conditional write). ZooKeeper unreachable (the
+        connection lost, the session gone) raises ``MetadataWriteError``."""
+        try:
+            return self._allocate_producer_ids(count)
+        except (KazooException, KazooTimeoutError) as e:
+            raise MetadataWriteError(
+                f"reserving producer ids in ZooKeeper failed: {type(e).__name__}") from None
+
+    def _allocate_producer_ids(self, count: int) -> int:
         c = self._c()
         size = max(count, PRODUCER_ID_BLOCK_SIZE)
         while True:

@@ -9,17 +9,41 @@ NOT_COORDINATOR where another broker coordinates it.
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from headrace.broker.handlers.base import RequestContext, handler, ms
 from headrace.broker.security import IDEMPOTENT_WRITE, TOPIC, TRANSACTIONAL_ID, WRITE
+from headrace.metadata.store import MetadataError
 
 if TYPE_CHECKING:
     from headrace.broker.server import Broker
 
 MAX_EPOCH = 32767
+UNAVAILABLE_LOG_EVERY_S = 10.0
+
+log = logging.getLogger("headrace.broker")
+
+
+async def _new_producer_id(broker: Broker) -> int | None:
+    """A new producer id, or None when no block can be reserved now (ZooKeeper
+    unreachable, the metadata database unwritable): the request is answered
+    COORDINATOR_LOAD_IN_PROGRESS, which clients retry, as Kafka's KRaft brokers answer
+    while their producer id block is not there yet. One log line per
+    ``UNAVAILABLE_LOG_EVERY_S``, not one per retry."""
+    ids = broker.producer_ids
+    try:
+        return await ids.next_async()
+    except MetadataError as e:
+        now = time.monotonic()
+        if ids.unavailable_logged_at is None or (
+                now - ids.unavailable_logged_at >= UNAVAILABLE_LOG_EVERY_S):
+            ids.unavailable_logged_at = now
+            log.warning("InitProducerId answered COORDINATOR_LOAD_IN_PROGRESS: %s", e)
+        return None
 
 
 @handler(22, "InitProducerId", 0, 5)
@@ -38,7 +62,10 @@ async def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any)
     if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
         new_pid, new_epoch = pid, epoch + 1
     else:
-        new_pid, new_epoch = await broker.producer_ids.next_async(), 0
+        reserved = await _new_producer_id(broker)
+        if reserved is None:
+            return _refused(ctx, ErrorCode.coordinator_load_in_progress)
+        new_pid, new_epoch = reserved, 0
     return ctx.response(
         {"throttle_time": 0, "error_code": 0, "producer_id": new_pid, "producer_epoch": new_epoch}
     )
@@ -62,7 +89,9 @@ async def _transactional(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         reserved: int | None = None
         m = coordinator.txns.get(tid)
         if m is None or m.producer_epoch + 1 >= MAX_EPOCH:
-            reserved = await broker.producer_ids.next_async()
+            reserved = await _new_producer_id(broker)
+            if reserved is None:
+                return _refused(ctx, ErrorCode.coordinator_load_in_progress)
             err, coordinator = broker.txns.coordinator_for(tid)  # the await may have moved it
         if coordinator is not None:
             expected = (int(getattr(req, "producer_id", -1)),
