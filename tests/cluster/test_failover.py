@@ -29,6 +29,20 @@ from tests.kafka_wire import WireClient
 pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("cluster")]
 
 
+def _metadata_view(cluster: Cluster, broker_id: int, topic: str) -> str:
+    """Partition 0 of ``topic`` as broker ``broker_id`` answers Metadata for it."""
+    try:
+        with WireClient.to(cluster.brokers[broker_id].address, timeout_s=10.0) as wc:
+            resp = wc.request(3, 9, {"topics": [{"name": topic}],
+                                     "allow_auto_topic_creation": False})
+        (t,) = resp.topics
+        (p,) = [p for p in t.partitions if int(p.partition_index) == 0]
+        return (f"leader {p.leader_id} epoch {p.leader_epoch} ISR {list(p.isr_nodes)} "
+                f"error {p.error_code}")
+    except Exception as e:  # a diagnosis, not the test: say what stopped it
+        return f"no answer ({type(e).__name__}: {e})"
+
+
 def _topic(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
@@ -39,7 +53,9 @@ def wire_produce(cluster: Cluster, broker_id: int, topic: str, values: list[byte
     ``topic``, sent to broker ``broker_id``."""
     now = int(time.time() * 1000)
     records = make_batch([(None, v, now, []) for v in values])
-    with WireClient.to(cluster.brokers[broker_id].address) as wc:
+    # the socket waits longer than the Produce's own timeout: a Produce parked for
+    # replication is answered REQUEST_TIMED_OUT by the broker, which the caller sees
+    with WireClient.to(cluster.brokers[broker_id].address, timeout_s=30.0) as wc:
         resp = wc.request(0, 9, {"transactional_id": None, "acks": acks, "timeout": 10_000,
                                  "topic_data": [{"name": topic, "partition_data": [
                                      {"index": 0, "records": records}]}]})
@@ -286,18 +302,25 @@ def test_session_expiry_fences_the_leader(healthy: Cluster) -> None:
     produce_acked(cluster, topic, [f"f{i}".encode() for i in range(10)])
     cluster.brokers[leader].resume()
     cluster.wait_isr(topic, 0, lambda isr: isr == {1, 2, 3}, 60)
+    t0 = time.monotonic()
     code, _ = wire_produce(cluster, leader, topic, [b"stale"])
-    now_leader, now_epoch, _, _ = L.decode_state(path, cluster.zk().get(path)[0])
+    now_leader, now_epoch, now_isr, _ = L.decode_state(path, cluster.zk().get(path)[0])
+    # what the resumed broker itself said of the partition, to read a failure by
+    seen = (f"answered {ErrorCode(code).name} after {time.monotonic() - t0:.1f} s; "
+            f"ZooKeeper: leader {now_leader} epoch {now_epoch} ISR {now_isr} (the pause's "
+            f"election: {zk_leader} epoch {new_epoch}); broker {leader}'s Metadata: "
+            f"{_metadata_view(cluster, leader, topic)}")
     if now_epoch == new_epoch:
         # the election the pause caused is the last one: the resumed broker must not lead
-        assert (zk_leader, now_leader) == (new, new)
-        assert code == ErrorCode.not_leader_or_follower
+        assert (zk_leader, now_leader) == (new, new), seen
+        assert code == ErrorCode.not_leader_or_follower, seen
     else:
         # a later election (a loaded machine can cost another broker its 3 s session):
         # the resumed broker answers as the state znode's leader of the newest epoch says
         assert now_epoch > new_epoch
         assert code == (ErrorCode.none if now_leader == leader
-                        else ErrorCode.not_leader_or_follower), (now_leader, now_epoch)
+                        else ErrorCode.not_leader_or_follower), seen
+
     got = read_all(cluster, topic, 1, 21 if code == ErrorCode.none else 20)
     assert got[0][:20] == ([f"e{i}".encode() for i in range(10)]
                            + [f"f{i}".encode() for i in range(10)])
