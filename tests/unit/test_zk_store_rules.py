@@ -302,3 +302,38 @@ def test_entity_configs_are_announced_and_applied_by_the_brokers_they_concern(
     assert two.entity_configs("brokers/1") == {}
     two._apply(updates)  # the same again: nothing changed, nobody told
     assert told == ["brokers/<default>", "groups/g%201"]
+
+
+# ------------------------------------------------------------------ notifications read once
+def test_a_notifications_states_are_read_as_the_state_znodes_are() -> None:
+    """A broker reads the states of a notification straight into their fields (not
+    re-encoded and parsed again: 20,000 of them after a failover); what it reads is what
+    ``decode_state`` reads from the state znodes, in both notification formats, and a
+    malformed state is an error in its place, not the loss of the others."""
+    states = [PartitionState([1, 2, 3], 2, 7, [2, 3], 0), PartitionState([3, 1], -1, 4, [3], 0)]
+    raw = [L.encode_state(s, 5) for s in states]
+    many = L.encode_state_changes([("t", 0, 11, raw[0]), ("u", 3, 2, raw[1])])
+    one = L.encode_state_change("t", 0, 11, raw[0])
+    assert L.read_state_changes(many) == [
+        ("t", 0, 11, L.decode_state("t-0", raw[0])), ("u", 3, 2, L.decode_state("u-3", raw[1]))]
+    assert L.read_state_changes(many) == [
+        (t, p, v, L.decode_state("s", b)) for t, p, v, b in L.decode_state_changes(many)]
+    assert L.read_state_changes(one) == [("t", 0, 11, (2, 7, [2, 3], 5))]
+    bad = (b'{"version":1,"changes":[{"topic":"t","partition":0,"zk_version":1,'
+           b'"state":{"leader":"x","leader_epoch":1,"isr":[1]}},{"topic":"t","partition":1,'
+           b'"zk_version":4,"state":{"leader":1,"leader_epoch":2,"isr":[1]}}]}')
+    first, second = L.read_state_changes(bad)
+    assert first[:3] == ("t", 0, 1) and isinstance(first[3], L.LayoutError)
+    assert second == ("t", 1, 4, (1, 2, [1], -1))
+    for broken in (b"[]", b'{"changes": [{"topic": "t"}]}', b"{", None):
+        with pytest.raises(L.LayoutError):
+            L.read_state_changes(broken)
+
+
+def test_a_partition_states_copy_shares_no_list() -> None:
+    st = PartitionState([1, 2, 3], 2, 7, [2, 3], 4, 9, 12)
+    c = st.copy()
+    assert c == st and c is not st
+    c.isr.append(1)
+    c.replicas.remove(3)
+    assert st.isr == [2, 3] and st.replicas == [1, 2, 3]
