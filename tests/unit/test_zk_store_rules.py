@@ -22,6 +22,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kazoo.exceptions import (
     BadVersionError,
     KazooException,
@@ -331,9 +333,28 @@ def test_a_notifications_states_are_read_as_the_state_znodes_are() -> None:
 
 
 def test_a_partition_states_copy_shares_no_list() -> None:
-    st = PartitionState([1, 2, 3], 2, 7, [2, 3], 4, 9, 12)
-    c = st.copy()
-    assert c == st and c is not st
+    state = PartitionState([1, 2, 3], 2, 7, [2, 3], 4, 9, 12)
+    c = state.copy()
+    assert c == state and c is not state
     c.isr.append(1)
     c.replicas.remove(3)
-    assert st.isr == [2, 3] and st.replicas == [1, 2, 3]
+    assert state.isr == [2, 3] and state.replicas == [1, 2, 3]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=20), st.integers(0, 10**6),
+                          st.integers(0, 2**31 - 1), st.integers(-1, 5), st.integers(0, 2**31),
+                          st.lists(st.integers(0, 10**6), max_size=5)), max_size=8))
+def test_a_notification_is_encoded_as_its_parsed_document(
+        changes: list[tuple[str, int, int, int, int, list[int]]]) -> None:
+    """The states are spliced into the notification as the bytes ``encode_state`` made;
+    the result is byte for byte the encoding of the parsed document (Kafka's tools and
+    older brokers read it as JSON)."""
+    import json
+    items = [(t, p, v, L.encode_state(PartitionState([1], leader, epoch, isr), 3))
+             for t, p, v, leader, epoch, isr in changes]
+    reference = json.dumps({"version": 1, "changes": [
+        {"topic": t, "partition": p, "zk_version": v, "state": json.loads(s)}
+        for t, p, v, s in items]}, separators=(",", ":")).encode()
+    assert L.encode_state_changes(items) == reference
+    assert L.decode_state_changes(reference) == [(t, p, v, s) for t, p, v, s in items]

@@ -219,10 +219,13 @@ def decode_state_change(data: bytes | None) -> tuple[str, int, int, bytes]:
 
 def encode_state_changes(changes: list[tuple[str, int, int, bytes]]) -> bytes:
     """One notification for the states a controller wrote in one transaction:
-    ``{"version": 1, "changes": [<as encode_state_change>, ...]}``."""
-    return _dump({"version": 1, "changes": [
-        {"topic": t, "partition": p, "zk_version": v, "state": json.loads(state)}
-        for t, p, v, state in changes]})
+    ``{"version": 1, "changes": [<as encode_state_change>, ...]}``. The states (compact
+    JSON from ``encode_state``) go in as they are, not parsed to be encoded again: the
+    bytes are those of encoding the parsed document (a controller writes 30,000 in a
+    failover of 10,000 partitions)."""
+    return b'{"version":1,"changes":[%s]}' % b",".join(
+        b'{"topic":%s,"partition":%d,"zk_version":%d,"state":%s}' % (_dump(t), p, v, state)
+        for t, p, v, state in changes)
 
 
 def decode_state_changes(data: bytes | None) -> list[tuple[str, int, int, bytes]]:
