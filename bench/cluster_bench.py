@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -61,6 +62,20 @@ CLK = os.sysconf("SC_CLK_TCK")
 
 
 LOADGEN = Path(__file__).resolve().parent / "build" / "loadgen"
+
+
+def _cpu_by_second(marks: list[dict[str, float]], t0: float) -> dict[str, dict[str, float]]:
+    """CPU seconds per process (``bench``: this process; ``busy_cores``: the machine) in
+    each interval between ``marks`` (``cpu_now()`` results), keyed by the interval's start
+    in whole seconds after ``t0``."""
+    out: dict[str, dict[str, float]] = {}
+    for a, b in itertools.pairwise(marks):
+        wall = max(b["_wall"] - a["_wall"], 1e-9)
+        row = {k.lstrip("_") if k != "_machine" else "busy_cores":
+               round((b[k] - a[k]) / (wall if k == "_machine" else 1.0), 2)
+               for k in b if k in a and k != "_wall" and b[k] >= a[k]}  # not the killed
+        out[str(int(a["_wall"] - t0 + 0.5))] = row
+    return out
 
 
 def _histogram(seconds: list[float]) -> dict[int, int]:
@@ -605,7 +620,15 @@ class ScaleRun:
         # a Metadata of every partition every 0.5 s: asked back to back, the survivors
         # spent a fifth of their event loop answering the benchmark's own polling
         next_md = killed_at
+        # each process's CPU second by second after the kill (the brokers', ZooKeeper's,
+        # this process's, the machine's busy cores): whether a second was spent waiting
+        # or the machine was the limit, and who used it
+        cpu_marks: list[dict[str, float]] = [cpu0]
+        next_mark = killed_at + 1.0
         while time.monotonic() < deadline and not self.over_memory.is_set():
+            if time.monotonic() >= next_mark:
+                next_mark += 1.0
+                cpu_marks.append(self.cpu_now())
             for producer in producers:
                 producer.poll(0.05 / len(producers))
             while retry:
@@ -627,6 +650,7 @@ class ScaleRun:
             producer.flush(5)
         done = sorted(acked[k] - killed_at for k in sample if k in acked)
         during = self.snapshot(cpu0)
+        cpu_marks.append(self.cpu_now())
         result = {"broker_killed": victim, "partitions_it_led": len(led),
                   "probed": len(sample), "acked": len(done),
                   "metadata_moved_s": round(moved_s, 2) if moved_s is not None else None,
@@ -635,6 +659,7 @@ class ScaleRun:
                   "median_probe_s": round(statistics.median(done), 2) if done else None,
                   "delivery_errors": errors, "acked_by_second": _histogram(done),
                   "led_by_second": _histogram(list(led_at.values())),
+                  "cpu_by_second": _cpu_by_second(cpu_marks, killed_at),
                   # the kill's wall-clock time, to read the brokers' logs (--keep) against
                   "killed_at_unix": round(killed_wall, 3), **during}
         return result

@@ -22,6 +22,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kazoo.exceptions import (
     BadVersionError,
     KazooException,
@@ -302,3 +304,63 @@ def test_entity_configs_are_announced_and_applied_by_the_brokers_they_concern(
     assert two.entity_configs("brokers/1") == {}
     two._apply(updates)  # the same again: nothing changed, nobody told
     assert told == ["brokers/<default>", "groups/g%201"]
+
+
+# ------------------------------------------------------------------ notifications read once
+def test_a_notifications_states_are_read_as_the_state_znodes_are() -> None:
+    """A broker reads the states of a notification straight into their fields (not
+    re-encoded and parsed again: 20,000 of them after a failover); what it reads is what
+    ``decode_state`` reads from the state znodes, in both notification formats, and a
+    malformed state is an error in its place, not the loss of the others."""
+    states = [PartitionState([1, 2, 3], 2, 7, [2, 3], 0), PartitionState([3, 1], -1, 4, [3], 0)]
+    raw = [L.encode_state(s, 5) for s in states]
+    many = L.encode_state_changes([("t", 0, 11, raw[0]), ("u", 3, 2, raw[1])])
+    one = L.encode_state_change("t", 0, 11, raw[0])
+    assert L.read_state_changes(many) == [
+        ("t", 0, 11, L.decode_state("t-0", raw[0])), ("u", 3, 2, L.decode_state("u-3", raw[1]))]
+    assert L.read_state_changes(many) == [
+        (t, p, v, L.decode_state("s", b)) for t, p, v, b in L.decode_state_changes(many)]
+    assert L.read_state_changes(one) == [("t", 0, 11, (2, 7, [2, 3], 5))]
+    bad = (b'{"version":1,"changes":[{"topic":"t","partition":0,"zk_version":1,'
+           b'"state":{"leader":"x","leader_epoch":1,"isr":[1]}},{"topic":"t","partition":1,'
+           b'"zk_version":4,"state":{"leader":1,"leader_epoch":2,"isr":[1]}}]}')
+    first, second = L.read_state_changes(bad)
+    assert first[:3] == ("t", 0, 1) and isinstance(first[3], L.LayoutError)
+    assert second == ("t", 1, 4, (1, 2, [1], -1))
+    for broken in (b"[]", b'{"changes": [{"topic": "t"}]}', b"{", None):
+        with pytest.raises(L.LayoutError):
+            L.read_state_changes(broken)
+
+
+def test_a_partition_states_copy_shares_no_list() -> None:
+    # every field set apart from its default: a field added to PartitionState and not
+    # to copy() fails here
+    import dataclasses
+    values: dict[str, Any] = {"replicas": [1, 2, 3], "isr": [2, 3]}
+    for i, f in enumerate(dataclasses.fields(PartitionState)):
+        values.setdefault(f.name, 100 + i)
+    state = PartitionState(**values)
+    c = state.copy()
+    assert c == state and c is not state
+    c.isr.append(1)
+    c.replicas.remove(3)
+    assert state.isr == [2, 3] and state.replicas == [1, 2, 3]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=20), st.integers(0, 10**6),
+                          st.integers(0, 2**31 - 1), st.integers(-1, 5), st.integers(0, 2**31),
+                          st.lists(st.integers(0, 10**6), max_size=5)), max_size=8))
+def test_a_notification_is_encoded_as_its_parsed_document(
+        changes: list[tuple[str, int, int, int, int, list[int]]]) -> None:
+    """The states are spliced into the notification as the bytes ``encode_state`` made;
+    the result is byte for byte the encoding of the parsed document (Kafka's tools and
+    older brokers read it as JSON)."""
+    import json
+    items = [(t, p, v, L.encode_state(PartitionState([1], leader, epoch, isr), 3))
+             for t, p, v, leader, epoch, isr in changes]
+    reference = json.dumps({"version": 1, "changes": [
+        {"topic": t, "partition": p, "zk_version": v, "state": json.loads(s)}
+        for t, p, v, s in items]}, separators=(",", ":")).encode()
+    assert L.encode_state_changes(items) == reference
+    assert L.decode_state_changes(reference) == [(t, p, v, s) for t, p, v, s in items]

@@ -404,7 +404,7 @@ class ClusterNode:
             # the controller changed the ISR of a partition led here (one written by this
             # broker is counted in _isr_applied)
             self.broker.metrics.isr_changed(len(old.isr), len(state.isr))
-        fresh_state = replace(state, replicas=list(state.replicas), isr=list(state.isr))
+        fresh_state = state.copy()
         if self.fenced:
             p.state = fresh_state
             return

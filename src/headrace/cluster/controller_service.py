@@ -59,8 +59,17 @@ def _copy(st: PartitionState) -> PartitionState:
     """A state of the cache, for the pure controller to keep (never shared)."""
     # built directly: ``dataclasses.replace`` was most of the controller's share of the
     # event loop while it took back 30,000 states it had written (bench --scale)
-    return PartitionState(list(st.replicas), st.leader, st.leader_epoch, list(st.isr),
-                          st.partition_epoch, st.controller_epoch, st.zk_version)
+    return st.copy()
+
+
+def _versioned(st: PartitionState, zk_version: int,
+               controller_epoch: int | None = None) -> PartitionState:
+    """``st`` with another znode version (and controller epoch), as a copy."""
+    out = st.copy()
+    out.zk_version = zk_version
+    if controller_epoch is not None:
+        out.controller_epoch = controller_epoch
+    return out
 
 
 class ControllerService:
@@ -322,7 +331,7 @@ class ControllerService:
             self._kick.set()
 
     async def _write_effects(self, ctl: pure.Controller, batch: list[pure.WriteState]) -> None:
-        updates = [(w.tp[0], w.tp[1], replace(w.state, zk_version=w.expected_version))
+        updates = [(w.tp[0], w.tp[1], _versioned(w.state, w.expected_version))
                    for w in batch]
         try:
             results = await asyncio.to_thread(self.store.write_partition_states, updates,
@@ -340,8 +349,7 @@ class ControllerService:
             if r is None:
                 self._reread.add(w.tp)
                 continue
-            ctl.enqueue(pure.StateWritten(w.tp, replace(w.state, zk_version=r,
-                                                        controller_epoch=w.controller_epoch)))
+            ctl.enqueue(pure.StateWritten(w.tp, _versioned(w.state, r, w.controller_epoch)))
             why = w.why.split(" (UNCLEAN")[0]
             by_why[why] = by_why.get(why, 0) + 1
             if "UNCLEAN" in w.why:

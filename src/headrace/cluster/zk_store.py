@@ -500,7 +500,7 @@ class ZkMetadataStore:
             except NoNodeError:  # removed since listed: read everything
                 return self._reread_states()
             try:
-                changes = L.decode_state_changes(raw)
+                changes = L.read_state_changes(raw)
             except L.LayoutError as e:
                 log.warning("ignoring a state change notification: %s", e)
                 continue
@@ -908,7 +908,13 @@ class ZkMetadataStore:
                     self._state_mzxids.pop((name, p), None)
                 else:
                     try:
-                        leader, epoch, isr, cepoch = L.decode_state(f"state of {name}-{p}", data)
+                        # bytes of a state znode, or a notification's fields (or the error
+                        # reading them: L.read_state_changes)
+                        if isinstance(data, L.LayoutError):
+                            raise data
+                        leader, epoch, isr, cepoch = (
+                            data if isinstance(data, tuple)
+                            else L.decode_state(f"state of {name}-{p}", data))
                     except L.LayoutError as e:
                         log.warning("ignoring partition state: %s", e)
                         continue

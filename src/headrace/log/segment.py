@@ -32,7 +32,6 @@ Thread-safety: none; one event-loop thread owns the segment.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import itertools
 import logging
@@ -376,7 +375,7 @@ class LogSegment:
         finally:
             f.release()
         try:
-            return dataclasses.replace(read_header(data, 0), position=position)
+            return read_header(data, 0, position=position)
         except InvalidRecordError as e:
             raise CorruptLogError(
                 f"segment {self.log_path}: bad batch header at position {position}: {e}"

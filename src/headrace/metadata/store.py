@@ -70,6 +70,14 @@ class PartitionState:
     controller_epoch: int = -1
     zk_version: int = -1
 
+    def copy(self) -> PartitionState:
+        """A copy with lists of its own, built directly: ``dataclasses.replace`` costs
+        several times as much, and a failover copies tens of thousands (the controller's
+        decisions and writes, each broker's transitions: bench/cluster_bench.py --scale)."""
+        return PartitionState(list(self.replicas), self.leader, self.leader_epoch,
+                              list(self.isr), self.partition_epoch, self.controller_epoch,
+                              self.zk_version)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "replicas": self.replicas,

@@ -193,8 +193,11 @@ def increment_sequence(sequence: int, increment: int) -> int:
     return sequence + increment
 
 
-def read_header(buf: ReadableBuffer, pos: int = 0) -> BatchHeader:
-    """Parse the header at ``pos``; checks only what is needed to trust its fields.
+def read_header(buf: ReadableBuffer, pos: int = 0, *,
+                position: int | None = None) -> BatchHeader:
+    """Parse the header at ``pos``; checks only what is needed to trust its fields. The
+    header's ``position`` is ``pos``, or ``position`` if given (where a header read alone
+    sits in its file: one object, not a copy made by ``dataclasses.replace``).
 
     Raises ``InvalidRecordError``: CORRUPT_MESSAGE if fewer than the header's bytes remain,
     ``batchLength`` is too small for a header or magic is unknown; INVALID_RECORD for magic
@@ -230,7 +233,7 @@ def read_header(buf: ReadableBuffer, pos: int = 0) -> BatchHeader:
     header = BatchHeader(
         base_offset, batch_length, leader_epoch, magic_, crc, attributes, last_offset_delta,
         base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
-        records_count, pos,
+        records_count, pos if position is None else position,
     )
     if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
         raise InvalidRecordError(

@@ -409,8 +409,7 @@ class Controller:
         self.in_flight.add(tp)
         self.writing[tp] = st
         expected = old.zk_version if old is not None else -1
-        return [WriteState(tp, replace(st, replicas=list(st.replicas), isr=list(st.isr)),
-                           expected, self.epoch, why)]
+        return [WriteState(tp, st.copy(), expected, self.epoch, why)]
 
     def _decide(self, tp: TP, down: frozenset[int] = frozenset()) -> list[Effect]:
         """The one decision for ``tp`` given the live brokers (Kafka's
@@ -443,7 +442,9 @@ class Controller:
             dead = [r for r in st.isr if r not in live and r != st.leader]
             if dead:
                 isr = [r for r in st.isr if r not in dead]
-                return self._write(tp, replace(st, isr=isr), f"broker(s) {dead} left the ISR")
+                shrunk = st.copy()
+                shrunk.isr = isr
+                return self._write(tp, shrunk, f"broker(s) {dead} left the ISR")
             return []
         choice = offline_election(st, usable, unclean)
         if choice is None:
