@@ -19,10 +19,14 @@ from collections.abc import Iterator
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from headrace.spark import kafka_io
 from tests.clients import create_topic, read_to_end
 from tests.inproc import InProcessBroker
+from tests.tcpproxy import TcpProxy
+
+CREATE_TOPICS = 19  # the API key
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +85,28 @@ def test_a_task_that_died_with_its_transaction_open_is_fenced_and_retried_once(
     # the dead attempt's rows are there, aborted: a read_uncommitted reader sees both
     assert len(read_to_end(broker.bootstrap, out, 1, "read_uncommitted")) == 10
     del dead
+
+
+def test_the_commits_topic_is_created_when_the_first_create_is_lost(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The sink's progress topic is created on every micro-batch write until it exists; a
+    broker (or controller) killed with the CreateTopics in flight fails it with a transport
+    error, which librdkafka does not retry (CI's ``headrace demo --cluster`` run failed so:
+    "Failed while waiting for response from broker"). ``ensure_compacted_topic`` retries it
+    as Kafka's AdminClient does. Here a proxy, advertised as the broker, closes the
+    connection carrying the first CreateTopics before the broker sees it."""
+    with TcpProxy("127.0.0.1", 0, kafka=True) as proxy, \
+            InProcessBroker(tmp_path_factory.mktemp("lost-create"),
+                            {"num.partitions": "1",
+                             "advertised.port": str(proxy.port)}) as b:
+        proxy.target = ("127.0.0.1", b.port)
+        proxy.cut_at_request(CREATE_TOPICS, 1)
+        config = {"bootstrap.servers": proxy.address}
+        name = f"commits-{uuid.uuid4().hex[:6]}"
+        kafka_io.ensure_compacted_topic(config, name, timeout_s=60)
+        assert proxy.cut_requests == [CREATE_TOPICS]  # the first attempt was lost
+        admin = AdminClient(config)
+        assert name in admin.list_topics(timeout=10).topics
+        res = ConfigResource(ConfigResource.Type.TOPIC, name)
+        described = admin.describe_configs([res])[res].result(10)
+        assert described["cleanup.policy"].value == "compact"

@@ -546,21 +546,53 @@ def _produce_rows(p: Producer, batches: Iterable[pa.RecordBatch], topic_option: 
     return count
 
 
-def ensure_compacted_topic(config: Mapping[str, str], name: str) -> None:
+# what a CreateTopics (or the Metadata before it) answers while a broker dies or the
+# controller moves, and Kafka's Java AdminClient retries until its api timeout: the request
+# was in flight to the killed broker (librdkafka does not retry it), the controller changed,
+# no broker answered in time
+_CREATE_RETRY = {
+    KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
+    KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_CONTROLLER,
+}
+
+
+def ensure_compacted_topic(config: Mapping[str, str], name: str,
+                           timeout_s: float = 60.0) -> None:
     """Create ``name`` (one partition, compacted) unless it exists: the transactional sink's
-    progress topic, one record per task id (the latest batch it committed)."""
+    progress topic, one record per task id (the latest batch it committed).
+
+    A broker killed while the request is in flight (or a controller moving) fails the
+    attempt with a retriable error: it is retried until ``timeout_s``, as Kafka's own
+    AdminClient does; a topic the lost attempt did create is then found, or answers
+    TOPIC_ALREADY_EXISTS."""
     from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({k: v for k, v in config.items()
                          if k.startswith(("bootstrap", "security", "ssl", "sasl", "client"))})
-    if name in admin.list_topics(timeout=30).topics:
-        return
-    fut = admin.create_topics([NewTopic(name, 1, -1, config={"cleanup.policy": "compact"})])[name]
-    try:
-        fut.result(30)
-    except KafkaException as e:
-        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise
+    deadline = time.monotonic() + timeout_s
+    attempt = 0
+    while True:
+        attempt += 1
+        left = max(1.0, deadline - time.monotonic())
+        try:
+            if name in admin.list_topics(timeout=min(30.0, left)).topics:
+                return
+            fut = admin.create_topics([NewTopic(name, 1, -1,
+                                                config={"cleanup.policy": "compact"})],
+                                      request_timeout=min(30.0, left))[name]
+            fut.result(min(30.0, left) + 5)
+            return
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            if not isinstance(err, KafkaError):
+                raise
+            if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            if (err.code() not in _CREATE_RETRY and not err.retriable()) \
+                    or time.monotonic() >= deadline:
+                raise
+            log.info("creating %s, attempt %d: %s; trying again", name, attempt, err)
+            time.sleep(min(0.5 * attempt, 2.0))
 
 
 def last_committed_batch(config: Mapping[str, str], commits_topic: str,
