@@ -99,9 +99,7 @@ class TcpProxy:
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
+            _shutdown(src, dst)
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:
@@ -110,9 +108,7 @@ class TcpProxy:
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
+            _shutdown(src, dst)
 
     def cut(self) -> int:
         """Close every connection through the proxy; how many there were."""
@@ -150,3 +146,9 @@ class TcpProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _shutdown(*socks: socket.socket) -> None:
+    for s in socks:
+        with contextlib.suppress(OSError):
+            s.shutdown(socket.SHUT_RDWR)
