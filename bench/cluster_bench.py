@@ -372,15 +372,102 @@ class Bench:
         return {"restart_to_listening_s": round(took, 2), "rss_mb": round(rss_mb(b.proc.pid))}
 
 
+class _AioProbeProducer:
+    """aiokafka's producer behind the part of confluent-kafka's Producer that the scale
+    failover uses (produce with a delivery callback, poll, flush, list_topics), on its own
+    event loop in a thread. aiokafka, like Kafka's Java producer, sends one Produce request
+    per broker with every partition that has a batch ready, one request in flight per
+    broker."""
+
+    class _Msg:
+        def __init__(self, topic: str, partition: int) -> None:
+            self._tp = (topic, partition)
+
+        def topic(self) -> str:
+            return self._tp[0]
+
+        def partition(self) -> int:
+            return self._tp[1]
+
+    class _Err:
+        def __init__(self, e: BaseException) -> None:
+            self._name = type(e).__name__
+
+        def name(self) -> str:
+            return self._name
+
+    def __init__(self, bootstrap: str, topics: list[str], timeout_s: float) -> None:
+        import asyncio
+
+        from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+
+        self.topics = topics
+        self._sends: set[Any] = set()  # the tasks sending, held until done
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True,
+                                        name="aiokafka-probes")
+        self._thread.start()
+
+        async def make() -> Any:
+            p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
+                                 metadata_max_age_ms=1000, retry_backoff_ms=100,
+                                 request_timeout_ms=int(timeout_s * 1000))
+            await p.start()
+            return p
+
+        self.producer = self._run(make(), 60)
+
+    def _run(self, coro: Any, timeout_s: float) -> Any:
+        import asyncio
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+
+    def list_topics(self, timeout: float) -> None:
+        async def known() -> None:
+            for t in self.topics:
+                await self.producer.partitions_for(t)
+        self._run(known(), timeout)
+
+    def produce(self, topic: str, value: bytes, partition: int, on_delivery: Any) -> None:
+        async def send() -> None:
+            msg = self._Msg(topic, partition)
+            try:
+                fut = await self.producer.send(topic, value, partition=partition)
+                await fut
+            except Exception as e:  # a failed delivery: the caller sends it again
+                on_delivery(self._Err(e), msg)
+            else:
+                on_delivery(None, msg)
+        def start() -> None:
+            task = self.loop.create_task(send())
+            self._sends.add(task)
+            task.add_done_callback(self._sends.discard)
+        self.loop.call_soon_threadsafe(start)
+
+    def poll(self, timeout: float) -> int:
+        time.sleep(timeout)  # delivery callbacks run on the producer's own loop
+        return 0
+
+    def flush(self, timeout: float) -> None:
+        with contextlib.suppress(Exception):
+            self._run(self.producer.flush(), timeout)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._run(self.producer.stop(), 30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+
+
 class ScaleRun:
     """The scale scenario for one partition count (see the module docstring, item 5)."""
 
     def __init__(self, cluster: LocalCluster, bootstrap: str, partitions: int,
                  per_topic: int, topics_per_request: int, max_rss_mb: float,
                  profile_dir: str | None = None, profile_s: int = 30,
-                 probe_producers: int = 1) -> None:
+                 probe_producers: int = 1, probe_client: str = "confluent") -> None:
         self.cluster = cluster
         self.probe_producers = probe_producers
+        self.probe_client = probe_client
         self.profile_dir = profile_dir
         self.profile_s = profile_s
         self.partitions = partitions
@@ -576,12 +663,20 @@ class ScaleRun:
         # ``probe_producers`` producers share the probes (partition i -> producer i % n), so
         # that one client's throughput is not what is measured (the load generator must
         # not be the limit)
-        producers = [Producer({"bootstrap.servers": live, "acks": "all", "linger.ms": 5,
-                               "topic.metadata.refresh.interval.ms": 1000,
-                               "retry.backoff.ms": 100,
-                               "message.timeout.ms": int(timeout_s * 1000),
-                               "queue.buffering.max.messages": 1_000_000})
-                     for _ in range(max(1, self.probe_producers))]
+        producers: list[Any]
+        if self.probe_client == "aiokafka":
+            # as Kafka's Java producer: one Produce request per broker carries every
+            # partition ready for it (librdkafka sends one partition per request)
+            producers = [_AioProbeProducer(live, sorted({t for t, _ in sample}), timeout_s)
+                         for _ in range(max(1, self.probe_producers))]
+        else:
+            producers = [Producer({"bootstrap.servers": live, "acks": "all",
+                                   "linger.ms": 5,
+                                   "topic.metadata.refresh.interval.ms": 1000,
+                                   "retry.backoff.ms": 100,
+                                   "message.timeout.ms": int(timeout_s * 1000),
+                                   "queue.buffering.max.messages": 1_000_000})
+                         for _ in range(max(1, self.probe_producers))]
         for producer in producers:  # connections and metadata before the kill
             producer.list_topics(timeout=30)
         owner = {tp: producers[i % len(producers)] for i, tp in enumerate(sample)}
@@ -607,11 +702,15 @@ class ScaleRun:
         gc.freeze()
         gc.disable()
         try:
-            return self._failover(victim, led, sample, live_ids, producers, owner, acked,
-                                  errors, retry, dr, md_admin, timeout_s)
+            result = self._failover(victim, led, sample, live_ids, producers, owner, acked,
+                                    errors, retry, dr, md_admin, timeout_s)
+            return {"probe_client": self.probe_client, **result}
         finally:
             gc.enable()
             gc.unfreeze()
+            for producer in producers:
+                if isinstance(producer, _AioProbeProducer):
+                    producer.close()
 
     def _failover(self, victim: int, led: list[tuple[str, int]],
                   sample: list[tuple[str, int]], live_ids: set[int], producers: list[Any],
@@ -714,7 +813,7 @@ def run_scale(partitions: int, args: argparse.Namespace) -> dict[str, Any]:
         bootstrap = cluster.start()
         run = ScaleRun(cluster, bootstrap, partitions, args.topic_partitions,
                        args.topics_per_request, args.max_rss_mb, args.profile_dir,
-                       args.profile_seconds, args.probe_producers)
+                       args.profile_seconds, args.probe_producers, args.probe_client)
         guard = threading.Thread(target=run.guard, daemon=True)
         guard.start()
         out["idle"] = run.snapshot()
@@ -770,6 +869,10 @@ def main() -> int:
                     "during the many-partition (or scale) failover go here")
     ap.add_argument("--probe-producers", type=int, default=1,
                     help="producers sharing the scale failover's probes")
+    ap.add_argument("--probe-client", choices=("confluent", "aiokafka"), default="confluent",
+                    help="the scale failover's probing producer: confluent-kafka (librdkafka:"
+                    " one partition per Produce request) or aiokafka (one request per broker"
+                    " for every ready partition, as Kafka's Java producer)")
     ap.add_argument("--profile-seconds", type=int, default=30,
                     help="how long the scale failover's profiles record")
     ap.add_argument("--only-big", action="store_true",

@@ -222,6 +222,7 @@ class ControllerService:
                 zxids[(name, i)] = self.store.state_mzxid(name, i)
         self.ctl = pure.Controller(
             self.epoch, unclean=bool(self.config["unclean.leader.election.enable"]),
+            leader_and_isr=False,  # not sent: brokers read the state notifications
             unclean_topics={n: u for n, t in topics.items()
                             if (u := self._topic_unclean(t)) is not None})
         self._topic_ids = {n: t.topic_id for n, t in topics.items()}

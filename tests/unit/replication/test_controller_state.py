@@ -570,3 +570,31 @@ def test_a_refused_reassignment_start_never_completes_to_a_wrong_target() -> Non
     ctl.enqueue(IsrChange(TP0, st([1, 2, 3], 1, 4, [1, 2, 3, 4], 9)))
     [w] = writes(ctl.run())
     assert (w.state.replicas, w.why) == ([2, 3, 4], "reassignment completed")
+
+
+def test_without_leader_and_isr_the_decisions_are_the_same() -> None:
+    """The ZooKeeper shell turns LeaderAndIsr effects off (its brokers read the state
+    notifications): every write decided is the same, in the same order, through a
+    startup, a death, a bounce and a return; only the LeaderAndIsr effects are gone."""
+    states = {("t", i): st([i % 3 + 1, (i + 1) % 3 + 1, (i + 2) % 3 + 1], i % 3 + 1, 0,
+                           [1, 2, 3], 0) for i in range(9)}
+    states[("t", 9)] = PartitionState([1, 2, 3], -1, -1, [], -1, -1, -1)  # new
+    runs = []
+    for flag in (True, False):
+        ctl = Controller(epoch=3, leader_and_isr=flag)
+        ctl.enqueue(Startup({tp: s.copy() for tp, s in states.items()}, {1: 11, 2: 12, 3: 13}))
+        log: list[object] = []
+        for event in (None, BrokerChange({2: 12, 3: 13}), BrokerChange({1: 14, 2: 12, 3: 13}),
+                      BrokerChange({1: 14, 2: 15, 3: 13})):
+            if event is not None:
+                ctl.enqueue(event)
+            eff = list(ctl.run())
+            eff += confirm(ctl, eff)
+            log.append(eff)
+        runs.append((log, ctl.states))
+    (with_lai, states_with), (without, states_without) = runs
+    assert any(isinstance(e, LeaderAndIsr) for eff in with_lai for e in eff)
+    assert not any(isinstance(e, LeaderAndIsr) for eff in without for e in eff)
+    assert [[e for e in eff if not isinstance(e, LeaderAndIsr)] for eff in with_lai] == without
+    assert states_with == states_without
+    assert sum(len(writes(eff)) for eff in without) > 10  # the events did decide things
