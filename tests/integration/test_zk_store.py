@@ -144,6 +144,38 @@ async def test_leaders_isr_changes_go_many_to_a_transaction(
     assert [p.isr for p in got.partitions] == [[1, 2]] * 3 + [[1]] + [[1, 2]] * (n - 4)
 
 
+async def test_the_controllers_creations_go_many_to_a_transaction(
+        pair: tuple[ZkMetadataStore, ...]) -> None:
+    """New partitions' states (the controller's creations) go STATE_WRITE_BATCH to a
+    transaction with one notification, as its updates do: a topic of 1,000 partitions is
+    10 notifications for every broker to list and read, not 1,000. A batch that finds a
+    partition's node already there (left by an earlier attempt) is done again one by one,
+    and every state is still created."""
+    from headrace.cluster import zk_store
+
+    a, b = pair
+    n = zk_store.STATE_WRITE_BATCH + 5  # two transactions
+    await asyncio.to_thread(a.create_topic_znodes, "born", [[1, 2]] * n, {}, uuid.uuid4())
+    await asyncio.to_thread(a.create_topic_znodes, "half", [[1, 2]] * n, {}, uuid.uuid4())
+    epoch, version = await asyncio.to_thread(a.elect_controller, 1)  # type: ignore[misc]
+    zk = a._c()
+    before = len(zk.get_children(L.STATE_CHANGES))
+    states = [("born", i, PartitionState([1, 2], 1, 0, [1, 2])) for i in range(n)]
+    assert await asyncio.to_thread(a.write_partition_states, states, epoch, version) == [0] * n
+    assert len(zk.get_children(L.STATE_CHANGES)) - before == 2  # one per transaction
+    await until(lambda: (t := b.topic("born")) and all(
+        p.leader == 1 and p.isr == [1, 2] and p.zk_version == 0 for p in t.partitions))
+
+    # an earlier attempt left partition 7's node (not its state): its batch of 100 is
+    # refused whole and done one by one; the other batch is still one transaction
+    zk.ensure_path(L.partition_path("half", 7))
+    before = len(zk.get_children(L.STATE_CHANGES))
+    states = [("half", i, PartitionState([1, 2], 2, 0, [2, 1])) for i in range(n)]
+    assert await asyncio.to_thread(a.write_partition_states, states, epoch, version) == [0] * n
+    assert len(zk.get_children(L.STATE_CHANGES)) - before == 1 + zk_store.STATE_WRITE_BATCH
+    await until(lambda: (t := b.topic("half")) and all(p.leader == 2 for p in t.partitions))
+
+
 async def test_producer_id_blocks_never_overlap(pair: tuple[ZkMetadataStore, ...]) -> None:
     a, b = pair
     firsts = await asyncio.gather(*[asyncio.to_thread(s.allocate_producer_ids, 1000)
@@ -254,8 +286,11 @@ async def test_states_arrive_by_notification_and_a_reader_behind_the_purge_reads
     won = await asyncio.to_thread(a.elect_controller, 1)
     assert won is not None
     epoch, version = won
-    states = [("n", p, PartitionState([1, 2], 1, 0, [1, 2])) for p in range(4)]
-    versions = await asyncio.to_thread(a.write_partition_states, states, epoch, version)
+    versions = []
+    for p in range(4):  # one at a time: four notifications (together they would share one)
+        versions += await asyncio.to_thread(
+            a.write_partition_states, [("n", p, PartitionState([1, 2], 1, 0, [1, 2]))],
+            epoch, version)
     assert versions == [0] * 4
     await until(lambda: all(p.leader == 1 for p in b.topic("n").partitions))  # type: ignore[union-attr]
     assert b.client is not None

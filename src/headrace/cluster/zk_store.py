@@ -119,9 +119,12 @@ PRODUCER_ID_BLOCK_SIZE = 1000
 RECONNECT = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
 NOTIFICATIONS_KEPT = 1000  # change notifications kept per list (older ones are removed)
 # partition state change notifications kept (a broker further behind reads every state);
-# the controller removes older ones every STATE_CHANGES_PURGE_EVERY notifications
-STATE_CHANGES_KEPT = 20_000
-STATE_CHANGES_PURGE_EVERY = 2_000
+# the controller removes older ones every STATE_CHANGES_PURGE_EVERY notifications. Every
+# broker lists them all on each read: at 20,000 kept (when each creation had one of its
+# own) a listing took 20 ms of an idle broker and 70 ms of a busy one; creations and
+# updates now share notifications, up to STATE_WRITE_BATCH states each
+STATE_CHANGES_KEPT = 2_000
+STATE_CHANGES_PURGE_EVERY = 500
 # the controller's state updates (not creations) go to ZooKeeper this many per transaction,
 # with one notification for all: a failover of 10,000 partitions is 100 transactions and
 # 100 notifications for each broker to read, not 10,000 (ZooKeeper wrote ~60-80 of the
@@ -1321,49 +1324,71 @@ class ZkMetadataStore:
                                controller_epoch: int, epoch_zk_version: int
                                ) -> list[int | None]:
         """Create or conditionally set each state znode in a transaction with a check of
-        ``/controller_epoch``'s version (pipelined). Updates go STATE_WRITE_BATCH to a
-        transaction with one notification for all of them; a batch refused as a whole
-        (one BadVersion) is tried again one partition per transaction, as creations are.
+        ``/controller_epoch``'s version (pipelined). Creations and updates go
+        STATE_WRITE_BATCH to a transaction with one notification for all of them; a batch
+        refused as a whole (one BadVersion, a partition's node already there) is tried
+        again one partition per transaction.
         ControllerMovedError if the check failed; per update the new version or None
         (BadVersion: re-decide)."""
         c = self._c()
         out: list[int | None] = [None] * len(updates)
         moved = False
         newest = -1
-        singles = list(range(len(updates)))
+        singles: list[int] = []
+        parents_known: set[str] = set()
+        gone: set[str] = set()
         sets = [i for i, (_, _, st) in enumerate(updates) if st.zk_version >= 0]
-        if len(sets) > 1:  # updates in transactions of STATE_WRITE_BATCH, one notification each
-            singles = [i for i, (_, _, st) in enumerate(updates) if st.zk_version < 0]
-            batches: list[tuple[list[int], Any]] = []
-            for k in range(0, len(sets), STATE_WRITE_BATCH):
-                idx = sets[k:k + STATE_WRITE_BATCH]
+        creates = [i for i, (_, _, st) in enumerate(updates) if st.zk_version < 0]
+        if len(creates) > 1:  # the topics' partitions parents first, once per topic
+            for topic in dict.fromkeys(updates[i][0] for i in creates):
+                parents_known.add(topic)
+                self._create_partitions_parent(topic, gone)
+            singles += [i for i in creates if updates[i][0] in gone]
+            creates = [i for i in creates if updates[i][0] not in gone]
+        # updates, and creations, in transactions of STATE_WRITE_BATCH with one
+        # notification each (a topic of 1,000 partitions is 10 notifications, not 1,000)
+        batches: list[tuple[list[int], Any]] = []
+        for group in (sets, creates):
+            if len(group) < 2:
+                singles += group
+                continue
+            for k in range(0, len(group), STATE_WRITE_BATCH):
+                idx = group[k:k + STATE_WRITE_BATCH]
                 t = c.transaction()
                 t.check(L.CONTROLLER_EPOCH, epoch_zk_version)
                 changes = []
                 for i in idx:
                     topic, p, st = updates[i]
                     data = L.encode_state(st, controller_epoch)
-                    t.set_data(L.state_path(topic, p), data, version=st.zk_version)
+                    if st.zk_version < 0:
+                        t.create(L.partition_path(topic, p))
+                        t.create(L.state_path(topic, p), data)
+                    else:
+                        t.set_data(L.state_path(topic, p), data, version=st.zk_version)
                     changes.append((topic, p, st.zk_version + 1, data))
                 t.create(f"{L.STATE_CHANGES}/{L.STATE_CHANGE_PREFIX}",
                          L.encode_state_changes(changes), sequence=True)
                 batches.append((idx, t.commit_async()))
-            for idx, res in batches:
-                results = res.get(timeout=max(self.session_timeout_s, 10))
-                first = results[0]
-                if isinstance(first, Exception) and type(first).__name__ != "RolledBackError":
-                    moved = True  # fenced: nothing written
-                elif any(isinstance(r, Exception) for r in results):
-                    singles += idx  # one refused (BadVersion): each alone, to know which
+        for idx, res in batches:
+            results = res.get(timeout=max(self.session_timeout_s, 10))
+            first = results[0]
+            if isinstance(first, Exception) and type(first).__name__ != "RolledBackError":
+                moved = True  # fenced: nothing written
+            elif any(isinstance(r, Exception) for r in results):
+                # one refused (BadVersion; a partition's node left by an earlier attempt):
+                # each alone, to know which
+                singles += idx
+            else:
+                newest = max(newest, _announced(results[-1]))
+                if updates[idx[0]][2].zk_version < 0:
+                    for i in idx:
+                        out[i] = 0
                 else:
-                    newest = max(newest, _announced(results[-1]))
                     for i, r in zip(idx, results[1:-1], strict=True):
                         out[i] = int(r.version)
-            singles.sort()
+        singles.sort()
         if moved:
             raise ControllerMovedError("the controller epoch changed")
-        parents_known: set[str] = set()
-        gone: set[str] = set()
         pending: list[tuple[str, int, PartitionState, bytes, Any]] = []
         for topic, p, st in [updates[i] for i in singles]:
             path = L.state_path(topic, p)
@@ -1373,14 +1398,7 @@ class ZkMetadataStore:
             if st.zk_version < 0:
                 if topic not in parents_known:  # once per topic, not once per partition
                     parents_known.add(topic)
-                    # never recursive: a topic deleted meanwhile must not come back as an
-                    # empty /brokers/topics/T (a cache that still had it made new states)
-                    try:
-                        c.create(L.partitions_path(topic))
-                    except NodeExistsError:
-                        pass
-                    except NoNodeError:
-                        gone.add(topic)
+                    self._create_partitions_parent(topic, gone)
                 if topic in gone:
                     pending.append((topic, p, st, data, None))
                     continue
@@ -1432,6 +1450,18 @@ class ZkMetadataStore:
         if moved:
             raise ControllerMovedError("the controller epoch changed")
         return out
+
+    def _create_partitions_parent(self, topic: str, gone: set[str]) -> None:
+        """``/brokers/topics/T/partitions``, unless it exists; T is added to ``gone`` if
+        the topic's znode is gone. Never recursive: a topic deleted meanwhile must not
+        come back as an empty /brokers/topics/T (a cache that still had it made new
+        states)."""
+        try:
+            self._c().create(L.partitions_path(topic))
+        except NodeExistsError:
+            pass
+        except NoNodeError:
+            gone.add(topic)
 
     def read_partition_states(self, tps: list[tuple[str, int]]
                               ) -> list[PartitionState | None]:
