@@ -46,6 +46,8 @@ class FakeZooKeeper:
         self.nodes: dict[str, tuple[bytes, int, int]] = {}
         self.lock = threading.Lock()
         self.sequence = 0  # the next sequential node's number (one counter: enough here)
+        self.zxid = 0  # the last write's
+        self.mzxids: dict[str, int] = {}  # path -> the zxid of its last write
 
 
 class FakeClient:
@@ -56,8 +58,9 @@ class FakeClient:
         self.client_id = (session_id, b"")
         self.after_get: Callable[[str], None] | None = None
 
-    def _stat(self, version: int, owner: int) -> Any:
-        return SimpleNamespace(version=version, ephemeralOwner=owner)
+    def _stat(self, version: int, owner: int, path: str = "") -> Any:
+        return SimpleNamespace(version=version, ephemeralOwner=owner,
+                               mzxid=self.zk.mzxids.get(path, 0))
 
     def get(self, path: str, watch: Any = None) -> tuple[bytes, Any]:
         with self.zk.lock:
@@ -66,14 +69,14 @@ class FakeClient:
             data, version, owner = self.zk.nodes[path]
         if self.after_get is not None:
             self.after_get(path)
-        return data, self._stat(version, owner)
+        return data, self._stat(version, owner, path)
 
     def exists(self, path: str, watch: Any = None) -> Any:
         with self.zk.lock:
             if path not in self.zk.nodes:
                 return None
             _, version, owner = self.zk.nodes[path]
-            return self._stat(version, owner)
+            return self._stat(version, owner, path)
 
     def create(self, path: str, value: bytes = b"", ephemeral: bool = False,
                makepath: bool = False, sequence: bool = False) -> str:
@@ -116,7 +119,9 @@ class FakeClient:
         if version != -1 and version != current:
             raise BadVersionError()
         self.zk.nodes[path] = (value, current + 1, owner)
-        return self._stat(current + 1, owner)
+        self.zk.zxid += 1
+        self.zk.mzxids[path] = self.zk.zxid
+        return self._stat(current + 1, owner, path)
 
 
 class FakeTransaction:
@@ -274,6 +279,33 @@ def test_state_updates_go_in_batches_with_one_notification_and_a_refusal_alone(
     announced = {(t, p): v for n in notes for t, p, v, _ in L.decode_state_changes(
         zk.nodes[n][0])}
     assert announced == {("t", p): 1 for p in range(250) if p != 120}
+    s.close()
+
+
+def test_the_controllers_own_updates_reach_its_cache_without_a_read(
+        loop: asyncio.AbstractEventLoop) -> None:
+    """The controller's broker takes the states it wrote into its own cache as soon as the
+    write is answered, with the znode's version and zxid (as Kafka's controller sends its
+    own broker LeaderAndIsr), instead of waiting to read its own notifications back; a
+    notification of an older write that arrives afterwards changes nothing."""
+    zk = FakeZooKeeper()
+    for path in ("/brokers", L.TOPICS, L.topic_path("t"), "/headrace", L.STATE_CHANGES):
+        zk.nodes[path] = (b"", 0, 0)
+    zk.nodes[L.CONTROLLER_EPOCH] = (b"3", 7, 0)
+    s = store(zk, 1, 101, loop)
+    new = PartitionState([1, 2], 1, 0, [1, 2])
+    assert s.write_partition_states([("t", p, new) for p in range(3)], 3, 7) == [0] * 3
+    moved = PartitionState([1, 2], 2, 1, [2], 1, -1, 0)
+    assert s.write_partition_states([("t", p, moved) for p in range(3)], 3, 7) == [1] * 3
+    s._read_state_changes = lambda: []  # type: ignore[method-assign]  # no read back
+    loop.run_until_complete(asyncio.sleep(0))  # the loop's callbacks
+    for p in range(3):
+        got = s._states[("t", p)]
+        assert (got.leader, got.leader_epoch, got.isr, got.zk_version) == (2, 1, [2], 1)
+        assert s._state_mzxids[("t", p)] == zk.mzxids[L.state_path("t", p)] > 0
+    # a late notification of the creation (version 0, an older zxid) is not applied
+    s._apply([("state", ("t", 0, (1, 0, [1, 2], 3), 0, 0))])
+    assert s._states[("t", 0)].leader == 2
     s.close()
 
 

@@ -117,6 +117,7 @@ class ControllerService:
                 self._topic_event(t)
             else:
                 known = self.ctl.states
+                in_flight = self.ctl.in_flight
                 for p in sorted(parts):
                     if 0 <= p < len(t.partitions):
                         st = t.partitions[p]
@@ -124,6 +125,9 @@ class ControllerService:
                         if had is not None and st.zk_version <= had.zk_version:
                             continue  # not newer (mostly its own writes coming back): the
                             # pure controller would ignore it (``_isr_change``)
+                        if (name, p) in in_flight:
+                            continue  # its write's answer settles it: written, or refused
+                            # and re-read (mostly that write itself, seen before its answer)
                         self._enqueue(pure.IsrChange((name, p), _copy(st)))
         self._kick.set()
 

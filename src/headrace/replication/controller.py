@@ -539,7 +539,9 @@ class Controller:
             return []
         if st.zk_version <= old.zk_version:
             return []  # not newer than what the controller knows
-        self._index(tp, replace(st, replicas=list(old.replicas)))  # its own (see above)
+        mine = st.copy()
+        mine.replicas = list(old.replicas)  # its own (see above)
+        self._index(tp, mine)
         if tp in self.in_flight:
             return []
         return self._decide(tp)
