@@ -184,6 +184,16 @@ def store(zk: FakeZooKeeper, node_id: int, session_id: int,
     return s
 
 
+def controller_store(loop: asyncio.AbstractEventLoop) -> tuple[FakeZooKeeper, ZkMetadataStore]:
+    """Broker 1's store, the controller at epoch 3 (``/controller_epoch`` version 7), with
+    topic "t"'s znode."""
+    zk = FakeZooKeeper()
+    for path in ("/brokers", L.TOPICS, L.topic_path("t"), "/headrace", L.STATE_CHANGES):
+        zk.nodes[path] = (b"", 0, 0)
+    zk.nodes[L.CONTROLLER_EPOCH] = (b"3", 7, 0)
+    return zk, store(zk, 1, 101, loop)
+
+
 def test_producer_id_blocks_never_overlap_when_brokers_race(
         loop: asyncio.AbstractEventLoop) -> None:
     zk = FakeZooKeeper()
@@ -260,11 +270,7 @@ def test_state_updates_go_in_batches_with_one_notification_and_a_refusal_alone(
     with one notification naming its states and their new versions, instead of 250; a
     batch with one stale version is refused whole and tried again one partition at a time,
     so only that partition's answer is None (the controller re-reads it)."""
-    zk = FakeZooKeeper()
-    for path in ("/brokers", L.TOPICS, L.topic_path("t"), "/headrace", L.STATE_CHANGES):
-        zk.nodes[path] = (b"", 0, 0)
-    zk.nodes[L.CONTROLLER_EPOCH] = (b"3", 7, 0)
-    s = store(zk, 1, 101, loop)
+    zk, s = controller_store(loop)
     new = PartitionState([1, 2], 1, 0, [1, 2])
     assert s.write_partition_states([("t", p, new) for p in range(250)], 3, 7) == [0] * 250
     zk.nodes = {k: v for k, v in zk.nodes.items() if not k.startswith(L.STATE_CHANGES + "/")}
@@ -288,11 +294,7 @@ def test_the_controllers_own_updates_reach_its_cache_without_a_read(
     write is answered, with the znode's version and zxid (as Kafka's controller sends its
     own broker LeaderAndIsr), instead of waiting to read its own notifications back; a
     notification of an older write that arrives afterwards changes nothing."""
-    zk = FakeZooKeeper()
-    for path in ("/brokers", L.TOPICS, L.topic_path("t"), "/headrace", L.STATE_CHANGES):
-        zk.nodes[path] = (b"", 0, 0)
-    zk.nodes[L.CONTROLLER_EPOCH] = (b"3", 7, 0)
-    s = store(zk, 1, 101, loop)
+    zk, s = controller_store(loop)
     new = PartitionState([1, 2], 1, 0, [1, 2])
     assert s.write_partition_states([("t", p, new) for p in range(3)], 3, 7) == [0] * 3
     moved = PartitionState([1, 2], 2, 1, [2], 1, -1, 0)
