@@ -30,7 +30,8 @@ machine's cores: the RF 3 / RF 1 ratio says where the CPU goes, not what three m
 
     .venv/bin/python bench/cluster_bench.py [--quick] [--big 1000] [--session-ms 6000]
     .venv/bin/python bench/cluster_bench.py --scale 3000,10000,30000 [--probe 0]
-        [--probe-producers 1] [--keep] [--profile-dir D --profile-seconds 30]
+        [--probe-producers 1] [--probe-client confluent|aiokafka] [--keep]
+        [--profile-dir D --profile-seconds 30]
 """
 
 from __future__ import annotations
@@ -659,7 +660,10 @@ class ScaleRun:
         live_ids = {i for i in self.cluster.brokers if i != victim}
         live = ",".join(f"127.0.0.1:{self.cluster.brokers[i].port}" for i in live_ids)
         md_admin = AdminClient({"bootstrap.servers": live})
-        # not idempotent: librdkafka then packs many partitions into one Produce request
+        # librdkafka sends one partition per Produce request (this producer is not
+        # idempotent; counted on the brokers: one Produce per partition probed);
+        # aiokafka, as Kafka's Java producer, one request per broker with every partition
+        # ready for it
         # ``probe_producers`` producers share the probes (partition i -> producer i % n), so
         # that one client's throughput is not what is measured (the load generator must
         # not be the limit)
