@@ -123,6 +123,32 @@ def test_two_topics_are_told_apart_without_the_one_topic_shortcut() -> None:
         (TopicPartition("a", 0), [1, 2]), (TopicPartition("b", 0), [1])]
 
 
+@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 3),
+                          st.integers(1, 40)), max_size=12), st.booleans())
+def test_runs_of_any_shape_group_as_message_by_message(
+        shape: list[tuple[str, int, int]], one_topic: bool) -> None:
+    """Whatever the interleaving (runs of any length, a partition coming back later, two
+    topics), the runs found with ``groupby`` and slices are what grouping message by
+    message gives: each partition's messages and offsets in fetch order, partitions in
+    the order first seen."""
+    spec: list[tuple[str, int, int]] = []
+    nxt: dict[tuple[str, int], int] = {}
+    for topic, p, k in shape:
+        t = "a" if one_topic else topic
+        for _ in range(k):
+            spec.append((t, p, nxt.get((t, p), 0)))
+            nxt[(t, p)] = nxt.get((t, p), 0) + 1
+    msgs = _msgs(spec)
+    want: dict[TopicPartition, tuple[list[Message], list[int]]] = {}
+    for m in msgs:
+        run = want.setdefault(TopicPartition(m.topic(), m.partition()), ([], []))
+        run[0].append(m)
+        run[1].append(m.offset())
+    got = _partition_runs(msgs, one_topic) if msgs else []
+    assert [(tp, run, offs) for tp, run, offs in got] == [
+        (tp, ms, offs) for tp, (ms, offs) in want.items()]
+
+
 # ------------------------------------------------------------------ range offsets
 
 
