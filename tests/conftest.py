@@ -359,3 +359,47 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if in_ci():
         terminalreporter.line("a test CI must run was skipped; fix its cause, or list it in "
                               "tests/conftest.py ALLOWED_SKIPS with the reason")
+
+
+# ------------------------------------------------------------------ hang backstop
+
+# pytest-timeout (``timeout`` in pyproject.toml, or a test's ``timeout`` marker) ends a test
+# that runs too long by raising in the main thread from a SIGALRM handler: graceful, the
+# fixtures torn down. A handler runs only when the main thread gets back to Python, though, and
+# a thread stuck in C (a client library's blocking call that retries EINTR, a lock held in
+# native code) never does: the test, its xdist worker and the whole run then hang until CI's
+# limit, with no word of where (one CI run did, 4 tests short of the end of its parallel pass).
+# This backstop is faulthandler's watchdog, a C thread that needs no GIL: BACKSTOP_SECONDS
+# after a test's own timeout, with the test still running (its teardown included), it writes
+# every thread's Python stack to the session's stderr and ends the process; pytest-xdist
+# then reports the test as crashed, by name, and goes on with a new worker.
+BACKSTOP_SECONDS = float(os.environ.get("HEADRACE_TEST_BACKSTOP_SECONDS", "180"))
+
+
+def item_timeout(item: pytest.Item) -> float:
+    """The test's pytest-timeout limit in seconds (its marker, else the ini's), 0 for none."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None:
+        value = marker.kwargs.get("timeout", marker.args[0] if marker.args else None)
+        if value is not None:
+            return float(value)
+    return float(item.config.getini("timeout") or 0)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    import faulthandler
+
+    from _pytest.faulthandler import fault_handler_stderr_fd_key
+
+    timeout = item_timeout(item)
+    fd = item.config.stash.get(fault_handler_stderr_fd_key, None)
+    if timeout <= 0 or fd is None:
+        return (yield)
+    os.write(fd, b"")  # the fd is open: faulthandler would fail later, silently
+    after = timeout + BACKSTOP_SECONDS
+    faulthandler.dump_traceback_later(after, exit=True, file=fd)
+    try:
+        return (yield)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
