@@ -2,11 +2,12 @@
 next batch (``_sticky_lane``), how long the polling thread waits in ``consume``
 (``_consume_timeout_s``), grouping a poll's messages by partition (``_partition_runs``), and
 the spout keeping a fetched contiguous run's offsets as a ``range`` (acked and committed
-exactly as a list would be)."""
+exactly as a list would be), and when the polling thread runs a batch itself (caller
+runs), and the periodic commits sent without waiting for their answer."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import Message
@@ -14,11 +15,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from headrace.reliable.consumer import (
+    CALLER_RUNS_MAX_US,
+    CALLER_RUNS_PROBE_EVERY,
     ReliableConsumer,
     _partition_runs,
     _sticky_lane,
 )
-from headrace.reliable.spout import ReliableSpout, Seek, SpoutConfig, TopicPartition
+from headrace.reliable.spout import Commit, ReliableSpout, Seek, SpoutConfig, TopicPartition
+from headrace.reliable.topology import Topology
 
 TP = TopicPartition("t", 0)
 
@@ -201,3 +205,157 @@ def test_roots_of_a_range_batch_settled_in_parts() -> None:
     assert spout.committable() == {}  # 100-102 still in flight
     spout.ack_batch(batch, 0, indices=[0, 1, 2])
     assert spout.committable() == {TP: 106}
+
+
+# ------------------------------------------------------------------ caller runs
+
+
+class _FakeLane:
+    """A first-stage lane: what it was handed, what ran on the caller's thread."""
+
+    def __init__(self, clock: list[float]) -> None:
+        self.sent = 0
+        self.done = 0
+        self.inline = False
+        self.queued: list[object] = []
+        self.ran_here: list[object] = []
+        self.clock = clock
+        self.us_per_record = 0.5  # the handler's cost, on the fake clock
+
+    def put(self, obj: object) -> None:
+        self.queued.append(obj)
+
+    def process(self, obj: object) -> None:
+        batch, _ = cast(tuple[Any, Any], obj)
+        self.ran_here.append(batch)
+        self.clock[0] += len(batch) * self.us_per_record / 1e6
+
+
+def _caller_shell(lanes: int) -> tuple[Any, list[_FakeLane]]:
+    clock = [0.0]
+    rc: Any = ReliableConsumer.__new__(ReliableConsumer)
+    fakes = [_FakeLane(clock) for _ in range(lanes)]
+    rc._lanes = [fakes]
+    rc.topology = Topology().basic_bolt("h", lambda item, out: None, lanes)
+    rc._round_robin = [0]
+    rc._caller_runs = True
+    rc._handler_us = None
+    rc._probe_in = 0
+    rc._clock = lambda: clock[0]
+    return rc, fakes
+
+
+def _dispatch_idle(rc: Any, fakes: list[_FakeLane], batches: int, size: int) -> None:
+    """Dispatch ``batches`` batches, every lane finishing what it had after each."""
+    for _ in range(batches):
+        ReliableConsumer._dispatch_batch(rc, [0] * size)
+        for f in fakes:
+            f.done = f.sent
+
+
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_a_quick_handler_runs_on_the_polling_thread_while_the_lanes_are_idle(
+        lanes: int) -> None:
+    rc, fakes = _caller_shell(lanes)
+    for _ in range(10):
+        ReliableConsumer._dispatch_batch(rc, [0] * 500)
+    assert len(fakes[0].ran_here) == 10
+    assert not any(f.queued for f in fakes)
+
+
+def test_a_slow_handler_goes_to_the_lanes_and_is_probed_now_and_then() -> None:
+    rc, fakes = _caller_shell(4)
+    for f in fakes:
+        f.us_per_record = 10 * CALLER_RUNS_MAX_US  # e.g. waiting on I/O
+    _dispatch_idle(rc, fakes, 1 + 2 * CALLER_RUNS_PROBE_EVERY, 100)
+    here = sum(len(f.ran_here) for f in fakes)
+    queued = sum(len(f.queued) for f in fakes)
+    assert here == 3  # the first batch (measured), then one probe per PROBE_EVERY
+    assert queued == 2 * CALLER_RUNS_PROBE_EVERY - 2
+
+
+def test_a_batch_is_never_run_here_while_a_lane_is_busy() -> None:
+    """Never more handlers at once than lanes: a lane with a batch unfinished keeps the
+    polling thread out, however quick the handler."""
+    rc, fakes = _caller_shell(2)
+    ReliableConsumer._dispatch_batch(rc, [0] * 500)  # measured quick, run here
+    fakes[1].sent = 1  # a batch given to lane 1 and not finished
+    for _ in range(5):
+        ReliableConsumer._dispatch_batch(rc, [0] * 500)
+    assert len(fakes[0].ran_here) == 1
+    assert sum(len(f.queued) for f in fakes) == 5
+
+
+def test_a_handler_that_becomes_quick_comes_back_to_the_polling_thread() -> None:
+    rc, fakes = _caller_shell(2)
+    for f in fakes:
+        f.us_per_record = 100.0
+    _dispatch_idle(rc, fakes, 3 * CALLER_RUNS_PROBE_EVERY, 100)
+    for f in fakes:
+        f.us_per_record = 0.1
+    _dispatch_idle(rc, fakes, 40 * CALLER_RUNS_PROBE_EVERY, 100)
+    queued_before = sum(len(f.queued) for f in fakes)
+    for _ in range(10):
+        ReliableConsumer._dispatch_batch(rc, [0] * 100)
+    assert sum(len(f.queued) for f in fakes) == queued_before  # all ten run here
+
+
+# ------------------------------------------------------------------ asynchronous commits
+
+
+class _FakeCommitter:
+    def __init__(self) -> None:
+        self.sent: list[tuple[list[tuple[str, int, int]], bool]] = []
+
+    def commit(self, offsets: list[Any], asynchronous: bool) -> None:
+        self.sent.append(([(kp.topic, kp.partition, kp.offset) for kp in offsets],
+                          asynchronous))
+
+
+class _FakeSpout:
+    def __init__(self) -> None:
+        self.committed_offsets: list[dict[TopicPartition, int]] = []
+
+    def committed(self, offsets: dict[TopicPartition, int]) -> None:
+        self.committed_offsets.append(dict(offsets))
+
+
+def _commit_shell() -> tuple[Any, _FakeCommitter, _FakeSpout, list[dict[Any, int]]]:
+    import threading
+
+    rc: Any = ReliableConsumer.__new__(ReliableConsumer)
+    rc.consumer = _FakeCommitter()
+    rc._pspout = _FakeSpout()
+    rc._lock = threading.Lock()
+    told: list[dict[Any, int]] = []
+    rc.on_commit = told.append
+    rc._config_on_commit = None
+    rc._commit_in_flight = False
+    rc._commit_sent_at = 0.0
+    return rc, rc.consumer, rc._pspout, told
+
+
+def test_periodic_commits_go_out_asynchronously_one_at_a_time() -> None:
+    from confluent_kafka import TopicPartition as KTP
+
+    rc, consumer, spout, told = _commit_shell()
+    ReliableConsumer._apply(rc, [Commit({TP: 5})])
+    assert consumer.sent == [([("t", 0, 5)], True)]  # the polling thread does not wait
+    assert spout.committed_offsets == [] and told == []  # not committed until answered
+    ReliableConsumer._apply(rc, [Commit({TP: 7})])  # one unanswered: not sent again
+    assert len(consumer.sent) == 1
+    ReliableConsumer._committed_async(rc, None, [KTP("t", 0, 5)])
+    assert spout.committed_offsets == [{TP: 5}] and told == [{TP: 5}]
+    ReliableConsumer._apply(rc, [Commit({TP: 7})])
+    assert consumer.sent[-1] == ([("t", 0, 7)], True)
+
+
+def test_a_failed_asynchronous_commit_counts_nothing_and_frees_the_next() -> None:
+    from confluent_kafka import KafkaError
+
+    rc, consumer, spout, told = _commit_shell()
+    ReliableConsumer._apply(rc, [Commit({TP: 5})])
+    ReliableConsumer._committed_async(rc, KafkaError(KafkaError.REQUEST_TIMED_OUT), [])
+    assert spout.committed_offsets == [] and told == []
+    ReliableConsumer._apply(rc, [Commit({TP: 6})])
+    assert consumer.sent[-1] == ([("t", 0, 6)], True)
