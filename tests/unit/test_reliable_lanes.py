@@ -359,3 +359,44 @@ def test_a_failed_asynchronous_commit_counts_nothing_and_frees_the_next() -> Non
     assert spout.committed_offsets == [] and told == []
     ReliableConsumer._apply(rc, [Commit({TP: 6})])
     assert consumer.sent[-1] == ([("t", 0, 6)], True)
+
+
+# ------------------------------------------------------------------ back-pressure
+
+
+def _backlog_shell(lanes: int) -> tuple[Any, list[_FakeLane]]:
+    import threading
+
+    rc, fakes = _caller_shell(lanes)
+    rc._lane_finished = threading.Event()
+    rc._backlogged_since = None
+    rc._poll_timeout_s = 0.001
+    return rc, fakes
+
+
+def test_the_polling_thread_fetches_nothing_while_the_lanes_are_far_behind() -> None:
+    from headrace.reliable.consumer import LANE_BACKLOG_BATCHES
+
+    rc, fakes = _backlog_shell(4)
+    for f in fakes:
+        f.sent = LANE_BACKLOG_BATCHES - 1
+    fakes[0].sent += 1  # 4 * (LANE_BACKLOG_BATCHES - 1) + 1 unfinished: not yet
+    assert not ReliableConsumer._held_back(rc)
+    for f in fakes:
+        f.sent = LANE_BACKLOG_BATCHES
+    assert ReliableConsumer._held_back(rc)
+    fakes[2].done = 1  # one finished: fetching again
+    assert not ReliableConsumer._held_back(rc)
+
+
+def test_back_pressure_still_polls_once_in_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The group must see the consumer poll (max.poll.interval.ms), however slow the
+    handler."""
+    from headrace.reliable import consumer as module
+
+    monkeypatch.setattr(module, "BACKPRESSURE_MAX_S", 0.0)
+    rc, fakes = _backlog_shell(1)
+    fakes[0].sent = 100
+    assert ReliableConsumer._held_back(rc)  # held back since now
+    assert not ReliableConsumer._held_back(rc)  # BACKPRESSURE_MAX_S later: poll once
+    assert ReliableConsumer._held_back(rc)

@@ -27,9 +27,10 @@ Rules:
   and at once (at the next ``tick``) when a partition holds at least half of
   ``max_uncommitted_offsets`` uncommitted offsets of which a quarter could be committed: a
   quick handler would otherwise reach the limit, pause and wait for the period (a no-op
-  handler moved 10,000 records per 5 s per partition with the defaults). Storm commits on
-  its period only, with a limit of 10,000,000; this keeps the memory bound low and the
-  throughput of a limit no handler reaches.
+  handler moved 10,000 records per 5 s per partition with a limit of 10,000). Storm commits
+  on its period only, with a limit of 10,000,000; this keeps the bound low (50,000 by
+  default: what a crash may have processed again) and the throughput of a limit no
+  handler reaches.
 - ``revoked(tp)`` returns the final committable offset and drops the partition's state and
   roots; late acks for those roots are ignored, and their queued items are not run
   (``is_live``). ``assigned(tp, committed)`` starts a
@@ -87,7 +88,7 @@ class TopicPartition(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class SpoutConfig:
-    max_uncommitted_offsets: int = 10_000
+    max_uncommitted_offsets: int = 50_000
     offset_commit_period_ms: int = 5_000
     max_retries: int | None = None  # None: retry for ever (Storm's default)
     retry_backoff_ms: int = 100
