@@ -223,7 +223,10 @@ class _FakeLane:
         self.us_per_record = 0.5  # the handler's cost, on the fake clock
 
     def put(self, obj: object) -> None:
-        self.queued.append(obj)
+        if self.inline:
+            self.process(obj)
+        else:
+            self.queued.append(obj)
 
     def process(self, obj: object) -> None:
         batch, _ = cast(tuple[Any, Any], obj)
@@ -400,3 +403,15 @@ def test_back_pressure_still_polls_once_in_a_while(monkeypatch: pytest.MonkeyPat
     assert ReliableConsumer._held_back(rc)  # held back since now
     assert not ReliableConsumer._held_back(rc)  # BACKPRESSURE_MAX_S later: poll once
     assert ReliableConsumer._held_back(rc)
+
+
+def test_an_inline_first_stage_is_never_held_back() -> None:
+    """parallelism=0: the polling thread runs each batch in ``put``; nothing is ever
+    unfinished, however many batches went through."""
+    rc, fakes = _backlog_shell(1)
+    fakes[0].inline = True
+    rc._caller_runs = False  # as the constructor sets it for an inline stage
+    for _ in range(10):
+        ReliableConsumer._dispatch_batch(rc, [0] * 10)
+    assert fakes[0].sent == 0
+    assert not ReliableConsumer._held_back(rc)

@@ -649,6 +649,8 @@ class ReliableConsumer:
         timeout for a lane to finish a batch, while the first stage's lanes are that far
         behind, for at most ``BACKPRESSURE_MAX_S`` in a row."""
         lanes = self._lanes[0]
+        if lanes[0].inline:  # parallelism=0: the polling thread runs the stage itself
+            return False
         self._lane_finished.clear()
         backlog = sum(lane.sent - lane.done for lane in lanes)  # racy reads: off by one
         if backlog < LANE_BACKLOG_BATCHES * len(lanes):
@@ -682,7 +684,8 @@ class ReliableConsumer:
         if self._caller_runs and self._run_here(lanes, batch):
             return
         if len(lanes) == 1:
-            lanes[0].sent += 1
+            if not lanes[0].inline:  # an inline stage has no backlog: it runs in put
+                lanes[0].sent += 1
             lanes[0].put((batch, None))
         elif stage.fields is not None:
             fields = stage.fields
