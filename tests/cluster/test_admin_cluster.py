@@ -123,7 +123,19 @@ def test_kafka_python_detects_truncation_after_an_unclean_election(healthy: Clus
         for b in others:
             cluster.brokers[b].resume()
         new_leader = cluster.wait_leader(topic, 0, lambda b: b != leader, 60)
-        assert _leader_epoch(cluster, new_leader, topic)[1] > epoch
+
+        def own_view() -> int | None:
+            """The new leader's epoch as its own Metadata says, once it names itself:
+            ``wait_leader`` may have read another broker's (the controller's broker takes
+            its elections at once), while this one, just resumed, may still be
+            re-establishing its expired ZooKeeper session (loaded run 182 read epoch 0)."""
+            try:
+                named, new_epoch = _leader_epoch(cluster, new_leader, topic)
+            except Exception:
+                return None
+            return new_epoch if named == new_leader else None
+
+        assert wait_until(own_view, 60, 0.1, "the new leader's own Metadata") > epoch
         produce_acked(cluster, topic, [b"new-%d" % i for i in range(3)])
         assert consume(3) == [(10, b"new-0"), (11, b"new-1"), (12, b"new-2")]
     finally:
