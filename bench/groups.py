@@ -15,7 +15,10 @@ member its own process (bench/harness/group_member.py):
   cover all partitions again;
 - leave: one member close()s (LeaveGroup); until the other 4 cover all partitions;
 - commits: one assign()-mode consumer commits one partition's offset at a time for 5 s,
-  synchronously, then asynchronously with at most 16 commits in flight.
+  synchronously, then asynchronously with at most 16 commits in flight; then the same
+  with the C load generator (``bench/build/loadgen -O``, built by ``bench/setup.sh``),
+  ``--repeats`` runs of 20,000 synchronous and 50,000 asynchronous commits (median and
+  spread, broker CPU per commit): confluent-kafka's Python calls add to each round trip.
 
 Each group timing is repeated (default 3, each with a fresh group) and the median reported.
 Every wait is capped (default 20 s); a measurement that fails once is not repeated and is
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.metadata
+import json
 import os
 import platform
 import signal
@@ -71,7 +75,11 @@ ROWS: dict[str, str] = {
     "leave": "1 of 5 closes (LeaveGroup) → 4 stable, s",
     "sync": "offset commits, synchronous, /s",
     "async": "offset commits, async ≤{inflight} in flight, /s",
+    "c_sync": "offset commits, synchronous, C client (loadgen -O), /s",
+    "c_async": "offset commits, async ≤{inflight} in flight, C client, /s",
 }
+LOADGEN = Path(__file__).resolve().parent / "build" / "loadgen"
+C_COMMITS = {"c_sync": 20_000, "c_async": 50_000}
 
 TANSU_JOIN_NOTE = (f"tansu has no {DELAY_KEY} (nor any other group setting); instead, at every "
                    "rebalance, it waits a fixed 3 s before answering a JoinGroup from any member "
@@ -379,7 +387,7 @@ class _Served(Exception):
 
 
 def commit_rates(broker: BrokerProcess, result: BrokerResult, *, seconds: float,
-                 inflight: int) -> None:
+                 inflight: int, repeats: int = 3) -> None:
     topic = workloads.unique_topic("bench-commits")
     workloads.create_topic(broker.bootstrap, topic, PARTITIONS)
     try:
@@ -393,6 +401,31 @@ def commit_rates(broker: BrokerProcess, result: BrokerResult, *, seconds: float,
             except (MeasureError, KafkaException) as e:
                 row.failure = _describe(e)
                 log(f"[{result.name}] {key} commits: failed: {row.failure}")
+        for key, count in C_COMMITS.items():
+            row = result.row(key)
+            if not LOADGEN.is_file():
+                row.failure = "no bench/build/loadgen (bash bench/setup.sh)"
+                continue
+            cpu_per: list[float] = []
+            for _ in range(repeats):
+                cpu0 = broker.cpu_seconds() or 0.0
+                argv = [str(LOADGEN), "-O", "-b", broker.bootstrap, "-t", topic,
+                        "-p", str(PARTITIONS), "-n", str(count), "-T", "120"]
+                if key == "c_async":
+                    argv += ["-a", str(inflight)]
+                out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+                lines = out.stdout.strip().splitlines()
+                r = json.loads(lines[-1]) if lines else {}
+                if out.returncode != 0 or not r:
+                    row.failure = (f"loadgen: {r.get('answered', 0)} of {count} answered, "
+                                   f"{r.get('failed', '?')} failed: {out.stderr.strip()[-120:]}")
+                    break
+                row.samples.append(float(r["commits_per_s"]))
+                cpu_per.append(((broker.cpu_seconds() or 0.0) - cpu0) / count * 1e6)
+            if cpu_per:
+                row.note = f"broker CPU {statistics.median(cpu_per):.0f} µs per commit"
+                log(f"[{result.name}] {key}: {statistics.median(row.samples):,.0f}/s "
+                    f"({row.note})")
     finally:
         workloads.delete_topics(broker.bootstrap, [topic])
 
@@ -546,7 +579,7 @@ def run_broker(name: str, args: argparse.Namespace, workdir: Path) -> BrokerResu
                           join_key=join_key, full=full, workdir=workdir)
             if full and broker.alive:
                 commit_rates(broker, result, seconds=args.commit_seconds,
-                             inflight=args.inflight)
+                             inflight=args.inflight, repeats=args.repeats)
             if not broker.alive:
                 result.error = (f"{label} exited with code {broker.process.returncode} during "
                                 f"the run; log ends:\n{broker.log_tail()}")
@@ -564,12 +597,14 @@ def run_broker(name: str, args: argparse.Namespace, workdir: Path) -> BrokerResu
 def _cell(m: Measurement | None, key: str, notes: list[str], who: str) -> str:
     if m is None:
         return "—"
-    rate = key in ("sync", "async")
+    rate = key in ("sync", "async", "c_sync", "c_async")
     text = "—"
     if m.samples:
         median = statistics.median(m.samples)
         if rate:
             text = f"{median:,.0f}"
+            if len(m.samples) > 1:
+                text += f" ({min(m.samples):,.0f}-{max(m.samples):,.0f})"
         else:
             text = f"{median:.2f}"
             if len(m.samples) > 1:

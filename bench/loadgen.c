@@ -5,6 +5,8 @@
  *
  *   loadgen -P -b HOST:PORT -t TOPIC [-p PARTITIONS] [-s SIZE] [-n COUNT] [-r RATE] [-X key=value]...
  *   loadgen -C -b HOST:PORT -t TOPIC [-p PARTITIONS] [-n COUNT] [-T SECONDS] [-X key=value]...
+ *   loadgen -P -x PER_TXN -b HOST:PORT -t TOPIC [-p PARTITIONS] [-s SIZE] [-n COUNT] ...
+ *   loadgen -O -b HOST:PORT -t TOPIC [-p PARTITIONS] [-n COMMITS] [-a IN_FLIGHT] ...
  *
  * -P produces COUNT records of SIZE bytes round-robin over PARTITIONS partitions and
  * waits for every delivery report; with -r, RATE records per second on a fixed schedule
@@ -14,6 +16,13 @@
  * PARTITIONS partitions (assigned, no group). -X passes any librdkafka property. -T caps
  * the run (default 300 s). One JSON line on stdout: records, seconds, records/s, MB/s,
  * failures, delivery latency percentiles (produce) and the generator's own CPU.
+ * -x makes -P transactional (a transactional.id of its own unless -X gives one): each
+ * transaction produces PER_TXN records round-robin and commits, the next begins when the
+ * commit returned; the percentiles are then of whole transactions (begin to commit).
+ * -O commits offsets as an assign()-mode consumer of a group of its own (generation -1):
+ * COMMITS commits of one partition's offset each (round-robin over PARTITIONS, ever
+ * larger), synchronously, or with -a asynchronously with at most IN_FLIGHT unanswered;
+ * the percentiles are of each commit's round trip.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -47,6 +56,7 @@ static void die(const char *what, const char *why) {
 static uint64_t *sent_at;  /* send time of record i, ns */
 static uint32_t *latency_us;
 static long delivered, failed;
+static int txn_mode; /* -x: delivery reports only count (latency_us holds transactions) */
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
     (void)rk;
@@ -56,8 +66,31 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         failed++;
         return;
     }
+    if (txn_mode) {
+        delivered++;
+        return;
+    }
     uint64_t us = (now_ns() - sent_at[i]) / 1000;
     latency_us[delivered++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
+
+/* offset commits (-O -a): answered commits, counted from the commit callback */
+static long commits_answered, commits_failed;
+static uint64_t *commit_sent_at;
+
+static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *offsets, void *opaque) {
+    (void)rk;
+    (void)opaque;
+    if (err || !offsets || offsets->cnt < 1 || offsets->elems[0].err) {
+        commits_failed++;
+        return;
+    }
+    /* the offset says which commit this was: commit i sets offset i + 1 */
+    long i = (long)offsets->elems[0].offset - 1;
+    if (i < 0) return; /* the first commit, before the clock */
+    uint64_t us = (now_ns() - commit_sent_at[i]) / 1000;
+    latency_us[commits_answered++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
 }
 
 static int cmp_u32(const void *a, const void *b) {
@@ -79,16 +112,19 @@ static void set(rd_kafka_conf_t *conf, const char *key, const char *value) {
 }
 
 int main(int argc, char **argv) {
-    int produce = -1, partitions = 1, size = 100;
-    long count = 100000;
+    int produce = -1, partitions = 1, size = 100, commits = 0, in_flight = 0;
+    long count = 100000, per_txn = 0;
     double cap_s = 300, rate = 0;
     const char *brokers = NULL, *topic = NULL;
     char *extra[64];
     int n_extra = 0, opt;
-    while ((opt = getopt(argc, argv, "PCb:t:p:s:n:T:r:X:")) != -1) {
+    while ((opt = getopt(argc, argv, "PCOb:t:p:s:n:T:r:X:x:a:")) != -1) {
         switch (opt) {
         case 'P': produce = 1; break;
         case 'C': produce = 0; break;
+        case 'O': produce = 0; commits = 1; break;
+        case 'x': per_txn = atol(optarg); break;
+        case 'a': in_flight = atoi(optarg); break;
         case 'b': brokers = optarg; break;
         case 't': topic = optarg; break;
         case 'p': partitions = atoi(optarg); break;
@@ -103,8 +139,10 @@ int main(int argc, char **argv) {
         default: die("usage", "loadgen -P|-C -b BROKERS -t TOPIC [-p N] [-s SIZE] [-n COUNT] [-T S] [-r RATE] [-X k=v]");
         }
     }
-    if (produce < 0 || !brokers || !topic) die("usage", "need -P or -C, -b and -t");
-    if (partitions < 1 || size < 0 || count < 1 || rate < 0) die("usage", "bad -p, -s, -n or -r");
+    if (produce < 0 || !brokers || !topic) die("usage", "need -P, -C or -O, -b and -t");
+    if (partitions < 1 || size < 0 || count < 1 || rate < 0 || per_txn < 0 || in_flight < 0)
+        die("usage", "bad -p, -s, -n, -r, -x or -a");
+    if (per_txn && (!produce || rate > 0)) die("usage", "-x goes with -P and without -r");
 
     char err[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -115,6 +153,11 @@ int main(int argc, char **argv) {
         set(conf, "group.id", group);
         set(conf, "enable.auto.commit", "false");
         set(conf, "enable.partition.eof", "false");
+    }
+    if (produce && per_txn) {
+        char tid[64];
+        snprintf(tid, sizeof tid, "loadgen-txn-%ld", (long)now_ns());
+        set(conf, "transactional.id", tid);
     }
     for (int i = 0; i < n_extra; i++) {
         char *eq = strchr(extra[i], '=');
@@ -131,9 +174,51 @@ int main(int argc, char **argv) {
         char *payload = malloc((size_t)size + 1);
         if (!sent_at || !latency_us || !payload) die("malloc", strerror(errno));
         for (int i = 0; i < size; i++) payload[i] = (char)('a' + i % 26);
+        txn_mode = per_txn > 0;
         rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
         rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
         if (!rk) die("producer", err);
+        if (per_txn) {
+            rd_kafka_error_t *te = rd_kafka_init_transactions(rk, 30000);
+            if (te) die("init_transactions", rd_kafka_error_string(te));
+            uint64_t deadline = now_ns() + (uint64_t)(cap_s * 1e9);
+            long txns = 0;
+            t0 = now_ns();
+            while (done < count && now_ns() < deadline) {
+                uint64_t began = now_ns();
+                if ((te = rd_kafka_begin_transaction(rk))) die("begin", rd_kafka_error_string(te));
+                for (long k = 0; k < per_txn && done < count; k++, done++) {
+                    sent_at[done] = began;
+                    for (;;) {
+                        rd_kafka_resp_err_t e = rd_kafka_producev(
+                            rk, RD_KAFKA_V_TOPIC(topic),
+                            RD_KAFKA_V_PARTITION((int32_t)(done % partitions)),
+                            RD_KAFKA_V_VALUE(payload, (size_t)size),
+                            RD_KAFKA_V_OPAQUE((void *)(uintptr_t)done), RD_KAFKA_V_END);
+                        if (e == RD_KAFKA_RESP_ERR_NO_ERROR) break;
+                        if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) die("produce", rd_kafka_err2str(e));
+                        rd_kafka_poll(rk, 1);
+                    }
+                }
+                if ((te = rd_kafka_commit_transaction(rk, (int)(cap_s * 1000))))
+                    die("commit_transaction", rd_kafka_error_string(te));
+                uint64_t us = (now_ns() - began) / 1000;
+                latency_us[txns++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+                rd_kafka_poll(rk, 0);
+            }
+            t1 = now_ns();
+            long recs = delivered; /* counted by the delivery reports (txn_mode) */
+            rd_kafka_destroy(rk);
+            double s = (double)(t1 - t0) / 1e9;
+            qsort(latency_us, (size_t)txns, sizeof *latency_us, cmp_u32);
+            printf("{\"mode\": \"transactional produce\", \"records\": %ld, \"delivered\": %ld, "
+                   "\"failed\": %ld, \"transactions\": %ld, \"per_txn\": %ld, \"seconds\": %.3f, "
+                   "\"records_per_s\": %.0f, \"txns_per_s\": %.0f, \"txn_p50_ms\": %.2f, "
+                   "\"txn_p99_ms\": %.2f, \"client_cpu\": %.2f}\n",
+                   done, recs, failed, txns, per_txn, s, done / s, txns / s, pct_ms(txns, 0.5),
+                   pct_ms(txns, 0.99), (cpu_seconds() - cpu0) / s);
+            return failed || done < count ? 1 : 0;
+        }
         if (rate > 0) { /* warm-up: connection and metadata before the clock, not counted */
             sent_at[0] = now_ns();
             rd_kafka_resp_err_t e = rd_kafka_producev(
@@ -186,6 +271,65 @@ int main(int argc, char **argv) {
                pct_ms(delivered, 0.99), pct_ms(delivered, 0.999),
                (cpu_seconds() - cpu0) / s);
         return failed || outstanding || delivered < count ? 1 : 0;
+    }
+    if (commits) {
+        commit_sent_at = malloc(sizeof *commit_sent_at * (size_t)count);
+        latency_us = malloc(sizeof *latency_us * (size_t)count);
+        if (!commit_sent_at || !latency_us) die("malloc", strerror(errno));
+        if (in_flight) rd_kafka_conf_set_offset_commit_cb(conf, on_commit);
+        rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
+        if (!rk) die("consumer", err);
+        /* no poll_set_consumer: the commit callbacks stay on the main queue, where
+         * rd_kafka_poll returns as soon as it served one (consumer_poll waits for a
+         * message) */
+        /* the first commit finds the coordinator: before the clock, not counted */
+        rd_kafka_topic_partition_list_t *first = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_add(first, topic, 0)->offset = 0;
+        rd_kafka_resp_err_t ce = rd_kafka_commit(rk, first, 0);
+        rd_kafka_topic_partition_list_destroy(first);
+        if (ce) die("first commit", rd_kafka_err2str(ce));
+        rd_kafka_poll(rk, 0); /* its callback, if any, is not counted */
+        commits_answered = commits_failed = 0;
+        uint64_t deadline = now_ns() + (uint64_t)(cap_s * 1e9);
+        long issued = 0, answered = 0;
+        t0 = now_ns();
+        while (issued < count && now_ns() < deadline) {
+            if (in_flight && issued - commits_answered - commits_failed >= in_flight) {
+                rd_kafka_poll(rk, 100);
+                continue;
+            }
+            rd_kafka_topic_partition_list_t *o = rd_kafka_topic_partition_list_new(1);
+            rd_kafka_topic_partition_list_add(o, topic, (int32_t)(issued % partitions))->offset =
+                issued + 1;
+            commit_sent_at[issued] = now_ns();
+            ce = rd_kafka_commit(rk, o, in_flight ? 1 : 0);
+            rd_kafka_topic_partition_list_destroy(o);
+            if (!in_flight) {
+                if (ce) {
+                    commits_failed++;
+                } else {
+                    uint64_t us = (now_ns() - commit_sent_at[issued]) / 1000;
+                    latency_us[answered++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+                }
+            } else if (ce) {
+                commits_failed++;
+            }
+            issued++;
+        }
+        while (in_flight && commits_answered + commits_failed < issued && now_ns() < deadline)
+            rd_kafka_poll(rk, 100);
+        t1 = now_ns();
+        if (in_flight) answered = commits_answered;
+        rd_kafka_consumer_close(rk);
+        rd_kafka_destroy(rk);
+        double s = (double)(t1 - t0) / 1e9;
+        qsort(latency_us, (size_t)answered, sizeof *latency_us, cmp_u32);
+        printf("{\"mode\": \"offset commits\", \"in_flight\": %d, \"commits\": %ld, "
+               "\"answered\": %ld, \"failed\": %ld, \"seconds\": %.3f, \"commits_per_s\": %.0f, "
+               "\"p50_ms\": %.3f, \"p99_ms\": %.3f, \"client_cpu\": %.2f}\n",
+               in_flight ? in_flight : 1, issued, answered, commits_failed, s, answered / s,
+               pct_ms(answered, 0.5), pct_ms(answered, 0.99), (cpu_seconds() - cpu0) / s);
+        return commits_failed || answered < issued ? 1 : 0;
     }
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
     if (!rk) die("consumer", err);

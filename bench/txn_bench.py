@@ -5,9 +5,9 @@ side by side in one run, with each broker's CPU beside its figures.
 
     .venv/bin/python bench/txn_bench.py [--broker headrace|tansu|both] [--records 200000]
 
-confluent-kafka on both sides (the C load generator has no transactions); 100-byte
-values into one 4-partition topic per phase. A phase that fails on a broker (e.g. no
-transaction support) is reported as such, not hidden.
+confluent-kafka on both sides; 100-byte values into one 4-partition topic per phase. A
+phase that fails on a broker (e.g. no transaction support) is reported as such, not
+hidden.
 
 The transactional topic is also read by the C load generator (``bench/build/loadgen -C``,
 built by ``bench/setup.sh``), read_uncommitted and read_committed, three times each: the
@@ -17,6 +17,12 @@ undelivered records makes the client wait ``fetch.queue.backoff.ms`` (1 s since 
 before fetching it again, which a broker faster than the application's loop triggers and
 a slower one may not. The C reader is not that far behind, so its rows compare the
 brokers; each shows broker CPU-seconds per million records beside the rate.
+
+Transactional produce is also measured with the C load generator (``loadgen -P -x N``:
+begin, N records round-robin over the partitions, commit, the next transaction once the
+commit returned), three runs each at 100 and 1,000 records per transaction: the Python
+produce loop costs about 10 µs per record, a millisecond of a 100-record transaction's
+three.
 """
 
 from __future__ import annotations
@@ -111,29 +117,61 @@ def consume(b: BrokerProcess, topic: str, records: int, isolation: str) -> dict[
 LOADGEN = Path(__file__).resolve().parent / "build" / "loadgen"
 
 
+def _loadgen_runs(b: BrokerProcess, argv: Any, records: int, count_key: str,
+                  runs: int) -> tuple[list[dict[str, Any]], list[float], str | None]:
+    """``loadgen`` ``runs`` times (``argv()`` gives each run's arguments): each run's JSON
+    line and the broker's CPU-seconds per million records, or why a run fell short."""
+    results: list[dict[str, Any]] = []
+    per_m: list[float] = []
+    for _ in range(runs):
+        args = argv()
+        c0 = cpu(b)
+        out = subprocess.run([str(LOADGEN), "-b", b.bootstrap, "-p", str(PARTS),
+                              "-n", str(records), *args],
+                             capture_output=True, text=True, timeout=600)
+        line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "{}"
+        r = json.loads(line)
+        if int(r.get(count_key, 0)) < records:
+            return results, per_m, (f"loadgen {count_key} {r.get(count_key, 0)} of {records}: "
+                                    f"{out.stderr.strip()[-100:]}")
+        results.append(r)
+        per_m.append((cpu(b) - c0) / records * 1e6)
+    return results, per_m, None
+
+
+def _spread(results: list[dict[str, Any]], per_m: list[float]) -> dict[str, Any]:
+    rates = [float(r["records_per_s"]) for r in results]
+    return {"records_per_s": round(statistics.median(rates)),
+            "spread": [round(min(rates)), round(max(rates))],
+            "broker_cpu_s_per_m": round(statistics.median(per_m), 2)}
+
+
 def consume_c(b: BrokerProcess, topic: str, records: int, isolation: str,
               runs: int = 3) -> dict[str, Any]:
     """``loadgen -C`` over the topic ``runs`` times: the median rate, its spread, and the
     broker's CPU per million records (median)."""
-    rates: list[float] = []
-    per_m: list[float] = []
-    for _ in range(runs):
-        c0 = cpu(b)
-        out = subprocess.run([str(LOADGEN), "-C", "-b", b.bootstrap, "-t", topic,
-                              "-p", str(PARTS), "-n", str(records),
-                              "-X", f"isolation.level={isolation}"],
-                             capture_output=True, text=True, timeout=300)
-        line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "{}"
-        r = json.loads(line)
-        if int(r.get("records", 0)) < records:
-            return {"error": f"loadgen read {r.get('records', 0)} of {records}: "
-                             f"{out.stderr.strip()[-100:]}"}
-        rates.append(float(r["records_per_s"]))
-        per_m.append((cpu(b) - c0) / records * 1e6)
-    return {"records_per_s": round(statistics.median(rates)),
-            "spread": [round(min(rates)), round(max(rates))],
-            "broker_cpu_s": round(statistics.median(per_m) * records / 1e6, 2),
-            "broker_cpu_s_per_m": round(statistics.median(per_m), 2)}
+    results, per_m, error = _loadgen_runs(
+        b, lambda: ["-C", "-t", topic, "-X", f"isolation.level={isolation}"], records,
+        "records", runs)
+    if error is not None:
+        return {"error": error}
+    out = _spread(results, per_m)
+    out["broker_cpu_s"] = round(statistics.median(per_m) * records / 1e6, 2)
+    return out
+
+
+def produce_txn_c(b: BrokerProcess, records: int, per_txn: int,
+                  runs: int = 3) -> dict[str, Any]:
+    """``loadgen -P -x per_txn`` into a fresh topic ``runs`` times: the median rate, its
+    spread, the median transaction latency and the broker's CPU per million records."""
+    results, per_m, error = _loadgen_runs(
+        b, lambda: ["-P", "-x", str(per_txn), "-t", create(b, f"c-txn-{per_txn}")], records,
+        "delivered", runs)
+    if error is not None:
+        return {"error": error}
+    out = _spread(results, per_m)
+    out["txn_p50_ms"] = round(statistics.median(float(r["txn_p50_ms"]) for r in results), 2)
+    return out
 
 
 def ctp_latency(b: BrokerProcess, seconds: float, rate: int) -> dict[str, Any]:
@@ -236,6 +274,16 @@ def run(name: str, records: int) -> dict[str, Any]:
                                    else {"error": "no transactional topic"})
             except Exception as e:
                 out[f"c {iso}"] = {"error": str(e)[:120]}
+        for per_txn in (100, 1000):
+            key = f"c txn x{per_txn}"
+            if not LOADGEN.is_file():
+                out[key] = {"error": "no bench/build/loadgen (bash bench/setup.sh)"}
+                continue
+            say(f"{name}: C transactional producer, {per_txn} per transaction, 3 runs ...")
+            try:
+                out[key] = produce_txn_c(b, records, per_txn)
+            except Exception as e:
+                out[key] = {"error": str(e)[:120]}
         say(f"{name}: consume-transform-produce latency at 500 records/s for 10 s ...")
         try:
             out["ctp"] = ctp_latency(b, 10, 500)
@@ -264,6 +312,16 @@ def main() -> int:
     for label in ("plain", "idempotent", "txn x100", "txn x1000"):
         print(f"| produce 100 B, {label}: records/s (broker CPU) | "
               + " | ".join(cell(results[n][label]) for n in names) + " |")
+    for per_txn in (100, 1000):
+        row = []
+        for n in names:
+            r = results[n][f"c txn x{per_txn}"]
+            row.append(f"failed: {r['error']}" if "error" in r else
+                       f"{r['records_per_s']:,} ({r['spread'][0]:,}-{r['spread'][1]:,}; "
+                       f"transaction p50 {r['txn_p50_ms']} ms; "
+                       f"{r['broker_cpu_s_per_m']} CPU-s per M)")
+        print(f"| C producer (loadgen -x {per_txn}), txn x{per_txn}: records/s, median of 3 | "
+              + " | ".join(row) + " |")
     for iso in ("read_uncommitted", "read_committed"):
         print(f"| consume the txn x1000 topic, {iso}: records/s | "
               + " | ".join(cell(results[n][iso]) for n in names) + " |")
