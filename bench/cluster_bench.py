@@ -790,6 +790,22 @@ class ScaleRun:
                   "killed_at_unix": round(killed_wall, 3), **during}
         return result
 
+    def rebalance(self, timeout_s: float) -> float | None:
+        """A preferred leader election of every partition (ElectLeaders), then seconds until
+        Metadata shows each partition led by its first replica, as created."""
+        from confluent_kafka import ElectionType
+        t0 = time.monotonic()
+        with contextlib.suppress(Exception):
+            self.admin.elect_leaders(ElectionType.PREFERRED, None).result(timeout_s)
+        while time.monotonic() - t0 < timeout_s:
+            with contextlib.suppress(Exception):
+                md = self.metadata(self.admin)
+                if all(p.leader == p.replicas[0] and len(p.isrs) == 3
+                       for parts in md.values() for p in parts.values()):
+                    return round(time.monotonic() - t0, 1)
+            time.sleep(0.5)
+        return None
+
     def rejoin(self, victim: int, timeout_s: float) -> dict[str, Any]:
         cpu0 = self.cpu_now()
         t0 = time.monotonic()
@@ -817,7 +833,8 @@ def run_scale(partitions: int, args: argparse.Namespace) -> dict[str, Any]:
         bootstrap = cluster.start()
         run = ScaleRun(cluster, bootstrap, partitions, args.topic_partitions,
                        args.topics_per_request, args.max_rss_mb, args.profile_dir,
-                       args.profile_seconds, args.probe_producers, args.probe_client)
+                       args.profile_seconds, args.probe_producers,
+                       args.probe_client.split(",")[0])
         guard = threading.Thread(target=run.guard, daemon=True)
         guard.start()
         out["idle"] = run.snapshot()
@@ -842,6 +859,22 @@ def run_scale(partitions: int, args: argparse.Namespace) -> dict[str, Any]:
         say(f"[{partitions}] restarting it ...")
         out["rejoin"] = run.rejoin(out["failover"]["broker_killed"], args.scale_timeout)
         say(f"[{partitions}] every ISR full again: {out['rejoin']['all_isrs_full_s']} s")
+        clients = args.probe_client.split(",")
+        for k in range(1, args.failovers):
+            # the same failover again on the same cluster: leadership back to the preferred
+            # replicas first (a third each, as created), so each round kills a broker
+            # leading about a third of the partitions, as the first did
+            run.probe_client = clients[k % len(clients)]
+            say(f"[{partitions}] round {k + 1}: preferred leaders back, then kill -9 "
+                f"({run.probe_client} probes) ...")
+            balanced = run.rebalance(args.scale_timeout)
+            time.sleep(args.settle)
+            again = run.failover(args.probe, args.scale_timeout)
+            again["rebalanced_s"] = balanced
+            say(f"[{partitions}] round {k + 1}: {again['metadata_moved_s']} s (Metadata), "
+                f"{again['all_probes_acked_s']} s (every probe acked)")
+            again["rejoin"] = run.rejoin(again["broker_killed"], args.scale_timeout)
+            out.setdefault("more_failovers", []).append(again)
     except Exception as e:  # a failed phase is a result too: say which, keep the rest
         out["error"] = f"{type(e).__name__}: {e}"
         say(f"[{partitions}] {out['error']}")
@@ -873,7 +906,7 @@ def main() -> int:
                     "during the many-partition (or scale) failover go here")
     ap.add_argument("--probe-producers", type=int, default=1,
                     help="producers sharing the scale failover's probes")
-    ap.add_argument("--probe-client", choices=("confluent", "aiokafka"), default="confluent",
+    ap.add_argument("--probe-client", default="confluent",
                     help="the scale failover's probing producer: confluent-kafka (librdkafka:"
                     " one partition per Produce request) or aiokafka (one request per broker"
                     " for every ready partition, as Kafka's Java producer)")
@@ -890,6 +923,10 @@ def main() -> int:
                     help="partitions per topic in the scale scenario")
     ap.add_argument("--topics-per-request", type=int, default=10,
                     help="topics per CreateTopics request in the scale scenario")
+    ap.add_argument("--failovers", type=int, default=1,
+                    help="scale scenario: after the restart, elect the preferred leaders "
+                    "and fail over again, this many rounds in all (--probe-client may list "
+                    "clients, comma-separated, taken in turn)")
     ap.add_argument("--probe", type=int, default=0, help="partitions of the killed broker "
                     "that get an acks=all probe after the kill (0: all of them)")
     ap.add_argument("--scale-timeout", type=float, default=600)
