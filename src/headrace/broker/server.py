@@ -143,6 +143,12 @@ def _fix_mmap_threshold() -> None:
         mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
 
 
+# Metadata and DescribeCluster wait this long for a controller while none is known
+# (``Broker.known_controller``), looking every CONTROLLER_POLL_S
+CONTROLLER_WAIT_S = 2.0
+CONTROLLER_POLL_S = 0.01
+
+
 class StartupError(Exception):
     """The broker cannot start (port taken, data dir unusable, bad metadata)."""
 
@@ -1096,6 +1102,26 @@ class Broker:
         partition.follower_fetched(replica_id, fetch_offset, self.clock.wall_ms())
         if self.cluster is not None:
             self.cluster.follower_fetched(partition, replica_id)
+
+    async def known_controller(self) -> int:
+        """The controller's id for Metadata and DescribeCluster. On a cluster, while no
+        controller is known (a cluster's first tens of milliseconds; between a dead
+        controller's znode going and the next one's election), wait for one, up to
+        ``CONTROLLER_WAIT_S``. librdkafka's admin client, told -1, waits for a controller
+        until something else makes it ask again: a CreateTopics sent as a cluster started
+        waited 40 s, until this broker closed the idle connection (1 start in 10-25 here,
+        and once in ``bench/cluster_bench.py --scale``). Not while this broker is fenced
+        (its ZooKeeper session lost: it knows of no controller until it is back)."""
+        cid = self.metadata.controller_id()
+        if cid >= 0 or self.cluster is None:
+            return cid
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONTROLLER_WAIT_S
+        while (cid < 0 and not self.stopping and not self.cluster.fenced
+               and loop.time() < deadline):
+            await asyncio.sleep(CONTROLLER_POLL_S)
+            cid = self.metadata.controller_id()
+        return cid
 
     def _prepare_data_dir(self) -> None:
         try:

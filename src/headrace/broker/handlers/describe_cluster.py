@@ -42,7 +42,7 @@ async def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any)
             "error_message": None,
             "endpoint_type": endpoint_type,
             "cluster_id": broker.metadata.cluster_id,
-            "controller_id": broker.metadata.controller_id(),
+            "controller_id": await broker.known_controller(),
             "brokers": [
                 {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack,
                  "is_fenced": False}

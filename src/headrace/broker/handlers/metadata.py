@@ -148,6 +148,8 @@ def error_entry(name: str | None, code: ErrorCode) -> MetadataTopic:
 
 @handler(3, "Metadata", 0, 12)
 async def handle_metadata(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    # first: the states read below are then at least as new as the controller id
+    controller_id = await broker.known_controller()
     store = broker.metadata
     security = broker.security
     topics: list[MetadataTopic] = []
@@ -207,7 +209,7 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     return encode_metadata_body(
         ctx.api_version, 0,
         [(b.node_id, b.host, b.port, b.rack) for b in broker.advertised_brokers(ctx.listener)],
-        store.cluster_id, store.controller_id(), topics, cluster_operations,
+        store.cluster_id, controller_id, topics, cluster_operations,
         topic_bytes_of(broker, ctx.api_version))
 
 
