@@ -189,9 +189,15 @@ class PartitionLeader:
                 and f.log_end_offset >= self.epoch_start_offset)
 
     def out_of_sync(self, log_end_offset: int, now_ms: int, lag_ms: int) -> list[int]:
-        """ISR followers not caught up for ``lag_ms`` (rule 4)."""
+        """ISR followers not caught up for ``lag_ms`` (rule 4), and at once an ISR member
+        that is no longer a replica: a reassignment removed it, and it never fetches
+        again (a leader whose assignment was still the old one took it back in just after
+        the controller's completion took it out; it held the high watermark still)."""
         out = []
         for r in self.isr:
+            if r != self.local_id and r not in self.replicas:
+                out.append(r)
+                continue
             f = self.followers.get(r)
             if r == self.local_id or f is None:
                 continue

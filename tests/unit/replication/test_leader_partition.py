@@ -288,6 +288,29 @@ def test_reassignment_adds_followers_unknown() -> None:
     assert set(p.followers) == {4}
 
 
+def test_an_isr_member_a_reassignment_removed_leaves_the_isr_at_once() -> None:
+    """tests/cluster/test_failover.py's reassignment (loaded run, this machine): the
+    controller completed the move of replicas [1, 2] to [2, 3] (ISR [2, 3]), the new
+    leader still had the old assignment when broker 1's last fetch came, took it back in
+    (ISR [2, 3, 1]) and then learnt the assignment [2, 3]. Broker 1 never fetched again,
+    so it was never out of sync by the lag rule, and it held the high watermark back."""
+    p = PartitionLeader(2, 7, (2, 3, 1), (2, 3), 10, 10, T0)
+    p.follower_fetched(3, 10, 10, T0)
+    p.follower_fetched(1, 10, 10, T0)
+    change = p.maybe_expand_isr(1)
+    assert change is not None
+    p.isr_committed(change, 10, T0)
+    assert p.isr == (2, 3, 1)
+    p.set_replicas((2, 3))
+    assert p.out_of_sync(10, T0 + 1, LAG_MS) == [1]  # not a replica: no lag wait
+    shrink = p.maybe_shrink_isr(10, T0 + 1, LAG_MS)
+    assert shrink is not None and shrink.isr == (2, 3) and shrink.replicas == (1,)
+    p.isr_committed(shrink, 10, T0 + 1)
+    p.follower_fetched(3, 12, 12, T0 + 2)
+    p.maybe_increment_high_watermark(12)
+    assert p.high_watermark == 12  # broker 1 no longer holds it
+
+
 def test_a_follower_whose_broker_is_not_eligible_is_not_taken_back() -> None:
     """KIP-841: the controller took broker 3 out (its registration vanished); the leader
     must not add it back while it is not registered, or the two fight over it."""
