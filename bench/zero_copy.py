@@ -1,4 +1,5 @@
-"""Fetch read path: ``os.pread`` into memory + ``transport.write`` vs ``loop.sendfile``.
+"""Fetch read path: ``os.pread`` into memory + ``transport.write`` vs ``loop.sendfile`` vs
+``os.sendfile`` straight to the socket (what the broker does: ``Connection._write_regions``).
 
 R-LOG-3 / issue 2 ask that a fetch be served from file bytes, zero-copy where the OS allows,
 measured against reading into memory, keeping the faster. This measures the two ways an
@@ -8,7 +9,12 @@ kio-encoded response head as a real Fetch response would be:
 
     .venv/bin/python bench/zero_copy.py [--total-mb 512]
 
-Prints MB/s and µs per response for each size and method.
+Prints MB/s, µs per response and CPU seconds per GB (this process: the sender and the
+reading thread, whose share is the same for every method) for each size and method.
+``os.sendfile`` writes the head through the transport and, when the transport has nothing
+queued, the file bytes with ``os.sendfile`` on the non-blocking socket until it is full;
+the rest is read and queued (``loop.sendfile`` waits for the transport to drain before
+each response instead).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import socket
 import tempfile
 import time
@@ -23,7 +30,7 @@ import time
 HEAD = b"\x00" * 96  # stands for the encoded response fields around the records
 
 
-async def _serve(path: str, size: int, count: int, method: str) -> float:
+async def _serve(path: str, size: int, count: int, method: str) -> tuple[float, float]:
     loop = asyncio.get_running_loop()
     fd = os.open(path, os.O_RDONLY)
     file = os.fdopen(os.dup(fd), "rb")
@@ -57,7 +64,9 @@ async def _serve(path: str, size: int, count: int, method: str) -> float:
     t = threading.Thread(target=reader_thread_target, args=(client,), daemon=True)
     t.start()
     writer, transport = await server_ready
+    sock_fd = transport.get_extra_info("socket").fileno()
     start = time.perf_counter()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     pos = 0
     for _ in range(count):
         if pos + size > file_size:
@@ -66,6 +75,18 @@ async def _serve(path: str, size: int, count: int, method: str) -> float:
         if method == "pread":
             writer.write(os.pread(fd, size, pos))
             await writer.drain()
+        elif method == "os.sendfile":
+            done_bytes = 0
+            if not transport.get_write_buffer_size():
+                while done_bytes < size:
+                    try:
+                        done_bytes += os.sendfile(sock_fd, fd, pos + done_bytes,
+                                                  size - done_bytes)
+                    except BlockingIOError:
+                        break
+            if done_bytes < size:
+                writer.write(os.pread(fd, size - done_bytes, pos + done_bytes))
+            await writer.drain()
         else:
             await writer.drain()
             await loop.sendfile(transport, file, pos, size)
@@ -73,12 +94,14 @@ async def _serve(path: str, size: int, count: int, method: str) -> float:
     await writer.drain()
     await asyncio.wait_for(done.wait(), 60)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
     writer.close()
     client.close()
     server.close()
     os.close(fd)
     file.close()
-    return elapsed
+    return elapsed, cpu
 
 
 def main() -> None:
@@ -90,15 +113,15 @@ def main() -> None:
         for _ in range(64):
             f.write(chunk)
         f.flush()
-        print("| fetch size | method | MB/s | µs per response |")
-        print("| --- | --- | --- | --- |")
+        print("| fetch size | method | MB/s | µs per response | CPU s per GB |")
+        print("| --- | --- | --- | --- | --- |")
         for size in (64 << 10, 256 << 10, 1 << 20):
             count = max(1, (args.total_mb << 20) // size)
-            for method in ("pread", "sendfile"):
-                elapsed = asyncio.run(_serve(f.name, size, count, method))
+            for method in ("pread", "loop.sendfile", "os.sendfile"):
+                elapsed, cpu = asyncio.run(_serve(f.name, size, count, method))
                 mbs = count * size / elapsed / 1e6
                 print(f"| {size >> 10} KiB | {method} | {mbs:,.0f} | "
-                      f"{elapsed / count * 1e6:,.0f} |")
+                      f"{elapsed / count * 1e6:,.0f} | {cpu / (count * size / 1e9):.2f} |")
 
 
 if __name__ == "__main__":

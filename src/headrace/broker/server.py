@@ -71,8 +71,10 @@ from headrace.broker.txn_service import TxnService
 from headrace.clock import SYSTEM_CLOCK, Clock
 from headrace.config import BrokerConfig, ConfigError
 from headrace.log.log_dir import DataDirError, prepare_data_dir
+from headrace.log.segment import FileRegion
 from headrace.metadata.store import BrokerInfo, Endpoint, LocalMetadataStore, MetadataStore
 from headrace.protocol.codec import (
+    RegionChunks,
     decode_request,
     encode_api_versions_fallback,
     encode_response_chunks,
@@ -701,30 +703,115 @@ class Connection(asyncio.Protocol):
         the transport chunk by chunk (never joined into one more copy)."""
         transport = self.transport
         assert transport is not None
+        if chunks.__class__ is RegionChunks:
+            self._write_regions(chunks)
+            return
         if len(chunks) == 1:
             transport.write(chunks[0])
             return
-        if (self._fd < 0 or transport.is_closing() or transport.get_write_buffer_size()
-                or len(chunks) > _IOV_MAX):
+        if self._fd < 0 or transport.is_closing() or transport.get_write_buffer_size():
             for chunk in chunks:
                 transport.write(chunk)
             return
+        self._writev(chunks)
+
+    def _writev(self, chunks: list[Any]) -> bool:
+        """``writev`` straight to the socket (``_IOV_MAX`` chunks at a time); what it did
+        not take goes to the transport, as does everything after a failure (the transport
+        then reports the error). Whether all of it went (so the socket may take more
+        directly)."""
+        transport = self.transport
+        assert transport is not None
+        for i in range(0, len(chunks), _IOV_MAX):
+            part = chunks[i:i + _IOV_MAX]
+            try:
+                sent = os.writev(self._fd, part)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:  # let the transport see and report the error
+                sent = 0
+            for j, chunk in enumerate(part):
+                n = len(chunk)
+                if sent < n:
+                    transport.write(memoryview(chunk)[sent:] if sent else chunk)
+                    for rest in part[j + 1:]:
+                        transport.write(rest)
+                    for rest in chunks[i + _IOV_MAX:]:
+                        transport.write(rest)
+                    return False
+                sent -= n
+        return True
+
+    def _write_regions(self, chunks: list[Any]) -> None:
+        """``_write`` of a response some of whose chunks are ``FileRegion``s (a Fetch
+        response's records): while the socket takes everything directly, the bytes before
+        a region go in one ``writev`` and the region with ``os.sendfile`` (no copy into or
+        out of the broker); once it does not, the rest is read (``pread``) and queued on
+        the transport. A region whose segment was cut back since it was taken (the log
+        truncated under a response waiting to go out) cannot be sent as it was read: the
+        connection is closed instead, and the client fetches again."""
+        transport = self.transport
+        assert transport is not None
+        fd = self._fd
+        direct = fd >= 0 and not transport.is_closing() and not transport.get_write_buffer_size()
+        pending: list[Any] = []
         try:
-            sent = os.writev(self._fd, chunks)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:  # let the transport see and report the error
             for chunk in chunks:
-                transport.write(chunk)
-            return
-        for i, chunk in enumerate(chunks):
-            n = len(chunk)
-            if sent < n:
-                transport.write(memoryview(chunk)[sent:] if sent else chunk)
-                for rest in chunks[i + 1 :]:
-                    transport.write(rest)
-                return
-            sent -= n
+                if chunk.__class__ is not FileRegion:
+                    pending.append(chunk)
+                    continue
+                region: FileRegion = chunk
+                if not region.valid():
+                    log.info("closing the connection from %s: a fetch response's log segment "
+                             "was truncated before the response went out", self.peer)
+                    transport.abort()
+                    return
+                if pending:
+                    if direct:
+                        direct = self._writev(pending)
+                    else:
+                        for c in pending:
+                            transport.write(c)
+                    pending = []
+                done = 0
+                if direct:
+                    done = self._sendfile(region)
+                    direct = done == region.length
+                if done < region.length:
+                    data = region.read(done)
+                    if len(data) != region.length - done:  # cut under us: never send less
+                        log.info("closing the connection from %s: a fetch response's log "
+                                 "segment was cut while being sent", self.peer)
+                        transport.abort()
+                        return
+                    transport.write(data)
+                region.release()
+            if pending:
+                if direct:
+                    self._writev(pending)
+                else:
+                    for c in pending:
+                        transport.write(c)
+        finally:
+            for chunk in chunks:
+                if chunk.__class__ is FileRegion:
+                    chunk.release()
+
+    def _sendfile(self, region: FileRegion) -> int:
+        """Bytes of ``region`` the socket took with ``os.sendfile`` before it was full."""
+        done = 0
+        length = region.length
+        while done < length:
+            try:
+                n = os.sendfile(self._fd, region.fd, region.position + done, length - done)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:  # the transport reports the socket's error on its next write
+                break
+            if n == 0:  # the file ends before the region: read() finds it out
+                break
+            done += n
+        return done
 
     async def _handle(self, frame: Frame) -> list[bytes | memoryview] | None:
         if self.sasl_state == "raw":  # after a SaslHandshake v0: the frame is a bare token

@@ -96,7 +96,7 @@ import uuid
 from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, Literal, NamedTuple, overload
 
 from kio.schema.errors import ErrorCode
 
@@ -109,8 +109,10 @@ from headrace.log.producer_state import ProducerStateManager, VerificationGuard
 from headrace.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    REGION_MIN_BYTES,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
+    FileRegion,
     LogSegment,
     SegmentMark,
 )
@@ -950,18 +952,33 @@ class PartitionLog:
             return chunks[0]
         return b"".join(chunks)
 
+    @overload
     def read_chunks(
-        self, offset: int, max_bytes: int, *, max_offset: int, min_one_batch: bool
-    ) -> tuple[list[bytes | memoryview], int, bool]:
+        self, offset: int, max_bytes: int, *, max_offset: int, min_one_batch: bool,
+        regions: Literal[False] = False,
+    ) -> tuple[list[bytes | memoryview], int, bool]: ...
+
+    @overload
+    def read_chunks(
+        self, offset: int, max_bytes: int, *, max_offset: int, min_one_batch: bool,
+        regions: bool,
+    ) -> tuple[list[bytes | memoryview | FileRegion], int, bool]: ...
+
+    def read_chunks(
+        self, offset: int, max_bytes: int, *, max_offset: int, min_one_batch: bool,
+        regions: bool = False,
+    ) -> tuple[list[Any], int, bool]:
         """``read`` without joining: (one chunk per segment read, their total size, whether
         batches below ``max_offset`` were left out for ``max_bytes``). Each chunk is one
         ``os.pread`` (a view of it when it ends in a partial batch), so the Fetch path writes
-        the stored bytes without copying them again."""
+        the stored bytes without copying them again; with ``regions``, a segment's whole
+        batches of at least ``REGION_MIN_BYTES`` are a ``FileRegion`` instead, which the
+        connection sends with ``sendfile`` (the caller must not need the bytes)."""
         self._check_online()
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(offset, self.log_start_offset, self.log_end_offset)
         limit = min(max_offset, self.log_end_offset)
-        chunks: list[bytes | memoryview] = []
+        chunks: list[bytes | memoryview | FileRegion] = []
         remaining = max_bytes
         i = self._segment_index(offset)
         while offset < limit and i < len(self._segments):
@@ -980,10 +997,16 @@ class PartitionLog:
                 end = stop.position
             length = end - first.position
             if length <= remaining:
-                chunks.append(seg.read(first.position, length))
+                chunks.append(seg.read_region(first.position, length) if regions
+                              else seg.read(first.position, length))
                 remaining -= length
                 offset = seg.next_offset
                 continue
+            if regions and remaining >= REGION_MIN_BYTES:
+                whole = seg.whole_batches_within(first.position, remaining, limit)
+                if whole >= REGION_MIN_BYTES:
+                    chunks.append(seg.read_region(first.position, whole))
+                    return chunks, max_bytes - remaining + whole, True
             data = seg.read(first.position, remaining) if remaining > 0 else b""
             whole = whole_batches_length(data)
             if whole:

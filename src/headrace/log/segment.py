@@ -64,6 +64,13 @@ log = logging.getLogger("headrace.log")
 # segment rolls: at most ~0.5 KB per partition.
 TAIL_BATCHES = 16
 
+# A fetch reads at least this many bytes of one segment as a ``FileRegion`` (sent with
+# ``sendfile`` by the connection: no copy into the broker and none out of it) rather than
+# with ``os.pread``. Measured on loopback (2-core machine, 256 KiB chunks): the sender's CPU
+# per GB 0.31-0.33 s with sendfile against 0.65 s with pread + writev, at 64 KiB 0.37-0.42
+# against 0.75-0.81. Below it the copy costs little and a region's bookkeeping would not pay.
+REGION_MIN_BYTES = 32 * 1024
+
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
@@ -97,6 +104,44 @@ class SegmentMark(NamedTuple):
     bytes_since_index_entry: int
     index_entries: int
     time_index_entries: int
+
+
+class FileRegion:
+    """``length`` bytes of a segment's ``.log`` from ``position``, not read yet: a Fetch
+    response's records as the connection sends them with ``os.sendfile`` (or reads them
+    with ``read`` where it cannot, e.g. TLS). Holds the file open (pinned in
+    ``OPEN_FILES``) until ``release``, which the writer calls, and which dropping the region
+    unwritten also does. ``valid`` is false once the segment was cut back (truncation, a
+    failed append undone) after the region was taken: its bytes may have changed, and the
+    response must not be sent."""
+
+    __slots__ = ("_file", "fd", "generation", "length", "position", "segment")
+
+    def __init__(self, segment: LogSegment, position: int, length: int) -> None:
+        self.segment = segment
+        self.generation = segment.generation
+        self.position = position
+        self.length = length
+        self._file: LazyFile | None = segment._file
+        self.fd = segment._file.acquire()
+
+    def __len__(self) -> int:
+        return self.length
+
+    def valid(self) -> bool:
+        return self._file is not None and self.segment.generation == self.generation
+
+    def read(self, start: int = 0) -> bytes:
+        """The region's bytes from ``start`` on (fewer if the file was cut meanwhile)."""
+        return os.pread(self.fd, self.length - start, self.position + start)
+
+    def release(self) -> None:
+        f, self._file = self._file, None
+        if f is not None:
+            f.release()
+
+    def __del__(self) -> None:
+        self.release()
 
 
 class LogSegment:
@@ -146,6 +191,9 @@ class LogSegment:
         self._tail_last = array("q")
         self._tail_pos = array("q")
         self._tail_base = 0
+        # counts the cuts of the file's end (truncation, undo, recovery): a FileRegion taken
+        # before one is no longer valid
+        self.generation = 0
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -223,6 +271,11 @@ class LogSegment:
         self._tail_last = array("q")
         self._tail_pos = array("q")
 
+    def _cut(self) -> None:
+        """The end of the file moves back: the tail lookup and the regions taken go."""
+        self._drop_tail()
+        self.generation += 1
+
     def _track(self, header: BatchHeader) -> None:
         self.next_offset = header.next_offset
         if header.max_timestamp > self.max_timestamp:
@@ -235,7 +288,7 @@ class LogSegment:
         Returns the number of bytes truncated. Reads the whole file (mmap), one CRC-32C per
         batch: about the cost of reading the segment once.
         """
-        self._drop_tail()
+        self._cut()
         self.next_offset = self.base_offset
         self.max_timestamp = self.offset_of_max_timestamp = -1
         index_entries: list[tuple[int, int]] = []
@@ -375,7 +428,7 @@ class LogSegment:
         batches of a request that failed later), the index files to their entries then,
         and the in-memory state. Verifies the file size afterwards; raises OSError if the
         files cannot be put back (the caller must then take the log offline)."""
-        self._drop_tail()
+        self._cut()
         with self._file.use() as fd:
             os.ftruncate(fd, mark.size)
             actual = os.fstat(fd).st_size
@@ -398,6 +451,13 @@ class LogSegment:
             return os.pread(fd, size, position)
         finally:
             f.release()
+
+    def read_region(self, position: int, size: int) -> bytes | FileRegion:
+        """``read``, or from ``REGION_MIN_BYTES`` on the same bytes as a ``FileRegion``."""
+        size = min(size, self.size - position)
+        if size < REGION_MIN_BYTES:
+            return self.read(position, max(size, 0))
+        return FileRegion(self, position, size)
 
     def _read_header_at(self, position: int) -> BatchHeader | None:
         if position >= self.size:
@@ -423,6 +483,20 @@ class LogSegment:
                 return
             yield header
             position += header.size
+
+    def whole_batches_within(self, position: int, max_bytes: int, max_offset: int,
+                             max_headers: int = 256) -> int:
+        """Bytes of the whole batches from ``position`` (a batch's start) that fit in
+        ``max_bytes`` and end below ``max_offset``, found by reading their headers (at most
+        ``max_headers``: 0 past that, and the caller reads the bytes instead)."""
+        end = position
+        for n, header in enumerate(self.headers(position)):
+            if n >= max_headers:
+                return 0
+            if header.last_offset >= max_offset or end + header.size - position > max_bytes:
+                break
+            end += header.size
+        return end - position
 
     def find_batch(self, offset: int) -> BatchHeader | None:
         """The first batch whose last offset is >= ``offset`` (None: none in this segment).
@@ -453,7 +527,7 @@ class LogSegment:
         header = self.find_batch(offset)
         if header is None:
             return 0
-        self._drop_tail()
+        self._cut()
         removed = self.size - header.position
         with self._file.use() as fd:
             os.ftruncate(fd, header.position)

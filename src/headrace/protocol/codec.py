@@ -204,13 +204,16 @@ class EncodedBody:
     throttle_time_ms (4 bytes), so that a quota can set it (``with_throttle``); None when
     the response has no such field."""
 
-    __slots__ = ("chunks", "size", "throttle_chunk")
+    __slots__ = ("chunks", "regions", "size", "throttle_chunk")
 
-    def __init__(self, chunks: list[bytes | memoryview], size: int,
+    def __init__(self, chunks: list[Any], size: int,
                  throttle_chunk: int | None = None) -> None:
         self.chunks = chunks
         self.size = size
         self.throttle_chunk = throttle_chunk
+        # some chunks are file regions (``headrace.log.segment.FileRegion``, a Fetch
+        # response's records), not bytes: written by the connection with sendfile
+        self.regions = False
 
     def with_throttle_time(self, throttle_ms: int) -> EncodedBody:
         """This body with its throttle_time_ms set (unchanged without the field)."""
@@ -219,7 +222,16 @@ class EncodedBody:
             return self
         chunks = list(self.chunks)
         chunks[at] = _I32.pack(throttle_ms)
-        return EncodedBody(chunks, self.size, at)
+        body = EncodedBody(chunks, self.size, at)
+        body.regions = self.regions
+        return body
+
+
+class RegionChunks(list):  # type: ignore[type-arg]
+    """A response frame's chunks of which some are file regions (``EncodedBody.regions``):
+    the connection sends those with sendfile, or reads them where it cannot."""
+
+    __slots__ = ()
 
 
 @cache
@@ -240,6 +252,8 @@ def encode_response_chunks(
         head = _SIZE_CID.pack(body.size + 5, correlation_id) + b"\0"
     else:
         head = _SIZE_CID.pack(body.size + 4, correlation_id)
+    if body.regions:
+        return RegionChunks((head, *body.chunks))
     return [head, *body.chunks]
 
 
@@ -290,7 +304,7 @@ class FetchPartition:
         self.last_stable_offset = -1
         self.log_start_offset = -1
         self.aborted_transactions = aborted_transactions  # (producer id, first offset)
-        self.records: list[bytes | memoryview] = []
+        self.records: list[Any] = []  # bytes, memoryviews or FileRegions (see EncodedBody)
         self.records_size = 0
         self.diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset), v12+
 

@@ -34,6 +34,7 @@ from headrace.broker.handlers.base import RequestContext, handler, ms
 from headrace.broker.replica_manager import Partition, TopicPartition
 from headrace.broker.security import CLUSTER_ACTION, READ, TOPIC
 from headrace.log.errors import LogError
+from headrace.log.segment import FileRegion
 from headrace.protocol.codec import FetchPartition, encode_fetch_body
 from headrace.protocol.records import records_in_batches
 from headrace.replication.leader import FollowerFetchCheck
@@ -111,9 +112,10 @@ class _Plan:
 
 def _read_all(
     broker: Broker, plan: _Plan, max_bytes: int, isolation: int, by_id: bool,
-    replica_id: int = -1, first: bool = True,
-) -> tuple[list[tuple[Any, list[FetchPartition]]], int, bool]:
-    """One pass over the partitions: (topic responses, bytes available, any error).
+    replica_id: int = -1, first: bool = True, regions: bool = False,
+) -> tuple[list[tuple[Any, list[FetchPartition]]], int, bool, bool]:
+    """One pass over the partitions: (topic responses, bytes available, any error, whether
+    some records are ``FileRegion``s: only with ``regions``, see ``read_chunks``).
 
     Bytes available count, as Kafka's ``DelayedFetch`` does, a partition whose read was cut
     short by its byte limit as that limit: a backlog larger than ``min_bytes`` completes the
@@ -123,6 +125,7 @@ def _read_all(
     total = 0
     available = 0
     any_error = False
+    any_region = False
     topics: list[tuple[Any, list[FetchPartition]]] = []
     read_committed = isolation == READ_COMMITTED
     for t, parts in plan.entries:
@@ -206,12 +209,15 @@ def _read_all(
                 continue
             try:
                 chunks, size, cut = plog.read_chunks(
-                    int(p.fetch_offset), limit, max_offset=max_offset, min_one_batch=total == 0
+                    int(p.fetch_offset), limit, max_offset=max_offset, min_one_batch=total == 0,
+                    regions=regions,
                 )
             except LogError as e:
                 entry.error_code = int(e.error_code)
                 any_error = True
                 continue
+            if regions and not any_region:
+                any_region = any(c.__class__ is FileRegion for c in chunks)
             entry.records = chunks
             entry.records_size = size
             if follower:  # its fetch offset is its log end offset
@@ -227,7 +233,7 @@ def _read_all(
             remaining -= size
             available += max(size, partition_max) if cut else size
         topics.append((t.topic_id if by_id else t.topic, out))
-    return topics, available, any_error
+    return topics, available, any_error, any_region
 
 
 def _session_plan(broker: Broker, session: FetchSession, named: set[tuple[str, int]],
@@ -330,7 +336,7 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     if security.enabled and replica_id >= 0 and not security.cluster_allowed(
             ctx, CLUSTER_ACTION):
         plan = _Plan(broker, req.topics, by_id, lambda name: False)
-        topics, _, _ = _read_all(broker, plan, max_bytes, isolation, by_id)
+        topics, _, _, _ = _read_all(broker, plan, max_bytes, isolation, by_id)
         return encode_fetch_body(ctx.api_version, 0, 0, 0, topics)
     readable: Callable[[str], bool] | None = None
     if security.enabled and replica_id < 0:
@@ -382,8 +388,11 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         plan = _Plan(broker, req.topics, by_id, readable)
         watched = plan.tps()
 
-    topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id,
-                                         replica_id)
+    # records sent with sendfile unless the broker must look at them: a consumer's records
+    # are counted (records_in_batches) when record counts are exported
+    regions = replica_id >= 0 or not broker.metrics.counting_records_out
+    topics, total, any_error, any_region = _read_all(broker, plan, max_bytes, isolation,
+                                                     by_id, replica_id, regions=regions)
     if total < min_bytes and max_wait_ms > 0 and not any_error and (
             watched or (incremental and session is not None and session.partitions)):
         loop = asyncio.get_running_loop()
@@ -420,8 +429,9 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     pass
                 finally:
                     broker.replicas.unwatch(tps, fut)
-            topics, total, any_error = _read_all(broker, plan, max_bytes, isolation, by_id,
-                                                 replica_id, first=False)
+            topics, total, any_error, any_region = _read_all(
+                broker, plan, max_bytes, isolation, by_id, replica_id, first=False,
+                regions=regions)
     if replica_id < 0:  # BytesOutPerSec and records out: consumers' reads, per topic
         count_records = broker.metrics.counting_records_out
         for (_, asked), (_, out) in zip(plan.entries, topics, strict=True):
@@ -433,7 +443,9 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 if count_records else 0  # three field reads per batch
             broker.metrics.fetched(name, size, records)
     if session is None:
-        return encode_fetch_body(ctx.api_version, 0, 0, 0, topics)
+        body = encode_fetch_body(ctx.api_version, 0, 0, 0, topics)
+        body.regions = any_region
+        return body
     # what this response tells the follower becomes the session's memory; an incremental
     # response carries only the partitions with something new
     kept: list[tuple[Any, list[FetchPartition]]] = []
@@ -448,4 +460,6 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 news.append(fp)
         if news:
             kept.append((name, news))
-    return encode_fetch_body(ctx.api_version, 0, 0, session.id, kept)
+    body = encode_fetch_body(ctx.api_version, 0, 0, session.id, kept)
+    body.regions = any_region
+    return body
