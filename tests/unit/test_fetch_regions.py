@@ -45,8 +45,10 @@ class FakeTransport:
         self.aborted = True
 
 
-def _connection(transport: FakeTransport, fd: int) -> Any:
-    conn = SimpleNamespace(transport=transport, _fd=fd, peer="test")
+def _connection(transport: FakeTransport, sock: socket.socket | None) -> Any:
+    """The parts of a Connection that ``_write_regions`` uses (``sock`` None: TLS)."""
+    conn = SimpleNamespace(transport=transport, _fd=-1 if sock is None else sock.fileno(),
+                           peer="test")
     conn._writev = lambda chunks: Connection._writev(conn, chunks)  # type: ignore[arg-type]
     conn._sendfile = lambda region: Connection._sendfile(conn, region)  # type: ignore[arg-type]
     return conn
@@ -64,7 +66,11 @@ def _segment(tmp_path: Path, batches: int, value_size: int) -> LogSegment:
 
 
 def _socketpair(sndbuf: int | None = None) -> tuple[socket.socket, socket.socket]:
-    a, b = socket.socketpair()
+    """A connected pair over loopback TCP (the broker's side first)."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        b = socket.create_connection(server.getsockname())
+        a, _ = server.accept()
+    a.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio sets it
     if sndbuf is not None:
         a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
     a.setblocking(False)
@@ -82,6 +88,17 @@ def _drain(sock: socket.socket) -> bytes:
         if not data:
             return bytes(out)
         out += data
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    sock.setblocking(True)
+    sock.settimeout(10)
+    out = bytearray()
+    while len(out) < n:
+        data = sock.recv(n - len(out))
+        assert data, f"closed after {len(out)} of {n} bytes"
+        out += data
+    return bytes(out) + _drain(sock)  # and nothing more
 
 
 def _pins(seg: LogSegment) -> int:
@@ -129,9 +146,10 @@ def test_everything_goes_straight_to_the_socket_when_it_takes_it(tmp_path: Path)
     a, b = _socketpair()
     try:
         transport = FakeTransport()
-        conn = _connection(transport, a.fileno())
+        conn = _connection(transport, a)
         Connection._write_regions(conn, RegionChunks([b"head", region, b"tail"]))
-        assert _drain(b) == b"head" + seg.read(0, seg.size) + b"tail"
+        expected = b"head" + seg.read(0, seg.size) + b"tail"
+        assert _recv_exactly(b, len(expected)) == expected
         assert transport.queued == b"" and not transport.aborted
         assert _pins(seg) == 0
     finally:
@@ -148,14 +166,13 @@ def test_what_a_full_socket_does_not_take_is_read_and_queued_in_order(
     a, b = _socketpair(sndbuf=64 * 1024)
     try:
         transport = FakeTransport()
-        conn = _connection(transport, a.fileno())
+        conn = _connection(transport, a)
         Connection._write_regions(conn, RegionChunks([b"h1", regions[0], b"h2", regions[1],
                                                       b"end"]))
-        direct = _drain(b)
         expected = b"h1" + seg.read(0, seg.size // 2) + b"h2" + seg.read(
             seg.size // 2, seg.size) + b"end"
-        assert 0 < len(direct) < len(expected), "the socket should have filled"
-        assert transport.queued, "the rest should have been queued"
+        assert transport.queued, "the socket should have filled and the rest been queued"
+        direct = _recv_exactly(b, len(expected) - len(transport.queued))
         assert direct + bytes(transport.queued) == expected
         assert not transport.aborted and _pins(seg) == 0
     finally:
@@ -171,7 +188,7 @@ def test_nothing_goes_direct_behind_queued_bytes_or_without_an_fd(
     a, b = _socketpair()
     try:
         transport = FakeTransport(b"earlier" if why == "queued" else b"")
-        conn = _connection(transport, a.fileno() if why == "queued" else -1)
+        conn = _connection(transport, a if why == "queued" else None)
         Connection._write_regions(conn, RegionChunks([b"head", region, b"tail"]))
         assert _drain(b) == b""
         prefix = b"earlier" if why == "queued" else b""
@@ -190,7 +207,7 @@ def test_a_region_cut_before_it_went_out_aborts_the_connection(tmp_path: Path) -
     a, b = _socketpair()
     try:
         transport = FakeTransport()
-        conn = _connection(transport, a.fileno())
+        conn = _connection(transport, a)
         Connection._write_regions(conn, RegionChunks([b"head", region, b"mid", later]))
         assert transport.aborted
         sent = _drain(b) + bytes(transport.queued)
