@@ -8,7 +8,8 @@ One run, one local[2] SparkSession, one headrace broker subprocess (fresh temp d
 1. produce ``--rows`` records (100-byte random values, no key) round-robin into a 2-partition
    topic, and write the same values to 2 Parquet files (one per partition, the source's schema);
 2. throughput, ``--reps`` times each, alternating: ``spark.read.format("headrace")`` → noop
-   sink; the same from a streaming query with ``trigger(availableNow=True)``; and
+   sink; the same from a streaming query with ``trigger(availableNow=True)``; the Parquet
+   files through the same kind of streaming query (Spark's own fixed cost of a query); and
    ``spark.read.parquet`` of the same rows → noop sink (the ceiling: Spark's vectorised reader);
 3. latency: a streaming query from a fresh topic into the exactly-once warehouse table
    (``headrace.spark.warehouse``, foreachBatch) while a producer sends ``--latency-rate``
@@ -159,16 +160,32 @@ def run_throughput(spark: Any, broker: BrokerProcess, args: argparse.Namespace,
         spark.read.parquet(str(parquet_dir)).write.format("noop").mode("overwrite").save()
         return int(args.rows)
 
+    parquet_schema = spark.read.parquet(str(parquet_dir)).schema
+
+    def parquet_stream() -> int:
+        # Spark's own streaming of the same files: the fixed cost of a query (start, offset
+        # and commit logs, the check for more) with a JVM source, beside the headrace one's
+        run_no[0] += 1
+        q = (spark.readStream.schema(parquet_schema).parquet(str(parquet_dir))
+             .writeStream.format("noop").trigger(availableNow=True)
+             .option("checkpointLocation", str(work / f"ckpt-pq-{run_no[0]}")).start())
+        q.awaitTermination(120)
+        rows = sum(int(p["numInputRows"]) for p in q.recentProgress)
+        q.stop()
+        return rows
+
     cases: list[tuple[str, Callable[[], int]]] = [
         ("headrace → noop (batch read)", headrace_batch),
         ("headrace → noop (batch read, reader=confluent)", lambda: headrace_batch("confluent")),
         ("headrace → noop (stream, availableNow)", headrace_stream),
+        ("Parquet → noop (stream, availableNow)", parquet_stream),
         ("Parquet → noop (ceiling)", parquet),
     ]
     # Warm-up: JVM, Python workers, the first job (not measured).
     headrace_batch()
     headrace_batch("confluent")
     parquet()
+    parquet_stream()
     results: dict[str, list[tuple[float, Meter]]] = {name: [] for name, _ in cases}
     for rep in range(args.reps):
         for name, action in cases:
