@@ -117,3 +117,56 @@ def test_corrupt_records_raise() -> None:
     blob[61] = 0x7E  # first record length: far too long
     with pytest.raises(InvalidRecordError):
         decode(bytes(blob))
+
+
+def _bodies(batches: list[bytes]) -> tuple[Any, Any, Any, Any, bytes]:
+    """What decode_fetched builds from uncompressed batches: the records regions back to
+    back (then PAD zero bytes), their positions, lengths and record counts."""
+    import numpy as np
+
+    from headrace.protocol.records import HEADER_SIZE, read_header
+    from headrace.spark.batch_decode import PAD
+
+    bodies = [b[HEADER_SIZE:] for b in batches]
+    lengths = np.array([len(x) for x in bodies], dtype=np.int64)
+    counts = np.array([read_header(b).records_count for b in batches], dtype=np.int64)
+    data = b"".join(bodies) + bytes(PAD)
+    return np.frombuffer(data, dtype=np.uint8), np.cumsum(lengths) - lengths, lengths, \
+        counts, data
+
+
+def test_producer_batches_have_their_record_starts_predicted() -> None:
+    """issue 24: a producer's batches (offset deltas 0, 1, 2, ..., one timestamp, values of
+    one size) get every record start from one vectorised prediction and check, not a walk
+    of the length varints: the starts must be exactly the walk's, across the offset
+    delta's varint growing at 64 and at 8,192 records."""
+    from headrace.protocol import records as rec
+    from headrace.spark.batch_decode import predicted_starts
+
+    batches, base = [], 0
+    for n, size in ((1, 100), (63, 100), (64, 7), (65, 300), (9000, 20), (200, 0)):
+        batches.append(make_batch([(None, b"v" * size, 1_000, [])] * n, base_offset=base))
+        base += n
+    arr, pos, lengths, counts, data = _bodies(batches)
+    got = predicted_starts(arr, pos, lengths, counts)
+    assert got is not None, "a producer's batches should be predicted"
+    walked, _ = rec.record_starts(memoryview(data)[:-16], arr[:-16], int(counts.sum()), 0)
+    assert got.tolist() == walked.tolist()
+    rows, nxt = decode(b"".join(batches), headers=False)
+    assert nxt == base and [r["offset"] for r in rows] == list(range(base))
+    assert [len(r["value"]) for r in rows[:129]] == [100] * 64 + [7] * 64 + [300]
+
+
+def test_record_starts_that_cannot_be_predicted_are_walked() -> None:
+    """Records whose sizes change otherwise (keys, values, headers, growing timestamp
+    deltas) are not predicted (None), and decode as before."""
+    from headrace.spark.batch_decode import predicted_starts
+
+    growing = [(None, b"x" * 50, 1_000 + i, []) for i in range(100)]  # ts delta 64 → 2 bytes
+    mixed_sizes = [(None, b"x" * (50 if i != 30 else 51), 1_000, []) for i in range(100)]
+    for recs in (MIXED, growing, mixed_sizes):
+        batch = make_batch(recs, base_offset=0)
+        arr, pos, lengths, counts, _ = _bodies([batch])
+        assert predicted_starts(arr, pos, lengths, counts) is None
+        rows, _ = decode(batch)
+        assert [r["value"] for r in rows] == [v for _, v, _, _ in recs]
