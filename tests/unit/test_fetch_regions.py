@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +21,7 @@ import pytest
 from tests.batches import make_batch
 
 from headrace.broker.server import Connection
+from headrace.log.index import OPEN_FILES
 from headrace.log.segment import REGION_MIN_BYTES, FileRegion, LogSegment
 from headrace.protocol.codec import RegionChunks
 from headrace.protocol.records import read_header
@@ -118,7 +120,38 @@ def test_a_small_read_is_bytes_and_a_large_one_a_region_of_the_same_bytes(
     region.release()
     region.release()  # twice is harmless
     assert _pins(seg) == 0
-    seg.read_region(0, seg.size)  # dropped without being written: its pin goes with it
+    seg.read_region(0, seg.size)  # dropped without being written: its pin goes back at
+    seg.read(0, 10)  # the next use of a file
+    assert _pins(seg) == 0
+
+
+class _TimeoutLock:
+    """OPEN_FILES.lock for the test below: a second acquire in the same thread fails after
+    a moment (a real one would hang: the lock is not reentrant)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(timeout=1):
+            raise RuntimeError("OPEN_FILES.lock taken again by the thread holding it")
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_a_region_dropped_under_the_file_table_lock_gives_its_pin_back_later(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The garbage collector can finalize a region (one in a reference cycle) while this
+    thread holds the file table's lock; its finalizer must not take the lock again (a
+    deadlock), and its pin must still come back."""
+    seg = _segment(tmp_path, 8, 3000)
+    monkeypatch.setattr(OPEN_FILES, "lock", _TimeoutLock())
+    region = seg.read_region(0, seg.size)
+    assert _pins(seg) == 1
+    with OPEN_FILES.lock:
+        del region  # finalized here, under the lock
+    seg.read(0, 10)
     assert _pins(seg) == 0
 
 

@@ -33,6 +33,7 @@ and locked.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import itertools
@@ -121,6 +122,21 @@ class OpenFiles:
 
 OPEN_FILES = OpenFiles()
 
+# Pins given back by a finalizer (``FileRegion.__del__``): the garbage collector may run it
+# while this thread holds ``OPEN_FILES.lock`` (not reentrant), so it only queues the file
+# here (``deque.append`` takes no lock) and the next acquire or release gives the pins back.
+_RELEASE_LATER: collections.deque[LazyFile] = collections.deque()
+
+
+def release_later(f: LazyFile) -> None:
+    """``f.release()`` at the next acquire or release of any file (safe in a finalizer)."""
+    _RELEASE_LATER.append(f)
+
+
+def _released_later_locked() -> None:
+    while _RELEASE_LATER:
+        _RELEASE_LATER.popleft()._release_locked()
+
 
 class LazyFile:
     """A file opened on demand through ``OPEN_FILES`` (closed again when unused ones are
@@ -150,6 +166,8 @@ class LazyFile:
     def acquire(self) -> int:
         """The fd, pinned open until ``release`` (the hot paths' cheaper ``use``)."""
         with OPEN_FILES.lock:
+            if _RELEASE_LATER:
+                _released_later_locked()
             fd = self.fd
             if fd is None:
                 fd = OPEN_FILES.open_locked(self)
@@ -160,12 +178,17 @@ class LazyFile:
 
     def release(self) -> None:
         with OPEN_FILES.lock:
-            self.pins -= 1
-            if not self.pins and self.close_pending:
-                self.close_pending = False
-                if self.fd is not None:
-                    os.close(self.fd)
-                    self.fd = None
+            if _RELEASE_LATER:
+                _released_later_locked()
+            self._release_locked()
+
+    def _release_locked(self) -> None:
+        self.pins -= 1
+        if not self.pins and self.close_pending:
+            self.close_pending = False
+            if self.fd is not None:
+                os.close(self.fd)
+                self.fd = None
 
     @contextlib.contextmanager
     def use(self) -> Iterator[int]:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from headrace.log.errors import CorruptLogError
-from headrace.log.index import LazyFile, OffsetIndex, TimeIndex
+from headrace.log.index import LazyFile, OffsetIndex, TimeIndex, release_later
 from headrace.protocol.records import (
     HEADER_SIZE,
     INT32_MAX,
@@ -111,9 +111,9 @@ class FileRegion:
     response's records as the connection sends them with ``os.sendfile`` (or reads them
     with ``read`` where it cannot, e.g. TLS). Holds the file open (pinned in
     ``OPEN_FILES``) until ``release``, which the writer calls, and which dropping the region
-    unwritten also does. ``valid`` is false once the segment was cut back (truncation, a
-    failed append undone) after the region was taken: its bytes may have changed, and the
-    response must not be sent."""
+    unwritten also does (at the next use of any file). ``valid`` is false once the segment
+    was cut back (truncation, a failed append undone) after the region was taken: its bytes
+    may have changed, and the response must not be sent."""
 
     __slots__ = ("_file", "fd", "generation", "length", "position", "segment")
 
@@ -141,7 +141,11 @@ class FileRegion:
             f.release()
 
     def __del__(self) -> None:
-        self.release()
+        # dropped unwritten: give the pin back, later (the garbage collector may run this
+        # while the file table's lock is held: see ``index.release_later``)
+        f, self._file = self._file, None
+        if f is not None:
+            release_later(f)
 
 
 class LogSegment:
