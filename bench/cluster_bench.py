@@ -934,7 +934,7 @@ def main() -> int:
                     help="seconds between a healthy cluster and the kill")
     ap.add_argument("--max-rss-mb", type=float, default=8000,
                     help="stop a scale run when brokers and ZooKeeper use more")
-    ap.add_argument("--keep", action="store_true", help="keep the scale runs' data dirs")
+    ap.add_argument("--keep", action="store_true", help="keep the data dirs and logs")
     args = ap.parse_args()
     if args.scale:
         results = []
@@ -985,6 +985,10 @@ def main() -> int:
         out["restart_big"] = b.restart_time(1)
     finally:
         cluster.stop()
+        if not args.keep:  # gigabytes of logs: a few runs filled this machine's /tmp
+            import shutil
+
+            shutil.rmtree(root, ignore_errors=True)
     if args.only_big:
         print(f"- failover, broker leading many: {out['failover_big']}")
         print(f"- creating {3 * args.big} partitions RF 3: {out['create_big_s']} s")
