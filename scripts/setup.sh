@@ -11,7 +11,9 @@ fi
 # these extras (the install is editable: source changes need no reinstall). run.sh calls
 # this before every `broker`/`cluster`/demo start, which would otherwise re-run pip (10-16 s).
 stamp=".venv/.headrace-setup-${extras:-base}"
-digest() { { cat pyproject.toml; echo "extras=$1"; .venv/bin/python --version; } \
+# (setup.py and the C source too: the install compiles headrace._speedups)
+digest() { { cat pyproject.toml setup.py src/headrace/_speedups.c; echo "extras=$1"
+  .venv/bin/python --version; } \
   | sha256sum | cut -d' ' -f1; }
 want="$(digest "$extras")"
 # an install with more extras (the tests' test,spark) serves a call with fewer (run.sh's)

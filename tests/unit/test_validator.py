@@ -29,6 +29,16 @@ NOW = 1_700_000_000_000
 HOUR = 3_600_000
 
 
+@pytest.fixture(autouse=True, params=["c", "python"])
+def _check_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test twice: with the C check in front (where it was built; the Python paths
+    then word the errors) and with the Python paths alone."""
+    if request.param == "python":
+        monkeypatch.setattr(validator, "_speedups", None)
+    elif validator._speedups is None:
+        pytest.skip("headrace._speedups was not built here")
+
+
 def check(batch: bytes, config: LogConfig | None = None, now: int = NOW) -> None:
     config = config or LogConfig()
     validate_batches(batch, R.split_batches(batch, 10**7), config, now)

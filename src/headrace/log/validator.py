@@ -28,7 +28,10 @@ INVALID_RECORD. All of it is bulk work over the records bytes (``records.iter_re
 numpy, a chunk of records at a time so memory stays bounded); a batch of up to
 ``SMALL_BATCH`` (80) records, where numpy's fixed cost dominates, is read and checked by
 plain loops, and goes through numpy only if something in it is wrong (which then words the
-errors).
+errors). Where the C extension ``headrace._speedups`` was built (``setup.py``; optional),
+its ``records_ok`` checks a batch of any size first, in one pass over the bytes, and only
+a batch it does not accept takes the Python paths (which then find and word the error): it
+is as strict as they are, never more lenient (``tests/unit/test_speedups.py``).
 
 ``HEADRACE_BENCH_SKIP_RECORD_VALIDATION=1`` in the broker's environment skips everything
 but the compacted-topic key check (for ``bench/validation_bench.py`` only).
@@ -37,6 +40,7 @@ but the compacted-topic key check (for ``bench/validation_bench.py`` only).
 from __future__ import annotations
 
 import os
+from types import ModuleType
 
 import numpy as np
 from kio.schema.errors import ErrorCode
@@ -56,6 +60,18 @@ from headrace.protocol.records import (
 
 SKIP_ENV = "HEADRACE_BENCH_SKIP_RECORD_VALIDATION"
 _SKIP = os.environ.get(SKIP_ENV) == "1"
+
+NO_SPEEDUPS_ENV = "HEADRACE_NO_SPEEDUPS"
+"""``1``: do not use the C check even where it was built (to compare, and to test the
+Python paths alone)."""
+
+_speedups: ModuleType | None
+try:
+    from headrace import _speedups
+except ImportError:  # built without a C compiler: the Python paths alone
+    _speedups = None
+if os.environ.get(NO_SPEEDUPS_ENV) == "1":
+    _speedups = None
 
 NO_TIMESTAMP = -1
 LOG_APPEND_TIME = "LogAppendTime"  # message.timestamp.type
@@ -109,9 +125,17 @@ def _validate_records(batch: memoryview, h: BatchHeader, config: LogConfig, now_
     total = 0
     bad_time = False
     data = inflate(h.compression, batch[HEADER_SIZE:], limit)
+    if _speedups is not None:
+        flags = ((0 if keys_only else _speedups.CHECK_OFFSETS)
+                 | (_speedups.CHECK_TIMES if check_time else 0)
+                 | (_speedups.REQUIRE_KEYS if config.compact else 0))
+        records_ok = _speedups.records_ok(data, h.records_count, h.base_timestamp, lo, hi,
+                                          flags)
+    else:
+        records_ok = False
     # a few records, all good, are checked in plain Python: no numpy pass
-    records_ok = h.records_count <= SMALL_BATCH and _small_batch_ok(
-        data, h, config, lo, hi, check_time, keys_only)
+    records_ok = records_ok or (h.records_count <= SMALL_BATCH and _small_batch_ok(
+        data, h, config, lo, hi, check_time, keys_only))
     for first, scan in () if records_ok else iter_record_scans(data, h.records_count):
         n = len(scan.offset_delta)
         bad_offset = (scan.offset_delta != np.arange(first, first + n, dtype=np.int64)
