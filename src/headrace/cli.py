@@ -120,6 +120,10 @@ def broker(
 
     # SIGUSR1 dumps every thread's stack to stderr (what a stuck broker is doing)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # this process is a broker: freed request buffers stay for the next requests
+    from headrace import malloc_policy
+
+    malloc_policy.install()
 
     async def run() -> int:
         stop = asyncio.Event()

@@ -165,7 +165,10 @@ class FrameDecoder:
                 take = min(self._want - self._filled, end - pos)
                 if take:
                     if len(self._buf) == self._want:
-                        self._buf[self._filled : self._filled + take] = mv[pos : pos + take]
+                        # through a memoryview: a bytearray's own slice assignment from a
+                        # memoryview copies it into a temporary bytearray first
+                        with memoryview(self._buf) as into:
+                            into[self._filled : self._filled + take] = mv[pos : pos + take]
                     else:  # lazy: the buffer grows with what arrives
                         assert isinstance(self._buf, bytearray)
                         self._buf += mv[pos : pos + take]
