@@ -15,10 +15,10 @@ import io
 import struct
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
+from headrace.protocol.codec import request_class, response_class
 from headrace.protocol.entities import build
 from headrace.security.listeners import InterBrokerClient
 
@@ -124,7 +124,7 @@ class BrokerConnection:
 
     async def request(self, api_key: int, version: int, body: dict[str, Any],
                       timeout_s: float) -> Any:
-        cls = load_request_schema(api_key, version)
+        cls = request_class(api_key, version)
         hdr = cls.__header_schema__
         correlation_id = self.next_correlation_id()
         buf = io.BytesIO()
@@ -144,7 +144,7 @@ class BrokerConnection:
                       correlation_id: int) -> Any:
         """The body of a response frame (after its size prefix), read by kio's native
         reader; one that does not parse or answers another request closes the connection."""
-        rcls = load_response_schema(api_key, version)
+        rcls = response_class(api_key, version)  # cached: kio's resolves an import path
         try:
             header, n = entity_reader(rcls.__header_schema__)(frame, 0)
             if header.correlation_id != correlation_id:

@@ -19,10 +19,10 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
+from headrace.protocol.codec import request_class, response_class
 from headrace.protocol.entities import build
 
 FETCH, METADATA = 1, 3
@@ -45,7 +45,7 @@ class Connection:
 
     def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
         frame, n = self.request_raw(api_key, version, body)
-        rcls = load_response_schema(api_key, version)
+        rcls = response_class(api_key, version)
         body_obj, _ = entity_reader(rcls)(frame, n)
         return body_obj
 
@@ -53,7 +53,7 @@ class Connection:
                     ) -> tuple[memoryview, int]:
         """Send a request; the response frame and where its body starts (for a caller
         that reads what kio cannot: DescribeTransactions' -1 start time)."""
-        cls = load_request_schema(api_key, version)
+        cls = request_class(api_key, version)
         hdr = cls.__header_schema__
         self.correlation_id += 1
         buf = io.BytesIO()
@@ -68,7 +68,7 @@ class Connection:
         self.sock.sendall(payload)
         del payload
         frame = self._recv_frame()
-        rcls = load_response_schema(api_key, version)
+        rcls = response_class(api_key, version)
         header, n = entity_reader(rcls.__header_schema__)(frame, 0)
         if header.correlation_id != self.correlation_id:
             raise ConnectionError(f"response to request {header.correlation_id}, "
