@@ -22,6 +22,18 @@ from headrace.spark.kafka_io import arrow_schema  # noqa: E402
 CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
 
 
+@pytest.fixture(autouse=True, params=["c", "numpy"])
+def _fields_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test twice: the records' fields read by the C pass (where it was built) and by
+    numpy alone."""
+    from headrace import speedups
+
+    if request.param == "numpy":
+        monkeypatch.setattr(speedups, "native", None)
+    elif speedups.native is None:
+        pytest.skip("headrace._speedups was not built here")
+
+
 def decode(blob: bytes, start: int = 0, until: int = 1 << 62,
            headers: bool = True) -> tuple[list[dict[str, Any]], int]:
     batch, nxt = decode_fetched(blob, start, until, "t", 3, arrow_schema(headers), headers)
@@ -119,6 +131,22 @@ def test_corrupt_records_raise() -> None:
         decode(bytes(blob))
 
 
+def test_bytes_left_after_the_records_are_corrupt() -> None:
+    """A batch whose records block holds more bytes than its records (the count satisfied
+    before the end) is refused, not read as if the rest were not there."""
+    import struct
+
+    import crc32c
+
+    from headrace.protocol.records import ATTRIBUTES_POS, CRC_POS, LENGTH_POS
+
+    blob = bytearray(make_batch([(None, b"abcdef", 1, [])] * 3) + b"\x00\x00")
+    struct.pack_into(">i", blob, LENGTH_POS, len(blob) - 12)
+    struct.pack_into(">I", blob, CRC_POS, crc32c.crc32c(bytes(blob[ATTRIBUTES_POS:])))
+    with pytest.raises(InvalidRecordError):
+        decode(bytes(blob))
+
+
 def _bodies(batches: list[bytes]) -> tuple[Any, Any, Any, Any, bytes]:
     """What decode_fetched builds from uncompressed batches: the records regions back to
     back (then PAD zero bytes), their positions, lengths and record counts."""
@@ -170,3 +198,4 @@ def test_record_starts_that_cannot_be_predicted_are_walked() -> None:
         assert predicted_starts(arr, pos, lengths, counts) is None
         rows, _ = decode(batch)
         assert [r["value"] for r in rows] == [v for _, v, _, _ in recs]
+

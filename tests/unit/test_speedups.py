@@ -244,3 +244,77 @@ def test_keys_and_times_only_when_asked() -> None:
         speedups.records_ok(keyless, 1, NOW, 0, 0)
     with pytest.raises(TypeError):
         speedups.records_ok("text", 1, NOW, 0, 0, 0)
+
+
+# The Spark decoder's walk (record_fields, headrace/spark/batch_decode.py): against its numpy
+# path. Its own tests (tests/unit/test_spark_batch_decode.py) run with and without it.
+pytest.importorskip("pyarrow", reason="the spark extra is not installed")
+from tests.batches import Record as _SparkRecord  # noqa: E402
+from tests.batches import make_batch  # noqa: E402
+from tests.unit.test_spark_batch_decode import MIXED, decode, expected, strip_ts  # noqa: E402
+
+from headrace import speedups as headrace_speedups  # noqa: E402
+from headrace.protocol.records import InvalidRecordError  # noqa: E402
+
+
+def test_spark_decoder_reads_good_records_by_the_c_pass_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """issue 24: with the extension built, ordinary batches never reach the numpy path."""
+    from headrace.spark import batch_decode
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("the numpy path ran")
+
+    monkeypatch.setattr(batch_decode, "_numpy_fields", refuse)
+    blob = make_batch(MIXED) + make_batch([(None, b"v" * 40, 5, [])] * 300, base_offset=6)
+    rows, nxt = decode(blob)
+    assert nxt == 306 and len(rows) == 306
+    assert strip_ts(rows[:6]) == expected(MIXED, 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(records=st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=20)),
+                                  st.one_of(st.none(), st.binary(max_size=200)),
+                                  st.integers(0, 10**6),
+                                  st.lists(st.tuples(st.sampled_from(["a", "bb"]),
+                                                     st.one_of(st.none(), st.binary(max_size=4))),
+                                           max_size=2)),
+                        min_size=1, max_size=40),
+       damage=st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)), max_size=2))
+def test_spark_decoder_c_pass_and_numpy_read_the_same(records: list[_SparkRecord],
+                                             damage: list[tuple[int, int]]) -> None:
+    """Whatever the bytes (records of any shape, a few damaged bytes after the batch
+    header), the C pass and numpy give the same rows or both refuse."""
+    blob = bytearray(make_batch(records))
+    for at, bits in damage:
+        blob[R.HEADER_SIZE + at % (len(blob) - R.HEADER_SIZE)] ^= bits
+
+    def outcome() -> object:
+        try:
+            return decode(bytes(blob))
+        except InvalidRecordError as e:
+            return ("refused", int(e.error_code))
+
+    with_c = outcome()
+    with patch.object(headrace_speedups, "native", None):
+        with_numpy = outcome()
+    assert with_c == with_numpy
+
+
+def test_binary_column_refuses_slices_past_the_data() -> None:
+    """The Arrow buffers are built only from slices inside ``data`` (the decoder's numpy
+    path then says what is wrong); a null (negative length) takes no bytes."""
+    import numpy as np
+
+    assert speedups is not None
+    data = b"0123456789"
+    ok = speedups.binary_column(data, np.array([0, 4, 9], dtype=np.int64),
+                                np.array([2, -1, 1], dtype=np.int64))
+    assert ok is not None
+    offsets, values, validity, nulls = ok
+    assert np.frombuffer(offsets, dtype=np.int32).tolist() == [0, 2, 2, 3]
+    assert values == b"019" and nulls == 1 and validity == bytes([0b101])
+    for pos, length in ((9, 2), (11, 0), (-1, 1), (0, 11)):
+        assert speedups.binary_column(data, np.array([pos], dtype=np.int64),
+                                      np.array([length], dtype=np.int64)) is None, (pos,
+                                                                                    length)

@@ -45,6 +45,7 @@ from types import ModuleType
 import numpy as np
 from kio.schema.errors import ErrorCode
 
+from headrace import speedups
 from headrace.config import LogConfig
 from headrace.protocol.records import (
     HEADER_SIZE,
@@ -61,17 +62,7 @@ from headrace.protocol.records import (
 SKIP_ENV = "HEADRACE_BENCH_SKIP_RECORD_VALIDATION"
 _SKIP = os.environ.get(SKIP_ENV) == "1"
 
-NO_SPEEDUPS_ENV = "HEADRACE_NO_SPEEDUPS"
-"""``1``: do not use the C check even where it was built (to compare, and to test the
-Python paths alone)."""
-
-_speedups: ModuleType | None
-try:
-    from headrace import _speedups
-except ImportError:  # built without a C compiler: the Python paths alone
-    _speedups = None
-if os.environ.get(NO_SPEEDUPS_ENV) == "1":
-    _speedups = None
+_speedups: ModuleType | None = speedups.native
 
 NO_TIMESTAMP = -1
 LOG_APPEND_TIME = "LogAppendTime"  # message.timestamp.type

@@ -1,11 +1,13 @@
 """Record batches (v2) of a fetch response → one Arrow record batch, in bulk.
 
-PURE: bytes in, Arrow out; no I/O. Per-record Python work is limited to walking the record
-length varints (skipped altogether when every record has the same length, as a vectorised
-check proves) and to records that carry headers when ``includeHeaders`` is on. Everything
-else is numpy over the records bytes: varints are decoded for all records at once, key and
-value columns are Arrow ``binary_view`` arrays pointing into the (decompressed) records
-buffer, cast to ``binary`` by Arrow's C++ (one memcpy per value, no Python ``bytes``).
+PURE: bytes in, Arrow out; no I/O. Where ``headrace._speedups`` was built, one C pass
+(``record_fields``) reads every record's fields; otherwise, or where it refuses the bytes,
+per-record Python work is limited to walking the record length varints (skipped when a
+vectorised check proves the predicted starts) and to records that carry headers when
+``includeHeaders`` is on. Everything else is numpy over the records bytes: varints are
+decoded for all records at once, key and value columns are Arrow ``binary_view`` arrays
+pointing into the (decompressed) records buffer, cast to ``binary`` by Arrow's C++ (one
+memcpy per value, no Python ``bytes``).
 
 The records of all batches are decoded as one stream: the records regions of the batches
 (decompressed when needed) are concatenated, and per-batch fields (base offset, base and max
@@ -21,6 +23,7 @@ import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
 from kio.schema.errors import ErrorCode
 
+from headrace import speedups
 from headrace.protocol import records
 from headrace.protocol.records import (
     DEFAULT_INFLATE_LIMIT,
@@ -114,6 +117,16 @@ def binary_column(buf: pa.Buffer, arr: npt.NDArray[np.uint8], starts: I64,
     """A ``binary`` array of the slices ``[start, start + length)`` of ``buf`` (length -1:
     null), built as a ``binary_view`` array over ``buf`` and cast by Arrow."""
     n = len(lengths)
+    native = speedups.native
+    if native is not None:  # the buffers of the binary array, in one C pass
+        made = native.binary_column(arr[:len(arr) - PAD], np.ascontiguousarray(starts),
+                                    np.ascontiguousarray(lengths))
+        if made is not None:
+            offsets, values, validity_bits, nulls = made
+            return pa.Array.from_buffers(
+                pa.binary(), n, [None if validity_bits is None else pa.py_buffer(validity_bits),
+                                 pa.py_buffer(offsets), pa.py_buffer(values)],
+                null_count=nulls)
     valid = lengths >= 0
     null_count = n - int(np.count_nonzero(valid))
     if null_count == n:
@@ -165,6 +178,44 @@ def _headers(data: bytes, positions: I64, counts: I64) -> list[list[dict[str, An
     return out
 
 
+def _native_fields(data: bytes, n_all: int) -> tuple[I64, ...] | None:
+    """The records' fields from ``speedups.native.record_fields`` (one C pass), or None
+    where it was not built or does not accept the records (``_numpy_fields`` then reads
+    them, or says what is wrong)."""
+    native = speedups.native
+    if native is None:
+        return None
+    out = tuple(np.empty(n_all, dtype=np.int64) for _ in range(7))
+    if not native.record_fields(data, n_all, len(data) - PAD, *out):
+        return None
+    return out
+
+
+def _numpy_fields(data: bytes, arr: npt.NDArray[np.uint8], lengths: I64,
+                  counts: list[int]) -> tuple[I64, ...]:
+    """The records' fields (timestamp and offset deltas, key position and length, value
+    position and length, header count position) by numpy over all records at once."""
+    predicted = predicted_starts(arr, np.cumsum(lengths) - lengths, lengths,
+                                 np.array(counts, dtype=np.int64))
+    starts = predicted if predicted is not None else record_starts(data, arr, sum(counts))
+    rec_len, len_size = varints(arr, starts)
+    body_pos = starts + len_size
+    rec_end = body_pos + rec_len
+    ts_delta, s1 = varints(arr, body_pos + 1)  # after the attributes byte
+    p = body_pos + 1 + s1
+    off_delta, s2 = varints(arr, p)
+    p += s2
+    key_len, s3 = varints(arr, p)
+    key_pos = p + s3
+    p = key_pos + np.maximum(key_len, 0)
+    value_len, s4 = varints(arr, p)
+    value_pos = p + s4
+    header_pos = value_pos + np.maximum(value_len, 0)
+    if bool(np.any(header_pos >= rec_end)):
+        raise _corrupt("a record's fields run past its length")
+    return ts_delta, off_delta, key_pos, key_len, value_pos, value_len, header_pos
+
+
 def decode_fetched(
     blob: bytes | memoryview, from_offset: int, until_offset: int, topic: str,
     partition: int, schema: pa.Schema, include_headers: bool,
@@ -212,24 +263,12 @@ def decode_fetched(
     data = b"".join(regions)
     arr = np.frombuffer(data, dtype=np.uint8)
     n_all = sum(counts)
-    predicted = predicted_starts(arr, np.cumsum(lengths) - lengths, lengths,
-                                 np.array(counts, dtype=np.int64))
-    starts = predicted if predicted is not None else record_starts(data, arr, n_all)
-    rec_len, len_size = varints(arr, starts)
-    body_pos = starts + len_size
-    rec_end = body_pos + rec_len
-    ts_delta, s1 = varints(arr, body_pos + 1)  # after the attributes byte
-    p = body_pos + 1 + s1
-    off_delta, s2 = varints(arr, p)
-    p += s2
-    key_len, s3 = varints(arr, p)
-    key_pos = p + s3
-    p = key_pos + np.maximum(key_len, 0)
-    value_len, s4 = varints(arr, p)
-    value_pos = p + s4
-    header_pos = value_pos + np.maximum(value_len, 0)
-    if bool(np.any(header_pos >= rec_end)):
-        raise _corrupt("a record's fields run past its length")
+    fields = _native_fields(data, n_all)
+    if fields is not None:
+        ts_delta, off_delta, key_pos, key_len, value_pos, value_len, header_pos = fields
+    else:
+        ts_delta, off_delta, key_pos, key_len, value_pos, value_len, header_pos = (
+            _numpy_fields(data, arr, lengths, counts))
 
     per_batch = np.array(counts, dtype=np.int64)
     offsets = np.repeat(np.array(bases, dtype=np.int64), per_batch) + off_delta
