@@ -155,6 +155,9 @@ class Bench:
         conf = {"acks": "all", "enable.idempotence": True, "linger.ms": 5,
                 "batch.size": 262144, "batch.num.messages": 10000,
                 "queue.buffering.max.messages": 500000, "queue.buffering.max.kbytes": 1048576}
+        # the last phase's gigabytes of page cache written back first: a run that starts
+        # while the kernel writes them back made about half the rate (RF 1 and RF 3 alike)
+        os.sync()
         if LOADGEN.is_file():  # the C load generator (bash bench/setup.sh builds it)
             pids = self.pids()
             cpu0 = {i: cpu_s(pid) for i, pid in pids.items()}
