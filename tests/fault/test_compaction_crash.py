@@ -112,7 +112,17 @@ def test_kill_9_during_compaction_keeps_latest_acknowledged_per_key(data_dir: Pa
             assert not t.is_alive()
             b.start()
         assert w.n_acked > 1000
-        wait_until(lambda: _compactions(b) >= 1, 60, what="a compaction after restart")
+        # more records after the last restart: the kill may have come so soon after a
+        # compaction that too little was left dirty for the cleaner to take up again
+        w.stop.clear()
+        t = threading.Thread(target=w.run, args=(b.bootstrap,), daemon=True)
+        t.start()
+        before = w.n_acked
+        wait_until(lambda: w.n_acked >= before + 300 and _compactions(b) >= 1, 60,
+                   what="300 more acknowledged records and a compaction after restart")
+        w.stop.set()
+        t.join(15)
+        assert not t.is_alive()
         _check(b, w, data_dir)
     finally:
         w.stop.set()
